@@ -1,0 +1,133 @@
+/* The run configuration: one JSON file (jansson) plus `--set path=value` overrides.
+ *
+ * Every error names the file and the JSON path and says what was expected, e.g.
+ *   configs/ddp.json: train.micro_batch_size: expected an integer >= 1, got "8"
+ * Unknown keys are errors (typos must not be silently ignored). docs/config.md is the reference;
+ * the defaults below are the ones documented there. */
+#ifndef LOOM_CORE_CONFIG_H
+#define LOOM_CORE_CONFIG_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LOOM_MAX_PARALLEL 8
+#define LOOM_PATH_MAX 512
+
+/* A plugin named in the config, with its own options (validated by the plugin itself through
+ * loom_options, so its error messages name the JSON path too). */
+typedef struct loom_plugin_cfg {
+  char name[128];       /* plugin name ("ddp") or a path to a .so ("./build/x.so"); "" = none */
+  char json_path[64];   /* where it sits in the config: "parallel[0]", "precision", ... */
+  json_t *options;      /* the plugin's object minus the "plugin" key; borrowed from root */
+} loom_plugin_cfg;
+
+typedef struct loom_config {
+  char path[LOOM_PATH_MAX]; /* the file it was read from */
+  json_t *root;             /* the whole document after overrides (owned) */
+
+  struct {
+    int vocab_size;   /* default 256 (byte-level tokenizer) */
+    int context_length; /* max sequence length, default 256 */
+    int n_layer, n_head, n_embd; /* defaults 4, 4, 128 */
+  } model;
+
+  struct {
+    char train[LOOM_PATH_MAX]; /* glob of train shards, required for `loom train` */
+    char val[LOOM_PATH_MAX];   /* glob of val shards, "" = no eval */
+    char vocab[LOOM_PATH_MAX]; /* vocabulary file written by loom-prepare, "" = bytes */
+  } data;
+
+  struct {
+    int micro_batch_size;  /* B per rank per micro-step, default 4 */
+    int seq_len;           /* T, default = model.context_length, <= context_length */
+    int grad_accum_steps;  /* default 1 */
+    int global_batch_size; /* sequences per optimizer step; 0 = derived (B*accum*dp) */
+    int steps;             /* optimizer steps, default 100 */
+    int eval_interval;     /* steps between evals, 0 = only at the end; default 0 */
+    int eval_batches;      /* micro-batches per rank per eval, default 8 */
+    uint64_t seed;         /* default 1337 */
+  } train;
+
+  struct {
+    double lr;           /* peak learning rate, default 3e-4 */
+    double beta1, beta2; /* "betas": [0.9, 0.95] */
+    double eps;          /* default 1e-8 */
+    double weight_decay; /* default 0.0; applied to 2-D weights only */
+    double grad_clip;    /* max global L2 norm, 0 = off; default 1.0 */
+  } optimizer;
+
+  struct {
+    int warmup_steps;   /* linear warm-up from 0, default 0 */
+    char decay[16];     /* "cosine" (default) or "constant" */
+    double min_lr;      /* floor reached at the last step, default 0.1 * lr */
+  } lr_schedule;
+
+  struct {
+    char type[16];      /* "cpu" (default) */
+    int threads;        /* OpenMP/OpenBLAS threads per rank, 0 = auto; default 0 */
+    json_t *options;    /* the whole "device" object, borrowed */
+  } device;
+
+  loom_plugin_cfg comm;                       /* default "mpi" */
+  int n_parallel;                             /* 0 = single rank semantics, no plugin */
+  loom_plugin_cfg parallel[LOOM_MAX_PARALLEL];
+  loom_plugin_cfg precision;                  /* default "fp32" */
+  loom_plugin_cfg checkpoint;                 /* default none ("") */
+
+  struct {
+    int interval;                  /* steps between progress lines, default 1 */
+    char metrics[LOOM_PATH_MAX];   /* JSONL file, "" = none */
+  } logging;
+
+  struct {
+    char prompt[1024]; /* default "\n" */
+    int tokens;        /* tokens to generate at the end, 0 = none; default 0 */
+    double temperature; /* default 1.0, > 0 */
+    int top_k;          /* 0 = full distribution; default 0 */
+  } sample;
+} loom_config;
+
+/* Read and validate `path`, applying each "a.b.c=value" override in order (value is parsed as
+ * JSON when it parses, else taken as a string; "parallel[0].plugin=zero1" indexes arrays).
+ * Returns 0, or -1 with a one-line message (file, JSON path, what was expected) in err. */
+int loom_config_load(loom_config *cfg, const char *path, const char *const *overrides,
+                     int n_overrides, char *err, size_t errlen);
+
+/* Same from an in-memory JSON text (`name` stands for the file in messages). */
+int loom_config_load_string(loom_config *cfg, const char *name, const char *json_text,
+                            const char *const *overrides, int n_overrides, char *err,
+                            size_t errlen);
+
+/* Release what loom_config_load allocated. Safe on a zeroed struct. */
+void loom_config_free(loom_config *cfg);
+
+/* Check global batch = micro_batch_size * grad_accum_steps * dp_size when global_batch_size is
+ * set (else set it). Returns 0, or -1 with a message showing the numbers. */
+int loom_config_check_batch(loom_config *cfg, int dp_size, char *err, size_t errlen);
+
+/* ---- plugin options: typed getters that report errors with the config file and JSON path ----
+ * `opts` is a plugin's options object (may be NULL = empty); `where` is its JSON path
+ * ("parallel[0]"). Each getter returns 0 and stores the value (or the default when the key is
+ * absent), or -1 with "FILE: WHERE.KEY: expected ..., got ..." in err. */
+typedef struct loom_options {
+  const char *file;  /* config file name for messages */
+  const char *where; /* JSON path of the object */
+  json_t *obj;       /* the object (borrowed); NULL = {} */
+} loom_options;
+
+int loom_opt_int(const loom_options *o, const char *key, int64_t dflt, int64_t min, int64_t max,
+                 int64_t *out, char *err, size_t errlen);
+int loom_opt_double(const loom_options *o, const char *key, double dflt, double min, double max,
+                    double *out, char *err, size_t errlen);
+int loom_opt_bool(const loom_options *o, const char *key, int dflt, int *out, char *err,
+                  size_t errlen);
+/* *out points into the JSON document (valid while the config lives) or at dflt. */
+int loom_opt_string(const loom_options *o, const char *key, const char *dflt, const char **out,
+                    char *err, size_t errlen);
+/* Every key of the object must be in `allowed` (NULL-terminated); else an error naming the
+ * unknown key and listing the allowed ones. */
+int loom_opt_check_keys(const loom_options *o, const char *const *allowed, char *err,
+                        size_t errlen);
+
+#endif

@@ -1,0 +1,39 @@
+/* The core's handle on a device backend: the backend's table plus memory accounting.
+ * Every allocation made through loom__dev_alloc carries a loom_mem_category; current and peak
+ * bytes are tracked per category so each rank can report where its memory went. */
+#ifndef LOOM_CORE_DEVICE_H
+#define LOOM_CORE_DEVICE_H
+
+#include <loom/device_v1.h>
+#include <stddef.h>
+
+typedef struct loom_dev_alloc loom_dev_alloc; /* one live allocation (internal list node) */
+
+typedef struct loom_dev {
+  const loom_device_v1 *ops; /* the backend's kernels and memory functions */
+  void *ctx;                 /* the backend's context, passed to every ops call */
+  size_t bytes_now[LOOM_MEM__COUNT];  /* live bytes per category */
+  size_t bytes_peak[LOOM_MEM__COUNT]; /* high-water mark per category */
+  size_t total_now, total_peak;       /* all categories together */
+  loom_dev_alloc *allocs;             /* live allocations, for free() and leak reports */
+} loom_dev;
+
+/* The built-in CPU backend (OpenBLAS GEMM, OpenMP elsewhere). */
+const loom_device_v1 *loom__cpu_device(void);
+
+/* Open `ops` with its JSON options and a zeroed accounting state.
+ * Returns LOOM_OK or the backend's error; `err` gets a message. */
+int loom__dev_open(loom_dev *dev, const loom_device_v1 *ops, const char *options_json,
+                   int local_rank, char *err, size_t errlen);
+/* Free every live allocation and destroy the backend context. */
+void loom__dev_close(loom_dev *dev);
+
+/* Allocate `bytes` of zeroed device memory charged to `cat`; NULL when out of memory. */
+void *loom__dev_alloc(loom_dev *dev, size_t bytes, loom_mem_category cat);
+/* Free memory from loom__dev_alloc (NULL is a no-op). */
+void loom__dev_free(loom_dev *dev, void *ptr);
+
+/* Name of a category as printed in reports ("params", "grads", "optim", ...). */
+const char *loom__mem_category_name(loom_mem_category cat);
+
+#endif

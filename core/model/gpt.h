@@ -1,0 +1,116 @@
+/* GPT-2 model: parameters, activations, forward and backward, on any device backend.
+ *
+ * Legend: B = micro-batch, T = sequence length (<= max_seq_len), C = n_embd, NH = n_head,
+ * L = n_layer, V = vocab_size, N = B*T.
+ *
+ * The model is split into units, the granularity at which parallel plugins hook in:
+ *   unit 0        embedding: wte (V,C), wpe (maxT,C)
+ *   unit 1..L     transformer block l-1
+ *   unit L+1      head: final LayerNorm; logits use the tied wte; cross-entropy loss
+ * Parameters live in one flat fp32 buffer laid out unit by unit (the order of
+ * gpt_param_table below), so a unit's parameters — and its gradients — are one contiguous
+ * range [unit_offset[u], unit_offset[u+1]). Backward visits units in reverse, so after unit u's
+ * backward every gradient at offset >= unit_offset[u] is final for the micro-step: this is what
+ * lets DDP launch gradient buckets during backward.
+ *
+ * Gradient contract: backward ACCUMULATES (+=) into the gradient buffer, so gradient
+ * accumulation over micro-steps is free; gpt_zero_grad clears it. */
+#ifndef LOOM_CORE_GPT_H
+#define LOOM_CORE_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../device/device.h"
+
+typedef struct gpt_config {
+  int vocab_size;  /* V */
+  int max_seq_len; /* maximum T (size of wpe) */
+  int n_layer;     /* L */
+  int n_head;      /* NH; n_embd % n_head == 0 */
+  int n_embd;      /* C */
+} gpt_config;
+
+/* What a parameter is, so plugins (tensor parallel, weight decay) can treat it by role. */
+typedef enum gpt_param_role {
+  GPT_WTE, GPT_WPE,
+  GPT_LN1_W, GPT_LN1_B, GPT_QKV_W, GPT_QKV_B, GPT_ATTPROJ_W, GPT_ATTPROJ_B,
+  GPT_LN2_W, GPT_LN2_B, GPT_FC_W, GPT_FC_B, GPT_FCPROJ_W, GPT_FCPROJ_B,
+  GPT_LNF_W, GPT_LNF_B,
+} gpt_param_role;
+
+/* One parameter tensor. data/grad are the current views into device memory; they point into
+ * the flat buffers by default (plugins such as ZeRO-3 may redirect them around a unit). */
+typedef struct gpt_param {
+  char name[48];      /* PyTorch-style: "wte", "h.3.attn.qkv.weight", "ln_f.bias" */
+  int unit;           /* 0 embedding, 1..L block, L+1 head */
+  gpt_param_role role;
+  int ndim;           /* 1 or 2 */
+  int64_t shape[2];   /* (rows, cols) for 2-D, (n) for 1-D */
+  size_t numel;
+  size_t offset;      /* in elements, from the start of the flat buffer */
+  float *data;        /* device pointer, numel floats */
+  float *grad;        /* device pointer, numel floats */
+} gpt_param;
+
+/* Callbacks around each unit's forward and backward (any may be NULL). A non-zero return
+ * aborts the pass and is returned by gpt_forward / gpt_backward. */
+typedef struct gpt_hooks {
+  void *ud;
+  int (*pre_forward)(void *ud, int unit);
+  int (*post_forward)(void *ud, int unit);
+  int (*pre_backward)(void *ud, int unit);
+  int (*post_backward)(void *ud, int unit);
+} gpt_hooks;
+
+typedef struct gpt_acts gpt_acts; /* activations (internal to gpt.c) */
+
+typedef struct gpt_model {
+  gpt_config cfg;
+  loom_dev *dev;
+  int n_params;             /* number of tensors */
+  gpt_param *params;        /* n_params, in flat-buffer order */
+  int n_units;              /* L + 2 */
+  size_t *unit_offset;      /* n_units + 1 entries; unit u is [unit_offset[u], unit_offset[u+1]) */
+  size_t num_parameters;    /* total elements */
+  float *params_memory;     /* device, num_parameters floats (LOOM_MEM_PARAMS) */
+  float *grads_memory;      /* device, num_parameters floats (LOOM_MEM_GRADS) */
+  int B, T;                 /* shape the activations are allocated for (0 = none yet) */
+  gpt_acts *acts;
+  int32_t *inputs;          /* device (B,T) token ids of the last forward */
+  int32_t *targets;         /* device (B,T), or unused when forward got no targets */
+  int has_targets;
+  float mean_loss;          /* mean cross-entropy of the last forward with targets, else -1 */
+} gpt_model;
+
+/* Check `cfg` and build the parameter table; allocate parameters and gradients on `dev`.
+ * Returns LOOM_OK or LOOM_INVALID_CONFIG / LOOM_NOMEM with a message in err. */
+int gpt_init(gpt_model *m, const gpt_config *cfg, loom_dev *dev, char *err, size_t errlen);
+/* Free everything gpt_init and gpt_forward allocated. */
+void gpt_free(gpt_model *m);
+
+/* GPT-2 initialisation from `seed` (independent of rank): weights N(0, 0.02), residual
+ * projections (attn.proj, mlp.proj) N(0, 0.02/sqrt(2L)) (Radford et al. 2019, §2.3), biases 0,
+ * LayerNorm weight 1 / bias 0, wte and wpe N(0, 0.02). */
+void gpt_init_weights(gpt_model *m, uint64_t seed);
+
+/* Forward pass over a (B,T) batch of host token ids. targets may be NULL (logits only).
+ * Activations are (re)allocated when B or T change (LOOM_MEM_ACTIVATIONS).
+ * On success with targets, m->mean_loss is the mean loss over the B*T positions and *loss
+ * (if non-NULL) gets it. Returns LOOM_OK, a hook's error, or LOOM_INVALID_USAGE (bad token id
+ * or T > max_seq_len). */
+int gpt_forward(gpt_model *m, const int32_t *inputs_host, const int32_t *targets_host, int B,
+                int T, const gpt_hooks *hooks, float *loss);
+
+/* Backward pass of the last forward (which must have had targets), accumulating into the
+ * gradients. dloss is the gradient of the objective w.r.t. each position's loss: 1/(B*T) for
+ * the mean over this micro-batch, 1/(B*T*accum) under gradient accumulation. */
+int gpt_backward(gpt_model *m, float dloss, const gpt_hooks *hooks);
+
+/* Zero all parameter gradients. */
+void gpt_zero_grad(gpt_model *m);
+
+/* Copy row `row` (0 <= row < B*T) of the last forward's logits (V floats) to host memory. */
+void gpt_logits_row(const gpt_model *m, int row, float *host_out);
+
+#endif

@@ -1,0 +1,107 @@
+/* loom ABI v1 — device backends.
+ *
+ * A device backend owns tensor memory and the kernels of the GPT model. No code outside a
+ * device backend dereferences tensor memory: the model, the training loop and every plugin go
+ * through this table, so a CUDA backend slots in without touching them. The CPU backend is built
+ * into the core (OpenBLAS GEMM, OpenMP elsewhere); other backends are plugins of kind
+ * LOOM_KIND_DEVICE exporting `loom_plugin_v1` of this type.
+ *
+ * Legend: B = micro-batch, T = sequence length, C = channels (n_embd), NH = heads, HS = C/NH,
+ * V = vocabulary, N = B*T rows, OC = output channels. All float tensors are fp32, row-major.
+ *
+ * Gradient contract (llm.c's): kernels ACCUMULATE into parameter gradients (dweight, dbias,
+ * dwte, dwpe: `+=`) so gradient accumulation is free, and into activation gradients that may have
+ * several consumers (dinp of matmul / layernorm / gelu / attention: `+=` as well, callers zero
+ * them); forward outputs are assigned (`=`). Every kernel is synchronous with respect to the
+ * host unless the backend documents a stream. */
+#ifndef LOOM_DEVICE_V1_H
+#define LOOM_DEVICE_V1_H
+
+#include "common_v1.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Capabilities */
+#define LOOM_DEVICE_CAP_HOST_ADDRESSABLE (1u << 0) /* device pointers are host pointers (CPU) */
+
+typedef struct loom_device_v1 {
+  loom_plugin_header hdr;
+
+  /* Create a device context. options_json: the config's "device" object (never NULL).
+   * Errors: LOOM_INVALID_CONFIG (bad option), LOOM_UNSUPPORTED (no such device). */
+  int (*create)(const char *options_json, int local_rank, void **ctx);
+  void (*destroy)(void *ctx);
+
+  /* ---- memory ---- */
+  void *(*alloc)(void *ctx, size_t bytes); /* zero-filled; NULL when out of memory */
+  void (*free)(void *ctx, void *ptr);
+  void (*memset_zero)(void *ctx, void *ptr, size_t bytes);
+  void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);        /* device -> device */
+  void (*to_host)(void *ctx, void *host_dst, const void *src, size_t bytes); /* device -> host */
+  void (*from_host)(void *ctx, void *dst, const void *host_src, size_t bytes);
+  void (*synchronize)(void *ctx);
+
+  /* ---- elementwise and reductions on fp32 vectors of n elements ---- */
+  void (*scale)(void *ctx, float *x, float alpha, size_t n);                /* x *= alpha */
+  void (*axpy)(void *ctx, float *y, float alpha, const float *x, size_t n); /* y += alpha*x */
+  double (*sum_squares)(void *ctx, const float *x, size_t n);              /* sum x_i^2, fp64 */
+  /* 1 if every element is finite, else 0 */
+  int (*all_finite)(void *ctx, const float *x, size_t n);
+
+  /* AdamW (Loshchilov & Hutter 2019, Alg. 2) with bias correction at step t (1-based):
+   * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m^/(sqrt(v^)+eps) + wd p).
+   * grad_scale multiplies g first (gradient clipping / loss-scale removal). */
+  void (*adamw)(void *ctx, float *param, const float *grad, float *m, float *v, size_t n,
+                float lr, float beta1, float beta2, float eps, float weight_decay,
+                float grad_scale, int t);
+
+  /* ---- GPT kernels (llm.c argument order: outputs, saved stats, inputs, weights, dims) ---- */
+  /* out (B,T,C) = wte[inp] + wpe[t]; inp (B,T) int32 token ids, wte (V,C), wpe (maxT,C) */
+  void (*encoder_forward)(void *ctx, float *out, const int32_t *inp, const float *wte,
+                          const float *wpe, int B, int T, int C);
+  /* dwte (V,C) += scatter of dout; dwpe (maxT,C) += sum over batch */
+  void (*encoder_backward)(void *ctx, float *dwte, float *dwpe, const float *dout,
+                           const int32_t *inp, int B, int T, int C);
+  /* out (N,C) = (inp - mean)/sqrt(var + 1e-5) * weight + bias; saves mean (N), rstd (N) */
+  void (*layernorm_forward)(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                            const float *weight, const float *bias, int N, int C);
+  void (*layernorm_backward)(void *ctx, float *dinp, float *dweight, float *dbias,
+                             const float *dout, const float *inp, const float *weight,
+                             const float *mean, const float *rstd, int N, int C);
+  /* out (N,OC) = inp (N,C) @ weight^T (OC,C) + bias (OC); bias may be NULL */
+  void (*matmul_forward)(void *ctx, float *out, const float *inp, const float *weight,
+                         const float *bias, int N, int C, int OC);
+  /* dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += colsum(dout).
+   * dinp or dbias may be NULL (not needed). */
+  void (*matmul_backward)(void *ctx, float *dinp, float *dweight, float *dbias,
+                          const float *dout, const float *inp, const float *weight, int N,
+                          int C, int OC);
+  /* Causal multi-head self-attention. qkv (B,T,3*NH*HS) laid out [q | k | v], each head-major
+   * (head h uses channels h*HS..h*HS+HS-1 of its third). out (B,T,NH*HS); att (B,NH,T,T) holds
+   * the softmax probabilities (saved for backward; entries above the diagonal are 0). */
+  void (*attention_forward)(void *ctx, float *out, float *att, const float *qkv, int B, int T,
+                            int NH, int HS);
+  /* datt (B,NH,T,T) is scratch, overwritten. dqkv += gradient. */
+  void (*attention_backward)(void *ctx, float *dqkv, float *datt, const float *dout,
+                             const float *qkv, const float *att, int B, int T, int NH, int HS);
+  /* GELU, tanh approximation (Hendrycks & Gimpel 2016, as GPT-2) */
+  void (*gelu_forward)(void *ctx, float *out, const float *inp, size_t n);
+  void (*gelu_backward)(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+  /* out = a + b (n elements); out may alias a */
+  void (*residual_forward)(void *ctx, float *out, const float *a, const float *b, size_t n);
+  /* Softmax cross-entropy over logits (N,V): probs (N,V) = softmax(logits); losses (N) =
+   * -log probs[target]. Rows whose target is < 0 are ignored (loss 0). */
+  void (*crossentropy_forward)(void *ctx, float *losses, float *probs, const float *logits,
+                               const int32_t *targets, int N, int V);
+  /* dlogits (N,V) = (probs - onehot(target)) * dloss, assigned (=); dloss is the same scalar
+   * for every row (1/(number of rows in the global batch) for a mean loss). */
+  void (*crossentropy_backward)(void *ctx, float *dlogits, const float *probs,
+                                const int32_t *targets, float dloss, int N, int V);
+} loom_device_v1;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_DEVICE_V1_H */
