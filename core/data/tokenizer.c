@@ -1,0 +1,127 @@
+/* The byte-level tokenizer (see tokenizer.h): token = byte, vocab 256. */
+#define _GNU_SOURCE
+#include "data/tokenizer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || errlen == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+void loom_tokenizer_init_bytes(loom_tokenizer *tok) {
+  tok->type = LOOM_TOKENIZER_BYTE;
+  tok->vocab_size = LOOM_TOKENIZER_BYTE_VOCAB;
+}
+
+int loom_tokenizer_load(loom_tokenizer *tok, const char *path, char *err, size_t errlen) {
+  loom_tokenizer_init_bytes(tok);
+  if (!path || !*path) return 0;
+
+  json_error_t jerr;
+  json_t *root = json_load_file(path, 0, &jerr);
+  if (!root) {
+    FILE *f = fopen(path, "r"); /* tell "missing" from "malformed" */
+    if (!f) {
+      set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    } else {
+      fclose(f);
+      set_err(err, errlen, "%s: not a vocabulary file: line %d: %s", path, jerr.line, jerr.text);
+    }
+    return -1;
+  }
+  int rc = -1;
+  const char *type = json_string_value(json_object_get(root, "type"));
+  json_t *vs = json_object_get(root, "vocab_size");
+  if (!json_is_object(root)) {
+    set_err(err, errlen, "%s: not a vocabulary file: expected a JSON object", path);
+  } else if (!type) {
+    set_err(err, errlen, "%s: missing \"type\" (a string such as \"byte\")", path);
+  } else if (strcmp(type, "byte") != 0) {
+    set_err(err, errlen, "%s: unsupported tokenizer type \"%s\" (this build knows \"byte\")",
+            path, type);
+  } else if (vs && !json_is_integer(vs)) {
+    set_err(err, errlen, "%s: \"vocab_size\" must be an integer", path);
+  } else if (vs && json_integer_value(vs) != LOOM_TOKENIZER_BYTE_VOCAB) {
+    set_err(err, errlen, "%s: vocab_size %lld does not match type \"byte\" (%d)", path,
+            (long long)json_integer_value(vs), LOOM_TOKENIZER_BYTE_VOCAB);
+  } else {
+    rc = 0;
+  }
+  json_decref(root);
+  return rc;
+}
+
+int loom_tokenizer_save(const loom_tokenizer *tok, const char *path, char *err, size_t errlen) {
+  char text[128];
+  int n = snprintf(text, sizeof(text), "{\"type\": \"byte\", \"vocab_size\": %d}\n",
+                   tok->vocab_size);
+  size_t tmplen = strlen(path) + 32;
+  char *tmp = malloc(tmplen);
+  if (!tmp) {
+    set_err(err, errlen, "%s: out of memory", path);
+    return -1;
+  }
+  snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    set_err(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+    free(tmp);
+    return -1;
+  }
+  int ok = write(fd, text, (size_t)n) == n && fsync(fd) == 0;
+  int saved = errno;
+  if (close(fd) != 0 && ok) {
+    saved = errno;
+    ok = 0;
+  }
+  if (ok && rename(tmp, path) != 0) {
+    saved = errno;
+    ok = 0;
+  }
+  if (!ok) {
+    set_err(err, errlen, "%s: cannot write: %s", path, strerror(saved));
+    unlink(tmp);
+  }
+  free(tmp);
+  return ok ? 0 : -1;
+}
+
+size_t loom_tokenizer_encode(const loom_tokenizer *tok, const char *text, size_t len,
+                             int32_t *out_tokens, size_t max) {
+  (void)tok; /* only the byte tokenizer exists */
+  const unsigned char *p = (const unsigned char *)text;
+  size_t n = len < max ? len : max;
+  for (size_t i = 0; i < n; i++) out_tokens[i] = p[i];
+  return len;
+}
+
+int loom_tokenizer_decode(const loom_tokenizer *tok, int32_t token, char *buf, size_t bufsize) {
+  char piece[8];
+  int n;
+  if (token < 0 || token >= tok->vocab_size || token > 255) {
+    n = snprintf(piece, sizeof(piece), "?");
+  } else if ((token >= 0x20 && token < 0x7f) || token == '\n' || token == '\t' || token >= 0x80) {
+    piece[0] = (char)token;
+    piece[1] = '\0';
+    n = 1;
+  } else {
+    n = snprintf(piece, sizeof(piece), "\\x%02x", (unsigned)token);
+  }
+  if (bufsize > 0) {
+    size_t k = (size_t)n < bufsize - 1 ? (size_t)n : bufsize - 1;
+    memcpy(buf, piece, k);
+    buf[k] = '\0';
+  }
+  return n;
+}

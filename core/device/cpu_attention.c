@@ -1,0 +1,93 @@
+/* CPU causal multi-head self-attention, forward and backward.
+ *
+ * Legend: B = batch, T = time, NH = heads, HS = head size, C = NH*HS. qkv is (B,T,3C) laid out
+ * [q | k | v], head h using channels h*HS..h*HS+HS-1 of each third, so within one batch row the
+ * q/k/v of head h are (T,HS) matrices with a leading dimension of 3C: every product below is one
+ * strided cblas_sgemm per (b,h). att (B,NH,T,T) holds the softmax probabilities, 0 above the
+ * diagonal.
+ *
+ * Per (b,h):  S = Q K^T / sqrt(HS);  P = causal_softmax(S);  out = P V
+ * Backward:   dP = dout V^T;  dV += P^T dout;  dS = P * (dP - rowsum(P*dP)) / sqrt(HS);
+ *             dQ += dS K;  dK += dS^T Q
+ * The (b,h) loop is serial and OpenBLAS threads each GEMM; the row-wise softmax is OpenMP
+ * parallel. Nothing is reduced across threads, so results do not depend on the thread count. */
+#include <cblas.h>
+#include <math.h>
+#include <stddef.h>
+
+#include "cpu_kernels.h"
+
+void loom__cpu_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B,
+                                 int T, int NH, int HS) {
+  (void)ctx;
+  const int C = NH * HS, C3 = 3 * C;
+  const float scale = 1.0f / sqrtf((float)HS);
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      const float *q = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+      const float *k = q + C;
+      const float *v = q + 2 * C;
+      float *p = att + ((size_t)b * NH + h) * T * T; /* (T,T) */
+      float *o = out + (size_t)b * T * C + (size_t)h * HS; /* (T,HS), leading dim C */
+      /* S (T,T) = scale * Q (T,HS) @ K^T; the upper triangle is computed and then masked */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3, 0.0f,
+                  p, T);
+#pragma omp parallel for schedule(static) if (T >= 64)
+      for (int t = 0; t < T; t++) {
+        float *row = p + (size_t)t * T;
+        float maxv = -INFINITY;
+        for (int s = 0; s <= t; s++) maxv = row[s] > maxv ? row[s] : maxv;
+        float sum = 0.0f;
+        for (int s = 0; s <= t; s++) {
+          row[s] = expf(row[s] - maxv);
+          sum += row[s];
+        }
+        float inv = 1.0f / sum;
+        for (int s = 0; s <= t; s++) row[s] *= inv;
+        for (int s = t + 1; s < T; s++) row[s] = 0.0f;
+      }
+      /* out (T,HS) = P (T,T) @ V (T,HS) */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, v, C3, 0.0f,
+                  o, C);
+    }
+  }
+}
+
+void loom__cpu_attention_backward(void *ctx, float *dqkv, float *datt, const float *dout,
+                                  const float *qkv, const float *att, int B, int T, int NH,
+                                  int HS) {
+  (void)ctx;
+  const int C = NH * HS, C3 = 3 * C;
+  const float scale = 1.0f / sqrtf((float)HS);
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      size_t qoff = (size_t)b * T * C3 + (size_t)h * HS;
+      const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
+      float *dq = dqkv + qoff, *dk = dq + C, *dv = dq + 2 * C;
+      const float *p = att + ((size_t)b * NH + h) * T * T;
+      float *dp = datt + ((size_t)b * NH + h) * T * T;
+      const float *dob = dout + (size_t)b * T * C + (size_t)h * HS;
+      /* dP (T,T) = dout (T,HS) @ V^T */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dob, C, v, C3, 0.0f,
+                  dp, T);
+      /* dV (T,HS) += P^T (T,T) @ dout (T,HS) */
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, dob, C, 1.0f, dv,
+                  C3);
+      /* softmax backward, in place: dS = P * (dP - sum_s P*dP) * scale; 0 above the diagonal */
+#pragma omp parallel for schedule(static) if (T >= 64)
+      for (int t = 0; t < T; t++) {
+        const float *prow = p + (size_t)t * T;
+        float *drow = dp + (size_t)t * T;
+        float dot = 0.0f;
+        for (int s = 0; s <= t; s++) dot += prow[s] * drow[s];
+        for (int s = 0; s <= t; s++) drow[s] = prow[s] * (drow[s] - dot) * scale;
+        for (int s = t + 1; s < T; s++) drow[s] = 0.0f;
+      }
+      /* dQ (T,HS) += dS (T,T) @ K (T,HS);  dK (T,HS) += dS^T @ Q */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, dp, T, k, C3, 1.0f,
+                  dq, C3);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, dp, T, q, C3, 1.0f, dk,
+                  C3);
+    }
+  }
+}

@@ -1,0 +1,215 @@
+/* The built-in CPU device backend: its loom_device_v1 table, options, memory and the vector
+ * kernels (scale, axpy, reductions, AdamW). The GPT kernels live in cpu_layers.c and
+ * cpu_attention.c. Device pointers are host pointers (LOOM_DEVICE_CAP_HOST_ADDRESSABLE).
+ *
+ * Options (the config's "device" object): {"type": "cpu", "threads": N}. threads 0 or absent
+ * keeps the OpenMP/OpenBLAS defaults; otherwise both are set to N (process-wide: OpenMP and
+ * OpenBLAS have no per-instance thread counts). Unknown keys are LOOM_INVALID_CONFIG, a type
+ * other than "cpu" is LOOM_UNSUPPORTED.
+ *
+ * Reductions (sum_squares) split the vector into a fixed number of chunks whatever the thread
+ * count and add the partials in chunk order, so results are bitwise identical for any number of
+ * threads. */
+#include <float.h>
+#include <jansson.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+#include "device.h"
+
+void openblas_set_num_threads(int num_threads); /* OpenBLAS extension; not in every cblas.h */
+
+#define CPU_ALIGN 64
+/* below this many elements a loop is not worth waking the OpenMP team for */
+#define CPU_PAR_MIN 16384
+
+typedef struct cpu_ctx {
+  int threads; /* as configured; 0 = library defaults */
+} cpu_ctx;
+
+static int cpu_parse_options(const char *options_json, int *threads) {
+  json_error_t jerr;
+  json_t *root = json_loads(options_json, 0, &jerr);
+  if (!root) return LOOM_INVALID_CONFIG;
+  int rc = json_is_object(root) ? LOOM_OK : LOOM_INVALID_CONFIG;
+  const char *key;
+  json_t *val;
+  *threads = 0;
+  if (rc == LOOM_OK) {
+    json_object_foreach(root, key, val) {
+      if (strcmp(key, "type") == 0) {
+        if (!json_is_string(val)) rc = LOOM_INVALID_CONFIG;
+        else if (strcmp(json_string_value(val), "cpu") != 0) rc = LOOM_UNSUPPORTED;
+      } else if (strcmp(key, "threads") == 0) {
+        if (!json_is_integer(val) || json_integer_value(val) < 0 ||
+            json_integer_value(val) > 4096)
+          rc = LOOM_INVALID_CONFIG;
+        else
+          *threads = (int)json_integer_value(val);
+      } else {
+        rc = LOOM_INVALID_CONFIG; /* unknown key: a typo must not pass silently */
+      }
+      if (rc != LOOM_OK) break;
+    }
+  }
+  json_decref(root);
+  return rc;
+}
+
+static int cpu_create(const char *options_json, int local_rank, void **ctx) {
+  (void)local_rank;
+  *ctx = NULL;
+  int threads = 0;
+  int rc = cpu_parse_options(options_json ? options_json : "{}", &threads);
+  if (rc != LOOM_OK) return rc;
+  cpu_ctx *c = calloc(1, sizeof *c);
+  if (!c) return LOOM_NOMEM;
+  c->threads = threads;
+  if (threads > 0) {
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+  }
+  *ctx = c;
+  return LOOM_OK;
+}
+
+static void cpu_destroy(void *ctx) { free(ctx); }
+
+/* ---- memory ---- */
+
+static void *cpu_alloc(void *ctx, size_t bytes) {
+  (void)ctx;
+  size_t rounded = bytes ? (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN : CPU_ALIGN;
+  if (rounded < bytes) return NULL; /* overflow */
+  void *p = aligned_alloc(CPU_ALIGN, rounded);
+  if (p) memset(p, 0, rounded);
+  return p;
+}
+
+static void cpu_free(void *ctx, void *ptr) {
+  (void)ctx;
+  free(ptr);
+}
+
+static void cpu_memset_zero(void *ctx, void *ptr, size_t bytes) {
+  (void)ctx;
+  if (bytes) memset(ptr, 0, bytes);
+}
+
+static void cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+  (void)ctx;
+  if (bytes && dst != src) memmove(dst, src, bytes);
+}
+
+static void cpu_synchronize(void *ctx) { (void)ctx; }
+
+/* ---- vector kernels ---- */
+
+static void cpu_scale(void *ctx, float *x, float alpha, size_t n) {
+  (void)ctx;
+  ptrdiff_t len = (ptrdiff_t)n;
+#pragma omp parallel for simd if (len > CPU_PAR_MIN)
+  for (ptrdiff_t i = 0; i < len; i++) x[i] *= alpha;
+}
+
+static void cpu_axpy(void *ctx, float *y, float alpha, const float *x, size_t n) {
+  (void)ctx;
+  ptrdiff_t len = (ptrdiff_t)n;
+#pragma omp parallel for simd if (len > CPU_PAR_MIN)
+  for (ptrdiff_t i = 0; i < len; i++) y[i] += alpha * x[i];
+}
+
+static double cpu_sum_squares(void *ctx, const float *x, size_t n) {
+  (void)ctx;
+  double partial[LOOM_CPU_REDUCE_CHUNKS];
+  size_t chunk = (n + LOOM_CPU_REDUCE_CHUNKS - 1) / LOOM_CPU_REDUCE_CHUNKS;
+#pragma omp parallel for schedule(static) if (n > CPU_PAR_MIN)
+  for (int c = 0; c < LOOM_CPU_REDUCE_CHUNKS; c++) {
+    size_t lo = (size_t)c * chunk, hi = lo + chunk;
+    if (lo > n) lo = n;
+    if (hi > n) hi = n;
+    double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+    for (size_t i = lo; i < hi; i++) acc += (double)x[i] * (double)x[i];
+    partial[c] = acc;
+  }
+  double sum = 0.0;
+  for (int c = 0; c < LOOM_CPU_REDUCE_CHUNKS; c++) sum += partial[c];
+  return sum;
+}
+
+static int cpu_all_finite(void *ctx, const float *x, size_t n) {
+  (void)ctx;
+  ptrdiff_t len = (ptrdiff_t)n;
+  int bad = 0;
+  /* !(|x| <= FLT_MAX) is true exactly for inf and NaN, and vectorises */
+#pragma omp parallel for simd reduction(| : bad) if (len > CPU_PAR_MIN)
+  for (ptrdiff_t i = 0; i < len; i++) bad |= !(fabsf(x[i]) <= FLT_MAX);
+  return !bad;
+}
+
+static void cpu_adamw(void *ctx, float *param, const float *grad, float *m, float *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay,
+                      float grad_scale, int t) {
+  (void)ctx;
+  const float bc1 = (float)(1.0 - pow((double)beta1, t)); /* bias corrections */
+  const float bc2 = (float)(1.0 - pow((double)beta2, t));
+  ptrdiff_t len = (ptrdiff_t)n;
+#pragma omp parallel for simd if (len > CPU_PAR_MIN)
+  for (ptrdiff_t i = 0; i < len; i++) {
+    float g = grad[i] * grad_scale;
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    float mhat = mi / bc1, vhat = vi / bc2;
+    param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * param[i]);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+static void cpu_to_host(void *ctx, void *host_dst, const void *src, size_t bytes) {
+  cpu_copy(ctx, host_dst, src, bytes);
+}
+
+static void cpu_from_host(void *ctx, void *dst, const void *host_src, size_t bytes) {
+  cpu_copy(ctx, dst, host_src, bytes);
+}
+
+static const loom_device_v1 cpu_device = {
+    .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_DEVICE, "cpu", "1.0.0",
+                                   "built-in CPU backend (OpenBLAS GEMM, OpenMP)",
+                                   LOOM_DEVICE_CAP_HOST_ADDRESSABLE, loom_device_v1),
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .memset_zero = cpu_memset_zero,
+    .copy = cpu_copy,
+    .to_host = cpu_to_host,
+    .from_host = cpu_from_host,
+    .synchronize = cpu_synchronize,
+    .scale = cpu_scale,
+    .axpy = cpu_axpy,
+    .sum_squares = cpu_sum_squares,
+    .all_finite = cpu_all_finite,
+    .adamw = cpu_adamw,
+    .encoder_forward = loom__cpu_encoder_forward,
+    .encoder_backward = loom__cpu_encoder_backward,
+    .layernorm_forward = loom__cpu_layernorm_forward,
+    .layernorm_backward = loom__cpu_layernorm_backward,
+    .matmul_forward = loom__cpu_matmul_forward,
+    .matmul_backward = loom__cpu_matmul_backward,
+    .attention_forward = loom__cpu_attention_forward,
+    .attention_backward = loom__cpu_attention_backward,
+    .gelu_forward = loom__cpu_gelu_forward,
+    .gelu_backward = loom__cpu_gelu_backward,
+    .residual_forward = loom__cpu_residual_forward,
+    .crossentropy_forward = loom__cpu_crossentropy_forward,
+    .crossentropy_backward = loom__cpu_crossentropy_backward,
+};
+
+const loom_device_v1 *loom__cpu_device(void) { return &cpu_device; }

@@ -1,0 +1,47 @@
+/* Internal to the CPU backend: the kernels defined in cpu_layers.c and cpu_attention.c that
+ * cpu_device.c puts into its loom_device_v1 table. Signatures (and their documentation) are the
+ * table's own, see loom/device_v1.h; `ctx` is unused by the kernels.
+ *
+ * Legend: B = batch, T = time, C = channels, NH = heads, HS = head size, V = vocab, N = B*T rows,
+ * OC = output channels. */
+#ifndef LOOM_CORE_CPU_KERNELS_H
+#define LOOM_CORE_CPU_KERNELS_H
+
+#include <loom/device_v1.h>
+
+/* Fixed number of chunks for reductions that must not depend on the thread count: each chunk is
+ * reduced independently, then the partials are summed in chunk order. */
+#define LOOM_CPU_REDUCE_CHUNKS 256
+/* Columns per task when a reduction runs down the rows of a (N, C) matrix (bias gradients). */
+#define LOOM_CPU_COL_BLOCK 32
+
+void loom__cpu_encoder_forward(void *ctx, float *out, const int32_t *inp, const float *wte,
+                               const float *wpe, int B, int T, int C);
+void loom__cpu_encoder_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
+                                const int32_t *inp, int B, int T, int C);
+void loom__cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd,
+                                 const float *inp, const float *weight, const float *bias, int N,
+                                 int C);
+void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  const float *mean, const float *rstd, int N, int C);
+void loom__cpu_matmul_forward(void *ctx, float *out, const float *inp, const float *weight,
+                              const float *bias, int N, int C, int OC);
+void loom__cpu_matmul_backward(void *ctx, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight, int N,
+                               int C, int OC);
+void loom__cpu_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B,
+                                 int T, int NH, int HS);
+void loom__cpu_attention_backward(void *ctx, float *dqkv, float *datt, const float *dout,
+                                  const float *qkv, const float *att, int B, int T, int NH,
+                                  int HS);
+void loom__cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n);
+void loom__cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const float *dout,
+                             size_t n);
+void loom__cpu_residual_forward(void *ctx, float *out, const float *a, const float *b, size_t n);
+void loom__cpu_crossentropy_forward(void *ctx, float *losses, float *probs, const float *logits,
+                                    const int32_t *targets, int N, int V);
+void loom__cpu_crossentropy_backward(void *ctx, float *dlogits, const float *probs,
+                                     const int32_t *targets, float dloss, int N, int V);
+
+#endif

@@ -1,0 +1,259 @@
+/* CPU kernels of the GPT layers other than attention: encoder, layernorm, matmul (OpenBLAS
+ * sgemm), GELU, residual, softmax cross-entropy. Argument order and semantics are those of
+ * loom/device_v1.h (llm.c's): outputs, saved stats, inputs, weights, dims.
+ *
+ * Legend: B = batch, T = time, C = channels, N = B*T rows, OC = output channels, V = vocab.
+ *
+ * Gradient contract: parameter gradients (dwte, dwpe, dweight, dbias) and activation gradients
+ * (dinp) ACCUMULATE (+=); forward outputs and dlogits are assigned (=).
+ *
+ * Determinism: every reduction runs in a fixed order whatever the thread count. Row-wise work
+ * (layernorm stats, softmax) is parallel over rows; sums down the rows (bias / layernorm weight
+ * gradients, the embedding scatter) are parallel over blocks of LOOM_CPU_COL_BLOCK columns, each
+ * block walking the rows in order, so no two threads ever add into the same element. */
+#include <cblas.h>
+#include <math.h>
+#include <stddef.h>
+
+#include "cpu_kernels.h"
+
+#define LN_EPS 1e-5f
+#define GELU_SCALING 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_COEF 0.044715f
+
+/* ---- encoder ---- */
+
+void loom__cpu_encoder_forward(void *ctx, float *out, const int32_t *inp, const float *wte,
+                               const float *wpe, int B, int T, int C) {
+  (void)ctx;
+#pragma omp parallel for collapse(2)
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < T; t++) {
+      size_t bt = (size_t)b * T + t;
+      float *o = out + bt * C;
+      const float *we = wte + (size_t)inp[bt] * C;
+      const float *pe = wpe + (size_t)t * C;
+      for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+    }
+  }
+}
+
+void loom__cpu_encoder_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
+                                const int32_t *inp, int B, int T, int C) {
+  (void)ctx;
+  const int nblk = (C + LOOM_CPU_COL_BLOCK - 1) / LOOM_CPU_COL_BLOCK;
+  const size_t BT = (size_t)B * T;
+  /* dwte: a token may repeat, so split by columns and walk positions in order */
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblk; blk++) {
+    int c0 = blk * LOOM_CPU_COL_BLOCK;
+    int c1 = c0 + LOOM_CPU_COL_BLOCK < C ? c0 + LOOM_CPU_COL_BLOCK : C;
+    for (size_t bt = 0; bt < BT; bt++) {
+      float *dw = dwte + (size_t)inp[bt] * C;
+      const float *d = dout + bt * C;
+      for (int c = c0; c < c1; c++) dw[c] += d[c];
+    }
+  }
+  /* dwpe: each position t is its own row; sum over the batch in order */
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; t++) {
+    float *dp = dwpe + (size_t)t * C;
+    for (int b = 0; b < B; b++) {
+      const float *d = dout + ((size_t)b * T + t) * C;
+      for (int c = 0; c < C; c++) dp[c] += d[c];
+    }
+  }
+}
+
+/* ---- layernorm ---- */
+
+void loom__cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd,
+                                 const float *inp, const float *weight, const float *bias, int N,
+                                 int C) {
+  (void)ctx;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *x = inp + (size_t)n * C;
+    float *o = out + (size_t)n * C;
+    float m = 0.0f;
+    for (int c = 0; c < C; c++) m += x[c];
+    m /= (float)C;
+    float v = 0.0f;
+    for (int c = 0; c < C; c++) {
+      float xm = x[c] - m;
+      v += xm * xm;
+    }
+    v /= (float)C;
+    float s = 1.0f / sqrtf(v + LN_EPS);
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  const float *mean, const float *rstd, int N, int C) {
+  (void)ctx;
+  /* dinp, row by row */
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *x = inp + (size_t)n * C;
+    const float *d = dout + (size_t)n * C;
+    float *di = dinp + (size_t)n * C;
+    const float m = mean[n], s = rstd[n];
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int c = 0; c < C; c++) {
+      float norm = (x[c] - m) * s;
+      float dnorm = weight[c] * d[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= (float)C;
+    dnorm_norm_mean /= (float)C;
+    for (int c = 0; c < C; c++) {
+      float norm = (x[c] - m) * s;
+      float dnorm = weight[c] * d[c];
+      di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+  }
+  /* dweight, dbias: sums down the rows, by column blocks */
+  const int nblk = (C + LOOM_CPU_COL_BLOCK - 1) / LOOM_CPU_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblk; blk++) {
+    int c0 = blk * LOOM_CPU_COL_BLOCK;
+    int c1 = c0 + LOOM_CPU_COL_BLOCK < C ? c0 + LOOM_CPU_COL_BLOCK : C;
+    for (int n = 0; n < N; n++) {
+      const float *x = inp + (size_t)n * C;
+      const float *d = dout + (size_t)n * C;
+      const float m = mean[n], s = rstd[n];
+      for (int c = c0; c < c1; c++) {
+        dweight[c] += (x[c] - m) * s * d[c];
+        dbias[c] += d[c];
+      }
+    }
+  }
+}
+
+/* ---- matmul ---- */
+
+void loom__cpu_matmul_forward(void *ctx, float *out, const float *inp, const float *weight,
+                              const float *bias, int N, int C, int OC) {
+  (void)ctx;
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+      float *o = out + (size_t)n * OC;
+      for (int oc = 0; oc < OC; oc++) o[oc] = bias[oc];
+    }
+  }
+  /* out (N,OC) = inp (N,C) @ weight (OC,C)^T [+ out] */
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
+              bias ? 1.0f : 0.0f, out, OC);
+}
+
+void loom__cpu_matmul_backward(void *ctx, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight, int N,
+                               int C, int OC) {
+  (void)ctx;
+  /* dinp (N,C) += dout (N,OC) @ weight (OC,C) */
+  if (dinp)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
+                1.0f, dinp, C);
+  /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
+  if (dweight)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                dweight, C);
+  if (dbias) {
+    const int nblk = (OC + LOOM_CPU_COL_BLOCK - 1) / LOOM_CPU_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nblk; blk++) {
+      int o0 = blk * LOOM_CPU_COL_BLOCK;
+      int o1 = o0 + LOOM_CPU_COL_BLOCK < OC ? o0 + LOOM_CPU_COL_BLOCK : OC;
+      for (int n = 0; n < N; n++) {
+        const float *d = dout + (size_t)n * OC;
+        for (int o = o0; o < o1; o++) dbias[o] += d[o];
+      }
+    }
+  }
+}
+
+/* ---- GELU (tanh approximation) ---- */
+
+void loom__cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n) {
+  (void)ctx;
+  ptrdiff_t len = (ptrdiff_t)n;
+#pragma omp parallel for schedule(static)
+  for (ptrdiff_t i = 0; i < len; i++) {
+    float x = inp[i];
+    float cube = GELU_COEF * x * x * x;
+    out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALING * (x + cube)));
+  }
+}
+
+void loom__cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const float *dout,
+                             size_t n) {
+  (void)ctx;
+  ptrdiff_t len = (ptrdiff_t)n;
+#pragma omp parallel for schedule(static)
+  for (ptrdiff_t i = 0; i < len; i++) {
+    float x = inp[i];
+    float cube = GELU_COEF * x * x * x;
+    float th = tanhf(GELU_SCALING * (x + cube));
+    float sech2 = 1.0f - th * th;
+    float local = 0.5f * (1.0f + th) +
+                  x * 0.5f * sech2 * GELU_SCALING * (1.0f + 3.0f * GELU_COEF * x * x);
+    dinp[i] += local * dout[i];
+  }
+}
+
+/* ---- residual ---- */
+
+void loom__cpu_residual_forward(void *ctx, float *out, const float *a, const float *b,
+                                size_t n) {
+  (void)ctx;
+  ptrdiff_t len = (ptrdiff_t)n;
+#pragma omp parallel for simd schedule(static) if (len > 16384)
+  for (ptrdiff_t i = 0; i < len; i++) out[i] = a[i] + b[i];
+}
+
+/* ---- softmax cross-entropy ---- */
+
+void loom__cpu_crossentropy_forward(void *ctx, float *losses, float *probs, const float *logits,
+                                    const int32_t *targets, int N, int V) {
+  (void)ctx;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *l = logits + (size_t)n * V;
+    float *p = probs + (size_t)n * V;
+    float maxv = -INFINITY;
+    for (int v = 0; v < V; v++) maxv = l[v] > maxv ? l[v] : maxv;
+    double sum = 0.0;
+    for (int v = 0; v < V; v++) {
+      p[v] = expf(l[v] - maxv);
+      sum += p[v];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int v = 0; v < V; v++) p[v] *= inv;
+    int32_t t = targets[n];
+    /* -log softmax computed as logsumexp - logit: exact even when probs[t] underflows */
+    losses[n] = t < 0 ? 0.0f : (float)(log(sum) - (double)(l[t] - maxv));
+  }
+}
+
+void loom__cpu_crossentropy_backward(void *ctx, float *dlogits, const float *probs,
+                                     const int32_t *targets, float dloss, int N, int V) {
+  (void)ctx;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *p = probs + (size_t)n * V;
+    float *d = dlogits + (size_t)n * V;
+    int32_t t = targets[n];
+    if (t < 0) {
+      for (int v = 0; v < V; v++) d[v] = 0.0f;
+      continue;
+    }
+    for (int v = 0; v < V; v++) d[v] = p[v] * dloss;
+    d[t] = (p[t] - 1.0f) * dloss;
+  }
+}

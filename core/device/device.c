@@ -1,0 +1,110 @@
+/* The core's handle on a device backend: opening/closing a backend and per-category memory
+ * accounting (see device.h). Every live allocation is a node of a singly linked list, so free()
+ * knows its size and category and close() can release whatever is still live. The list is short
+ * (tens of entries: parameter, gradient, optimizer and activation pools), so O(n) lookup is fine. */
+#include "device.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct loom_dev_alloc {
+  loom_dev_alloc *next;
+  void *ptr;              /* device pointer returned by ops->alloc */
+  size_t bytes;           /* as requested (the accounting unit) */
+  loom_mem_category cat;
+};
+
+static const char *status_text(int rc) {
+  switch (rc) {
+#define LOOM__STATUS_TEXT(name, value, text) case value: return text;
+    LOOM_STATUS_MAP(LOOM__STATUS_TEXT)
+#undef LOOM__STATUS_TEXT
+  }
+  return "unknown error";
+}
+
+int loom__dev_open(loom_dev *dev, const loom_device_v1 *ops, const char *options_json,
+                   int local_rank, char *err, size_t errlen) {
+  memset(dev, 0, sizeof *dev);
+  if (err && errlen) err[0] = '\0';
+  const char *name = (ops && ops->hdr.name) ? ops->hdr.name : "?";
+  /* defensive: a plugin table that lacks what every backend must provide */
+  if (!ops || ops->hdr.kind != LOOM_KIND_DEVICE || !ops->create || !ops->destroy ||
+      !ops->alloc || !ops->free) {
+    if (err) snprintf(err, errlen, "device '%s': not a usable device backend table", name);
+    return LOOM_INVALID_USAGE;
+  }
+  void *ctx = NULL;
+  int rc = ops->create(options_json ? options_json : "{}", local_rank, &ctx);
+  if (rc != LOOM_OK) {
+    if (err)
+      snprintf(err, errlen, "device '%s': create failed: %s (options: %s)", name,
+               status_text(rc), options_json ? options_json : "{}");
+    return rc;
+  }
+  dev->ops = ops;
+  dev->ctx = ctx;
+  return LOOM_OK;
+}
+
+void loom__dev_close(loom_dev *dev) {
+  if (!dev->ops) return;
+  loom_dev_alloc *a = dev->allocs;
+  while (a) {
+    loom_dev_alloc *next = a->next;
+    dev->ops->free(dev->ctx, a->ptr);
+    free(a);
+    a = next;
+  }
+  dev->ops->destroy(dev->ctx);
+  memset(dev, 0, sizeof *dev);
+}
+
+void *loom__dev_alloc(loom_dev *dev, size_t bytes, loom_mem_category cat) {
+  assert(dev->ops && (int)cat >= 0 && cat < LOOM_MEM__COUNT);
+  loom_dev_alloc *node = malloc(sizeof *node);
+  if (!node) return NULL;
+  void *ptr = dev->ops->alloc(dev->ctx, bytes);
+  if (!ptr) {
+    free(node);
+    return NULL;
+  }
+  node->ptr = ptr;
+  node->bytes = bytes;
+  node->cat = cat;
+  node->next = dev->allocs;
+  dev->allocs = node;
+  dev->bytes_now[cat] += bytes;
+  if (dev->bytes_now[cat] > dev->bytes_peak[cat]) dev->bytes_peak[cat] = dev->bytes_now[cat];
+  dev->total_now += bytes;
+  if (dev->total_now > dev->total_peak) dev->total_peak = dev->total_now;
+  return ptr;
+}
+
+void loom__dev_free(loom_dev *dev, void *ptr) {
+  if (!ptr) return;
+  for (loom_dev_alloc **pp = &dev->allocs; *pp; pp = &(*pp)->next) {
+    loom_dev_alloc *a = *pp;
+    if (a->ptr != ptr) continue;
+    *pp = a->next;
+    dev->bytes_now[a->cat] -= a->bytes;
+    dev->total_now -= a->bytes;
+    dev->ops->free(dev->ctx, ptr);
+    free(a);
+    return;
+  }
+  assert(!"loom__dev_free: pointer not from loom__dev_alloc");
+}
+
+const char *loom__mem_category_name(loom_mem_category cat) {
+  static const char *const names[LOOM_MEM__COUNT] = {
+      [LOOM_MEM_PARAMS] = "params", [LOOM_MEM_GRADS] = "grads",
+      [LOOM_MEM_OPTIM] = "optim",   [LOOM_MEM_ACTIVATIONS] = "activations",
+      [LOOM_MEM_COMM] = "comm",     [LOOM_MEM_HOST] = "host",
+      [LOOM_MEM_OTHER] = "other",
+  };
+  if ((int)cat < 0 || cat >= LOOM_MEM__COUNT) return "?";
+  return names[cat];
+}

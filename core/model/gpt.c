@@ -1,0 +1,560 @@
+/* GPT-2: parameter table, activations, forward and backward over units (see gpt.h).
+ *
+ * Legend: B = micro-batch, T = time, C = channels (n_embd), NH = heads, HS = C/NH, L = layers,
+ * V = vocab, maxT = max_seq_len, N = B*T rows.
+ *
+ * Units: 0 = embedding, 1..L = block l = u-1, L+1 = head (ln_f, tied logits, cross-entropy).
+ * gpt_forward / gpt_backward are loops over unit_forward / unit_backward with the hooks around
+ * each call, so a pipeline plugin can later run any unit range. Layer code reaches parameters
+ * only through m->params[i].data / .grad (the current views, which ZeRO-3 may redirect) and
+ * tensor memory only through the device's table: nothing here dereferences device memory.
+ *
+ * Gradient contract (device_v1.h): parameter gradients accumulate (+=); the activation-gradient
+ * scratch buffers are zeroed here before each kernel that accumulates into them. */
+#include "gpt.h"
+
+#include <assert.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/rng.h"
+
+/* ---- the parameter table: the one list of (role, name, shape, init) ---- */
+
+typedef enum gpt_dim { D_NONE, D_C, D_3C, D_4C, D_V, D_MAXT } gpt_dim;
+typedef enum gpt_init_kind {
+  INIT_NORMAL, /* N(0, 0.02) */
+  INIT_RESID,  /* N(0, 0.02/sqrt(2L)): projections into the residual stream */
+  INIT_ZERO,
+  INIT_ONE,
+} gpt_init_kind;
+
+/* X(role, name within the unit, rows, cols (D_NONE: 1-D), init). Order = flat-buffer order:
+ * unit 0 is GPT_WTE..GPT_WPE, each block GPT_LN1_W..GPT_FCPROJ_B ("h.<l>." prefixed), the head
+ * GPT_LNF_W..GPT_LNF_B. Weights are (out, in) like torch.nn.Linear. */
+#define GPT_PARAM_TABLE(X)                                      \
+  X(GPT_WTE, "wte", D_V, D_C, INIT_NORMAL)                      \
+  X(GPT_WPE, "wpe", D_MAXT, D_C, INIT_NORMAL)                   \
+  X(GPT_LN1_W, "ln_1.weight", D_C, D_NONE, INIT_ONE)            \
+  X(GPT_LN1_B, "ln_1.bias", D_C, D_NONE, INIT_ZERO)             \
+  X(GPT_QKV_W, "attn.qkv.weight", D_3C, D_C, INIT_NORMAL)       \
+  X(GPT_QKV_B, "attn.qkv.bias", D_3C, D_NONE, INIT_ZERO)        \
+  X(GPT_ATTPROJ_W, "attn.proj.weight", D_C, D_C, INIT_RESID)    \
+  X(GPT_ATTPROJ_B, "attn.proj.bias", D_C, D_NONE, INIT_ZERO)    \
+  X(GPT_LN2_W, "ln_2.weight", D_C, D_NONE, INIT_ONE)            \
+  X(GPT_LN2_B, "ln_2.bias", D_C, D_NONE, INIT_ZERO)             \
+  X(GPT_FC_W, "mlp.fc.weight", D_4C, D_C, INIT_NORMAL)          \
+  X(GPT_FC_B, "mlp.fc.bias", D_4C, D_NONE, INIT_ZERO)           \
+  X(GPT_FCPROJ_W, "mlp.proj.weight", D_C, D_4C, INIT_RESID)     \
+  X(GPT_FCPROJ_B, "mlp.proj.bias", D_C, D_NONE, INIT_ZERO)      \
+  X(GPT_LNF_W, "ln_f.weight", D_C, D_NONE, INIT_ONE)            \
+  X(GPT_LNF_B, "ln_f.bias", D_C, D_NONE, INIT_ZERO)
+
+typedef struct gpt_param_spec {
+  const char *name;
+  gpt_dim rows, cols;
+  gpt_init_kind init;
+} gpt_param_spec;
+
+static const gpt_param_spec param_spec[] = {
+#define GPT__SPEC(role, name, rows, cols, init) [role] = {name, rows, cols, init},
+    GPT_PARAM_TABLE(GPT__SPEC)
+#undef GPT__SPEC
+};
+
+enum {
+  N_EMB_PARAMS = GPT_WPE - GPT_WTE + 1,
+  N_BLOCK_PARAMS = GPT_FCPROJ_B - GPT_LN1_W + 1,
+  N_HEAD_PARAMS = GPT_LNF_B - GPT_LNF_W + 1,
+};
+
+static int64_t dim_value(const gpt_config *c, gpt_dim d) {
+  switch (d) {
+    case D_NONE: return 1;
+    case D_C: return c->n_embd;
+    case D_3C: return 3 * (int64_t)c->n_embd;
+    case D_4C: return 4 * (int64_t)c->n_embd;
+    case D_V: return c->vocab_size;
+    case D_MAXT: return c->max_seq_len;
+  }
+  return 0;
+}
+
+/* First role of unit u and the index of its first tensor in m->params. */
+static gpt_param_role unit_first_role(const gpt_model *m, int u) {
+  if (u == 0) return GPT_WTE;
+  return u <= m->cfg.n_layer ? GPT_LN1_W : GPT_LNF_W;
+}
+
+static int unit_first_param(const gpt_model *m, int u) {
+  if (u == 0) return 0;
+  if (u <= m->cfg.n_layer) return N_EMB_PARAMS + (u - 1) * N_BLOCK_PARAMS;
+  return N_EMB_PARAMS + m->cfg.n_layer * N_BLOCK_PARAMS;
+}
+
+static int unit_param_count(const gpt_model *m, int u) {
+  if (u == 0) return N_EMB_PARAMS;
+  return u <= m->cfg.n_layer ? N_BLOCK_PARAMS : N_HEAD_PARAMS;
+}
+
+/* The tensor of `role` in unit u (its current data/grad views). */
+static gpt_param *param(const gpt_model *m, int u, gpt_param_role role) {
+  gpt_param *p = &m->params[unit_first_param(m, u) + (int)(role - unit_first_role(m, u))];
+  assert(p->role == role && p->unit == u);
+  return p;
+}
+
+/* ---- activations ---- */
+
+/* Everything a forward saves for backward plus backward's scratch: one device allocation
+ * (LOOM_MEM_ACTIVATIONS) carved into the tensors below, each 64-byte aligned. */
+struct gpt_acts {
+  float *pool;
+  float *encoded;                     /* (B,T,C) wte[inp] + wpe */
+  float *ln1, *ln1_mean, *ln1_rstd;   /* (L,B,T,C), (L,B,T), (L,B,T) */
+  float *qkv;                         /* (L,B,T,3C) */
+  float *atty;                        /* (L,B,T,C) attention output before the projection */
+  float *att;                         /* (L,B,NH,T,T) softmax probabilities */
+  float *residual2;                   /* (L,B,T,C) residual + attention branch */
+  float *ln2, *ln2_mean, *ln2_rstd;   /* (L,B,T,C), (L,B,T), (L,B,T) */
+  float *fch, *fch_gelu;              /* (L,B,T,4C) */
+  float *residual3;                   /* (L,B,T,C) residual2 + MLP branch: the block's output */
+  float *lnf, *lnf_mean, *lnf_rstd;   /* (B,T,C), (B,T), (B,T) */
+  float *logits;                      /* (B,T,V) */
+  float *probs;                       /* (B,T,V) only with targets */
+  float *losses;                      /* (B,T) only with targets */
+  /* backward scratch, reused by every unit */
+  float *dres;     /* (B,T,C) gradient of the residual stream at the current unit */
+  float *dln;      /* (B,T,C) gradient of a layernorm output (ln_1, ln_2, ln_f) */
+  float *dscratch; /* head: dlogits (B,T,V); block: dfch_gelu, dfch (B,T,4C), dqkv (B,T,3C),
+                      datty (B,T,C), datt (B,NH,T,T) -- see block_scratch() */
+  float *losses_host; /* host (B,T): losses copied back for the mean */
+  size_t pool_floats; /* capacity of pool */
+  size_t tokens_cap;  /* capacity of m->inputs, m->targets, losses_host (B*T entries) */
+  int forward_done;   /* the last forward ran every unit */
+};
+
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; } /* 16 floats = 64 bytes */
+
+typedef struct block_scratch {
+  float *dfch_gelu, *dfch, *dqkv, *datty, *datt;
+} block_scratch;
+
+/* Carve a block's gradient scratch from `base` (NULL: just count); returns floats used. */
+static size_t block_scratch_layout(block_scratch *s, float *base, const gpt_config *c, int B,
+                                   int T) {
+  size_t N = (size_t)B * T, C = (size_t)c->n_embd, off = 0;
+#define CARVE(field, count)                   \
+  do {                                        \
+    s->field = base ? base + off : NULL;      \
+    off += round16(count);                    \
+  } while (0)
+  CARVE(dfch_gelu, N * 4 * C);
+  CARVE(dfch, N * 4 * C);
+  CARVE(dqkv, N * 3 * C);
+  CARVE(datty, N * C);
+  CARVE(datt, (size_t)B * c->n_head * T * T);
+#undef CARVE
+  return off;
+}
+
+/* Carve the activations from `base` (NULL: just count); returns floats needed. */
+static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, int T) {
+  size_t N = (size_t)B * T, C = (size_t)c->n_embd, L = (size_t)c->n_layer;
+  size_t V = (size_t)c->vocab_size, off = 0;
+  block_scratch bs;
+  size_t scratch = block_scratch_layout(&bs, NULL, c, B, T);
+  if (round16(N * V) > scratch) scratch = round16(N * V);
+#define CARVE(field, count)                   \
+  do {                                        \
+    a->field = base ? base + off : NULL;      \
+    off += round16(count);                    \
+  } while (0)
+  CARVE(encoded, N * C);
+  CARVE(ln1, L * N * C);
+  CARVE(ln1_mean, L * N);
+  CARVE(ln1_rstd, L * N);
+  CARVE(qkv, L * N * 3 * C);
+  CARVE(atty, L * N * C);
+  CARVE(att, L * B * c->n_head * T * T);
+  CARVE(residual2, L * N * C);
+  CARVE(ln2, L * N * C);
+  CARVE(ln2_mean, L * N);
+  CARVE(ln2_rstd, L * N);
+  CARVE(fch, L * N * 4 * C);
+  CARVE(fch_gelu, L * N * 4 * C);
+  CARVE(residual3, L * N * C);
+  CARVE(lnf, N * C);
+  CARVE(lnf_mean, N);
+  CARVE(lnf_rstd, N);
+  CARVE(logits, N * V);
+  CARVE(probs, N * V);
+  CARVE(losses, N);
+  CARVE(dres, N * C);
+  CARVE(dln, N * C);
+  CARVE(dscratch, scratch);
+#undef CARVE
+  return off;
+}
+
+static void acts_free(gpt_model *m) {
+  if (m->acts) {
+    loom__dev_free(m->dev, m->acts->pool);
+    free(m->acts->losses_host);
+    free(m->acts);
+    m->acts = NULL;
+  }
+  loom__dev_free(m->dev, m->inputs);
+  loom__dev_free(m->dev, m->targets);
+  m->inputs = m->targets = NULL;
+  m->B = m->T = 0;
+}
+
+/* Make the activations fit (B,T). The pool is only reallocated when it is too small, so
+ * alternating shapes (training micro-batches, then sampling with B=1) do not thrash. */
+static int acts_ensure(gpt_model *m, int B, int T) {
+  if (m->acts && m->B == B && m->T == T) return LOOM_OK;
+  size_t N = (size_t)B * T;
+  gpt_acts probe;
+  size_t floats = acts_layout(&probe, NULL, &m->cfg, B, T);
+  if (!m->acts || floats > m->acts->pool_floats || N > m->acts->tokens_cap) {
+    acts_free(m);
+    gpt_acts *a = calloc(1, sizeof *a);
+    if (!a) return LOOM_NOMEM;
+    m->acts = a;
+    a->pool = loom__dev_alloc(m->dev, floats * sizeof(float), LOOM_MEM_ACTIVATIONS);
+    a->losses_host = malloc(N * sizeof(float));
+    m->inputs = loom__dev_alloc(m->dev, N * sizeof(int32_t), LOOM_MEM_OTHER);
+    m->targets = loom__dev_alloc(m->dev, N * sizeof(int32_t), LOOM_MEM_OTHER);
+    if (!a->pool || !a->losses_host || !m->inputs || !m->targets) {
+      acts_free(m);
+      return LOOM_NOMEM;
+    }
+    a->pool_floats = floats;
+    a->tokens_cap = N;
+  }
+  acts_layout(m->acts, m->acts->pool, &m->cfg, B, T);
+  m->acts->forward_done = 0;
+  m->B = B;
+  m->T = T;
+  return LOOM_OK;
+}
+
+/* ---- units ---- */
+
+#define OPS (m->dev->ops)
+#define CTX (m->dev->ctx)
+#define W(role) (param(m, u, (role))->data)
+#define G(role) (param(m, u, (role))->grad)
+
+/* The residual stream entering block l (0-based), and the last block's output. */
+static float *block_input(const gpt_model *m, int l) {
+  size_t NC = (size_t)m->B * m->T * m->cfg.n_embd;
+  return l == 0 ? m->acts->encoded : m->acts->residual3 + (size_t)(l - 1) * NC;
+}
+
+static void block_forward(gpt_model *m, int u) {
+  gpt_acts *a = m->acts;
+  const int l = u - 1, B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head;
+  const int N = B * T;
+  const size_t NC = (size_t)N * C;
+  const float *res_in = block_input(m, l);
+  float *ln1 = a->ln1 + l * NC, *ln1_mean = a->ln1_mean + (size_t)l * N;
+  float *ln1_rstd = a->ln1_rstd + (size_t)l * N;
+  float *qkv = a->qkv + l * NC * 3, *atty = a->atty + l * NC;
+  float *att = a->att + (size_t)l * B * NH * T * T;
+  float *res2 = a->residual2 + l * NC;
+  float *ln2 = a->ln2 + l * NC, *ln2_mean = a->ln2_mean + (size_t)l * N;
+  float *ln2_rstd = a->ln2_rstd + (size_t)l * N;
+  float *fch = a->fch + l * NC * 4, *fch_gelu = a->fch_gelu + l * NC * 4;
+  float *res3 = a->residual3 + l * NC;
+
+  OPS->layernorm_forward(CTX, ln1, ln1_mean, ln1_rstd, res_in, W(GPT_LN1_W), W(GPT_LN1_B), N, C);
+  OPS->matmul_forward(CTX, qkv, ln1, W(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * C);
+  OPS->attention_forward(CTX, atty, att, qkv, B, T, NH, C / NH);
+  OPS->matmul_forward(CTX, res2, atty, W(GPT_ATTPROJ_W), W(GPT_ATTPROJ_B), N, C, C);
+  OPS->residual_forward(CTX, res2, res2, res_in, NC);
+  OPS->layernorm_forward(CTX, ln2, ln2_mean, ln2_rstd, res2, W(GPT_LN2_W), W(GPT_LN2_B), N, C);
+  OPS->matmul_forward(CTX, fch, ln2, W(GPT_FC_W), W(GPT_FC_B), N, C, 4 * C);
+  OPS->gelu_forward(CTX, fch_gelu, fch, NC * 4);
+  OPS->matmul_forward(CTX, res3, fch_gelu, W(GPT_FCPROJ_W), W(GPT_FCPROJ_B), N, 4 * C, C);
+  OPS->residual_forward(CTX, res3, res3, res2, NC);
+}
+
+/* Entry: a->dres = d(block output). Exit: a->dres = d(block input). */
+static void block_backward(gpt_model *m, int u) {
+  gpt_acts *a = m->acts;
+  const int l = u - 1, B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head;
+  const int N = B * T;
+  const size_t NC = (size_t)N * C;
+  const float *res_in = block_input(m, l);
+  const float *ln1 = a->ln1 + l * NC, *ln1_mean = a->ln1_mean + (size_t)l * N;
+  const float *ln1_rstd = a->ln1_rstd + (size_t)l * N;
+  const float *qkv = a->qkv + l * NC * 3, *atty = a->atty + l * NC;
+  const float *att = a->att + (size_t)l * B * NH * T * T;
+  const float *res2 = a->residual2 + l * NC;
+  const float *ln2 = a->ln2 + l * NC, *ln2_mean = a->ln2_mean + (size_t)l * N;
+  const float *ln2_rstd = a->ln2_rstd + (size_t)l * N;
+  const float *fch = a->fch + l * NC * 4, *fch_gelu = a->fch_gelu + l * NC * 4;
+  float *dres = a->dres, *dln = a->dln;
+  block_scratch s;
+  block_scratch_layout(&s, a->dscratch, &m->cfg, B, T);
+
+  /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); d(fcproj out) = dres */
+  OPS->memset_zero(CTX, s.dfch_gelu, NC * 4 * sizeof(float));
+  OPS->matmul_backward(CTX, s.dfch_gelu, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), dres, fch_gelu,
+                       W(GPT_FCPROJ_W), N, 4 * C, C);
+  OPS->memset_zero(CTX, s.dfch, NC * 4 * sizeof(float));
+  OPS->gelu_backward(CTX, s.dfch, fch, s.dfch_gelu, NC * 4);
+  OPS->memset_zero(CTX, dln, NC * sizeof(float));
+  OPS->matmul_backward(CTX, dln, G(GPT_FC_W), G(GPT_FC_B), s.dfch, ln2, W(GPT_FC_W), N, C, 4 * C);
+  /* dres becomes d(res2): the skip path (already in dres) plus the branch */
+  OPS->layernorm_backward(CTX, dres, G(GPT_LN2_W), G(GPT_LN2_B), dln, res2, W(GPT_LN2_W),
+                          ln2_mean, ln2_rstd, N, C);
+  /* attention branch: res2 = res_in + proj(attn(qkv(ln1(res_in)))) */
+  OPS->memset_zero(CTX, s.datty, NC * sizeof(float));
+  OPS->matmul_backward(CTX, s.datty, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dres, atty,
+                       W(GPT_ATTPROJ_W), N, C, C);
+  OPS->memset_zero(CTX, s.dqkv, NC * 3 * sizeof(float));
+  OPS->attention_backward(CTX, s.dqkv, s.datt, s.datty, qkv, att, B, T, NH, C / NH);
+  OPS->memset_zero(CTX, dln, NC * sizeof(float));
+  OPS->matmul_backward(CTX, dln, G(GPT_QKV_W), G(GPT_QKV_B), s.dqkv, ln1, W(GPT_QKV_W), N, C,
+                       3 * C);
+  OPS->layernorm_backward(CTX, dres, G(GPT_LN1_W), G(GPT_LN1_B), dln, res_in, W(GPT_LN1_W),
+                          ln1_mean, ln1_rstd, N, C);
+}
+
+static int head_forward(gpt_model *m, int u) {
+  gpt_acts *a = m->acts;
+  const int N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+  const gpt_param *wte = param(m, 0, GPT_WTE); /* tied: the head reads unit 0's wte */
+  OPS->layernorm_forward(CTX, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(m, m->cfg.n_layer),
+                         W(GPT_LNF_W), W(GPT_LNF_B), N, C);
+  OPS->matmul_forward(CTX, a->logits, a->lnf, wte->data, NULL, N, C, V);
+  if (!m->has_targets) return LOOM_OK;
+  OPS->crossentropy_forward(CTX, a->losses, a->probs, a->logits, m->targets, N, V);
+  OPS->to_host(CTX, a->losses_host, a->losses, (size_t)N * sizeof(float));
+  double sum = 0.0;
+  for (int i = 0; i < N; i++) sum += a->losses_host[i];
+  m->mean_loss = (float)(sum / N);
+  return LOOM_OK;
+}
+
+static void head_backward(gpt_model *m, int u, float dloss) {
+  gpt_acts *a = m->acts;
+  const int N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+  const size_t NC = (size_t)N * C;
+  const gpt_param *wte = param(m, 0, GPT_WTE);
+  float *dlogits = a->dscratch; /* (B,T,V) */
+  OPS->crossentropy_backward(CTX, dlogits, a->probs, m->targets, dloss, N, V);
+  OPS->memset_zero(CTX, a->dln, NC * sizeof(float));
+  OPS->matmul_backward(CTX, a->dln, wte->grad, NULL, dlogits, a->lnf, wte->data, N, C, V);
+  OPS->memset_zero(CTX, a->dres, NC * sizeof(float));
+  OPS->layernorm_backward(CTX, a->dres, G(GPT_LNF_W), G(GPT_LNF_B), a->dln,
+                          block_input(m, m->cfg.n_layer), W(GPT_LNF_W), a->lnf_mean, a->lnf_rstd,
+                          N, C);
+}
+
+static int unit_forward(gpt_model *m, int u) {
+  if (u == 0) {
+    OPS->encoder_forward(CTX, m->acts->encoded, m->inputs, W(GPT_WTE), W(GPT_WPE), m->B, m->T,
+                         m->cfg.n_embd);
+    return LOOM_OK;
+  }
+  if (u <= m->cfg.n_layer) {
+    block_forward(m, u);
+    return LOOM_OK;
+  }
+  return head_forward(m, u);
+}
+
+static void unit_backward(gpt_model *m, int u, float dloss) {
+  if (u == 0)
+    OPS->encoder_backward(CTX, G(GPT_WTE), G(GPT_WPE), m->acts->dres, m->inputs, m->B, m->T,
+                          m->cfg.n_embd);
+  else if (u <= m->cfg.n_layer)
+    block_backward(m, u);
+  else
+    head_backward(m, u, dloss);
+}
+
+#undef W
+#undef G
+
+/* ---- public API ---- */
+
+static int check_config(const gpt_config *c, char *err, size_t errlen) {
+  const struct { const char *name; int value; } dims[] = {
+      {"vocab_size", c->vocab_size}, {"max_seq_len", c->max_seq_len},
+      {"n_layer", c->n_layer},       {"n_head", c->n_head},
+      {"n_embd", c->n_embd},
+  };
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+    if (dims[i].value <= 0) {
+      if (err) snprintf(err, errlen, "model: %s must be >= 1, got %d", dims[i].name, dims[i].value);
+      return LOOM_INVALID_CONFIG;
+    }
+  }
+  if (c->n_embd % c->n_head != 0) {
+    if (err)
+      snprintf(err, errlen, "model: n_embd (%d) must be divisible by n_head (%d)", c->n_embd,
+               c->n_head);
+    return LOOM_INVALID_CONFIG;
+  }
+  if (c->n_embd > INT_MAX / 4) { /* 4C (the MLP width) is an int in the kernels */
+    if (err) snprintf(err, errlen, "model: n_embd %d is too large (max %d)", c->n_embd, INT_MAX / 4);
+    return LOOM_INVALID_CONFIG;
+  }
+  return LOOM_OK;
+}
+
+int gpt_init(gpt_model *m, const gpt_config *cfg, loom_dev *dev, char *err, size_t errlen) {
+  memset(m, 0, sizeof *m);
+  if (err && errlen) err[0] = '\0';
+  int rc = check_config(cfg, err, errlen);
+  if (rc != LOOM_OK) return rc;
+  m->cfg = *cfg;
+  m->dev = dev;
+  m->mean_loss = -1.0f;
+  const int L = cfg->n_layer;
+  m->n_units = L + 2;
+  m->n_params = N_EMB_PARAMS + L * N_BLOCK_PARAMS + N_HEAD_PARAMS;
+  m->params = calloc((size_t)m->n_params, sizeof *m->params);
+  m->unit_offset = calloc((size_t)m->n_units + 1, sizeof *m->unit_offset);
+  if (!m->params || !m->unit_offset) goto nomem;
+
+  size_t offset = 0;
+  for (int u = 0; u < m->n_units; u++) {
+    m->unit_offset[u] = offset;
+    for (int j = 0; j < unit_param_count(m, u); j++) {
+      gpt_param_role role = (gpt_param_role)(unit_first_role(m, u) + j);
+      const gpt_param_spec *s = &param_spec[role];
+      gpt_param *p = &m->params[unit_first_param(m, u) + j];
+      if (u >= 1 && u <= L)
+        snprintf(p->name, sizeof p->name, "h.%d.%s", u - 1, s->name);
+      else
+        snprintf(p->name, sizeof p->name, "%s", s->name);
+      p->unit = u;
+      p->role = role;
+      p->ndim = s->cols == D_NONE ? 1 : 2;
+      p->shape[0] = dim_value(cfg, s->rows);
+      p->shape[1] = s->cols == D_NONE ? 0 : dim_value(cfg, s->cols);
+      p->numel = (size_t)p->shape[0] * (size_t)(p->ndim == 2 ? p->shape[1] : 1);
+      p->offset = offset;
+      offset += p->numel;
+    }
+  }
+  m->unit_offset[m->n_units] = offset;
+  m->num_parameters = offset;
+
+  m->params_memory = loom__dev_alloc(dev, offset * sizeof(float), LOOM_MEM_PARAMS);
+  m->grads_memory = loom__dev_alloc(dev, offset * sizeof(float), LOOM_MEM_GRADS);
+  if (!m->params_memory || !m->grads_memory) goto nomem;
+  for (int i = 0; i < m->n_params; i++) {
+    m->params[i].data = m->params_memory + m->params[i].offset;
+    m->params[i].grad = m->grads_memory + m->params[i].offset;
+  }
+  return LOOM_OK;
+
+nomem:
+  if (err && errlen)
+    snprintf(err, errlen, "model: out of memory for %zu parameters (%.1f MiB each for params "
+             "and grads)", m->num_parameters, (double)m->num_parameters * 4.0 / 1048576.0);
+  gpt_free(m);
+  return LOOM_NOMEM;
+}
+
+void gpt_free(gpt_model *m) {
+  if (m->dev) {
+    acts_free(m);
+    loom__dev_free(m->dev, m->grads_memory);
+    loom__dev_free(m->dev, m->params_memory);
+  }
+  free(m->params);
+  free(m->unit_offset);
+  memset(m, 0, sizeof *m);
+}
+
+void gpt_init_weights(gpt_model *m, uint64_t seed) {
+  loom_rng rng;
+  loom__rng_seed(&rng, seed);
+  const float std = 0.02f, std_resid = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
+  enum { CHUNK = 4096 };
+  float buf[CHUNK]; /* host staging: tensors go up in chunks, drawn in table order */
+  for (int i = 0; i < m->n_params; i++) {
+    const gpt_param *p = &m->params[i];
+    gpt_init_kind kind = param_spec[p->role].init;
+    for (size_t done = 0; done < p->numel; done += CHUNK) {
+      size_t n = p->numel - done < CHUNK ? p->numel - done : CHUNK;
+      for (size_t j = 0; j < n; j++) {
+        switch (kind) {
+          case INIT_NORMAL: buf[j] = std * loom__rng_normal(&rng); break;
+          case INIT_RESID: buf[j] = std_resid * loom__rng_normal(&rng); break;
+          case INIT_ZERO: buf[j] = 0.0f; break;
+          case INIT_ONE: buf[j] = 1.0f; break;
+        }
+      }
+      OPS->from_host(CTX, p->data + done, buf, n * sizeof(float));
+    }
+  }
+}
+
+/* 1 if every id is in [0, V). */
+static int tokens_valid(const int32_t *ids, size_t n, int V) {
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= V) return 0;
+  return 1;
+}
+
+int gpt_forward(gpt_model *m, const int32_t *inputs_host, const int32_t *targets_host, int B,
+                int T, const gpt_hooks *hooks, float *loss) {
+  if (!inputs_host || B <= 0 || T <= 0 || T > m->cfg.max_seq_len ||
+      (int64_t)B * T > INT_MAX)
+    return LOOM_INVALID_USAGE;
+  const size_t N = (size_t)B * T;
+  if (!tokens_valid(inputs_host, N, m->cfg.vocab_size)) return LOOM_INVALID_USAGE;
+  if (targets_host && !tokens_valid(targets_host, N, m->cfg.vocab_size))
+    return LOOM_INVALID_USAGE;
+  int rc = acts_ensure(m, B, T);
+  if (rc != LOOM_OK) return rc;
+  m->acts->forward_done = 0;
+  m->has_targets = targets_host != NULL;
+  m->mean_loss = -1.0f;
+  OPS->from_host(CTX, m->inputs, inputs_host, N * sizeof(int32_t));
+  if (targets_host) OPS->from_host(CTX, m->targets, targets_host, N * sizeof(int32_t));
+
+  for (int u = 0; u < m->n_units; u++) {
+    if (hooks && hooks->pre_forward && (rc = hooks->pre_forward(hooks->ud, u)) != 0) return rc;
+    if ((rc = unit_forward(m, u)) != LOOM_OK) return rc;
+    if (hooks && hooks->post_forward && (rc = hooks->post_forward(hooks->ud, u)) != 0) return rc;
+  }
+  m->acts->forward_done = 1;
+  if (loss) *loss = m->mean_loss;
+  return LOOM_OK;
+}
+
+int gpt_backward(gpt_model *m, float dloss, const gpt_hooks *hooks) {
+  if (!m->acts || !m->acts->forward_done || !m->has_targets) return LOOM_INVALID_USAGE;
+  int rc;
+  for (int u = m->n_units - 1; u >= 0; u--) {
+    if (hooks && hooks->pre_backward && (rc = hooks->pre_backward(hooks->ud, u)) != 0) return rc;
+    unit_backward(m, u, dloss);
+    if (hooks && hooks->post_backward && (rc = hooks->post_backward(hooks->ud, u)) != 0)
+      return rc;
+  }
+  return LOOM_OK;
+}
+
+void gpt_zero_grad(gpt_model *m) {
+  OPS->memset_zero(CTX, m->grads_memory, m->num_parameters * sizeof(float));
+}
+
+void gpt_logits_row(const gpt_model *m, int row, float *host_out) {
+  assert(m->acts && row >= 0 && row < m->B * m->T);
+  if (!m->acts || row < 0 || row >= m->B * m->T) return; /* defensive: misuse in release */
+  const size_t V = (size_t)m->cfg.vocab_size;
+  OPS->to_host(CTX, host_out, m->acts->logits + (size_t)row * V, V * sizeof(float));
+}

@@ -1,0 +1,245 @@
+/* The host API table: what plugins call. Every function takes the plugin's own loom_host so
+ * messages name the plugin, and every collective is forwarded to the comm plugin and counted. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const char *file,
+                     const char *where, json_t *options) {
+  memset(h, 0, sizeof *h);
+  h->rt = rt;
+  h->label = label;
+  h->opts.file = file;
+  h->opts.where = where;
+  h->opts.obj = options;
+}
+
+static void host_log(loom_host *h, loom_log_level level, const char *fmt, ...) {
+  static const char *names[] = {"error", "warning", "info", "debug"};
+  if (level == LOOM_LOG_DEBUG && !getenv("LOOM_DEBUG")) return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  int rank = h->rt ? h->rt->mesh.world_rank : 0;
+  fprintf(stderr, "loom[%d] %s: %s: %s\n", rank, names[level & 3], h->label, msg);
+}
+
+static void host_set_error(loom_host *h, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(h->error, sizeof h->error, fmt, ap);
+  va_end(ap);
+}
+
+/* ---- options: the config module's getters, with the message stored as the plugin's error */
+static int host_opt_int(loom_host *h, const loom_options *o, const char *key, int64_t dflt,
+                        int64_t min, int64_t max, int64_t *out) {
+  return loom_opt_int(o, key, dflt, min, max, out, h->error, sizeof h->error)
+             ? LOOM_INVALID_CONFIG : LOOM_OK;
+}
+static int host_opt_double(loom_host *h, const loom_options *o, const char *key, double dflt,
+                           double min, double max, double *out) {
+  return loom_opt_double(o, key, dflt, min, max, out, h->error, sizeof h->error)
+             ? LOOM_INVALID_CONFIG : LOOM_OK;
+}
+static int host_opt_bool(loom_host *h, const loom_options *o, const char *key, int dflt,
+                         int *out) {
+  return loom_opt_bool(o, key, dflt, out, h->error, sizeof h->error) ? LOOM_INVALID_CONFIG
+                                                                     : LOOM_OK;
+}
+static int host_opt_string(loom_host *h, const loom_options *o, const char *key,
+                           const char *dflt, const char **out) {
+  return loom_opt_string(o, key, dflt, out, h->error, sizeof h->error) ? LOOM_INVALID_CONFIG
+                                                                       : LOOM_OK;
+}
+static int host_opt_check_keys(loom_host *h, const loom_options *o, const char *const *allowed) {
+  return loom_opt_check_keys(o, allowed, h->error, sizeof h->error) ? LOOM_INVALID_CONFIG
+                                                                    : LOOM_OK;
+}
+
+/* ---- mesh ---- */
+static int host_rank(loom_host *h, loom_axis axis) {
+  const loom_mesh *m = &h->rt->mesh;
+  switch (axis) {
+    case LOOM_AXIS_WORLD: return m->world_rank;
+    case LOOM_AXIS_DP: return m->dp_rank;
+    case LOOM_AXIS_TP: return m->tp_rank;
+    case LOOM_AXIS_PP: return m->pp_rank;
+  }
+  return -1;
+}
+static int host_size(loom_host *h, loom_axis axis) {
+  const loom_mesh *m = &h->rt->mesh;
+  switch (axis) {
+    case LOOM_AXIS_WORLD: return m->world_size;
+    case LOOM_AXIS_DP: return m->dp;
+    case LOOM_AXIS_TP: return m->tp;
+    case LOOM_AXIS_PP: return m->pp;
+  }
+  return -1;
+}
+static loom_comm *host_comm(loom_host *h, loom_axis axis) {
+  return (unsigned)axis < 4 ? h->rt->mesh.axis[axis] : NULL;
+}
+
+/* ---- collectives, counted ---- */
+static int comm_size_of(loom_runtime *rt, loom_comm *c) {
+  for (int a = 0; a < 4; a++)
+    if (rt->mesh.axis[a] == c) return host_size(&rt->comm_host, (loom_axis)a);
+  return 0;
+}
+
+static void count(loom_runtime *rt, double bytes) {
+  rt->comm_stats.bytes_sent += (uint64_t)(bytes + 0.5);
+  rt->comm_stats.ops++;
+}
+
+/* The comm plugin reports errors through its own host handle; move the message to the caller's
+ * handle so it is printed with the plugin that made the call. */
+static int forward_error(loom_host *h, int rc) {
+  if (rc != LOOM_OK)
+    snprintf(h->error, sizeof h->error, "communication failed: %s", h->rt->comm_host.error);
+  return rc;
+}
+
+#define COMM(rt) (&(rt)->comm_plugin.u.comm)
+
+static int host_all_reduce(loom_host *h, loom_comm *c, void *buf, size_t count_, loom_dtype dt,
+                           loom_red_op op, loom_request **req) {
+  loom_runtime *rt = h->rt;
+  int n = comm_size_of(rt, c);
+  if (n > 1) count(rt, 2.0 * (n - 1) / n * (double)(count_ * loom_dtype_size(dt)));
+  return forward_error(h, COMM(rt)->all_reduce(rt->comm_ctx, c, buf, count_, dt, op, req));
+}
+static int host_reduce_scatter(loom_host *h, loom_comm *c, const void *send, void *recv,
+                               size_t recv_count, loom_dtype dt, loom_red_op op,
+                               loom_request **req) {
+  loom_runtime *rt = h->rt;
+  int n = comm_size_of(rt, c);
+  if (n > 1) count(rt, (double)(n - 1) * (double)(recv_count * loom_dtype_size(dt)));
+  return forward_error(h, COMM(rt)->reduce_scatter(rt->comm_ctx, c, send, recv, recv_count, dt,
+                                                   op, req));
+}
+static int host_all_gather(loom_host *h, loom_comm *c, const void *send, void *recv,
+                           size_t send_count, loom_dtype dt, loom_request **req) {
+  loom_runtime *rt = h->rt;
+  int n = comm_size_of(rt, c);
+  if (n > 1) count(rt, (double)(n - 1) * (double)(send_count * loom_dtype_size(dt)));
+  return forward_error(h, COMM(rt)->all_gather(rt->comm_ctx, c, send, recv, send_count, dt,
+                                               req));
+}
+static int host_broadcast(loom_host *h, loom_comm *c, void *buf, size_t count_, loom_dtype dt,
+                          int root, loom_request **req) {
+  loom_runtime *rt = h->rt;
+  if (comm_size_of(rt, c) > 1 && host_rank(h, LOOM_AXIS_WORLD) >= 0)
+    count(rt, (double)(count_ * loom_dtype_size(dt)));
+  return forward_error(h, COMM(rt)->broadcast(rt->comm_ctx, c, buf, count_, dt, root, req));
+}
+static int host_send(loom_host *h, loom_comm *c, const void *buf, size_t count_, loom_dtype dt,
+                     int peer, int tag, loom_request **req) {
+  loom_runtime *rt = h->rt;
+  count(rt, (double)(count_ * loom_dtype_size(dt)));
+  return forward_error(h, COMM(rt)->send(rt->comm_ctx, c, buf, count_, dt, peer, tag, req));
+}
+static int host_recv(loom_host *h, loom_comm *c, void *buf, size_t count_, loom_dtype dt,
+                     int peer, int tag, loom_request **req) {
+  loom_runtime *rt = h->rt;
+  return forward_error(h, COMM(rt)->recv(rt->comm_ctx, c, buf, count_, dt, peer, tag, req));
+}
+static int host_test(loom_host *h, loom_request *req, int *done) {
+  return forward_error(h, COMM(h->rt)->test(h->rt->comm_ctx, req, done));
+}
+static int host_wait(loom_host *h, loom_request *req) {
+  return forward_error(h, COMM(h->rt)->wait(h->rt->comm_ctx, req));
+}
+static int host_barrier(loom_host *h, loom_comm *c) {
+  return forward_error(h, COMM(h->rt)->barrier(h->rt->comm_ctx, c));
+}
+
+/* ---- device ---- */
+static void *host_alloc(loom_host *h, size_t bytes, loom_mem_category cat) {
+  void *p = loom__dev_alloc(&h->rt->dev, bytes, cat);
+  if (!p)
+    snprintf(h->error, sizeof h->error, "out of device memory allocating %zu bytes (%s)",
+             bytes, loom__mem_category_name(cat));
+  return p;
+}
+static void host_free(loom_host *h, void *ptr) { loom__dev_free(&h->rt->dev, ptr); }
+static const loom_device_v1 *host_device(loom_host *h, void **device_ctx) {
+  if (device_ctx) *device_ctx = h->rt->dev.ctx;
+  return h->rt->dev.ops;
+}
+
+static const loom_model_v1 *host_model(loom_host *h) {
+  return h->rt->model_view.numel ? &h->rt->model_view : NULL;
+}
+
+static int host_adamw_range(loom_host *h, const loom_step_args_v1 *a, uint64_t begin,
+                            uint64_t n, float *param, const float *grad, float *m, float *v) {
+  loom_runtime *rt = h->rt;
+  const loom_model_v1 *mv = &rt->model_view;
+  if (begin + n > mv->numel) {
+    snprintf(h->error, sizeof h->error, "adamw_range [%llu, %llu) outside the model (%llu)",
+             (unsigned long long)begin, (unsigned long long)(begin + n),
+             (unsigned long long)mv->numel);
+    return LOOM_INVALID_USAGE;
+  }
+  uint64_t end = begin + n;
+  for (int i = 0; i < mv->n_tensors; i++) {
+    const loom_tensor_v1 *t = &mv->tensors[i];
+    uint64_t lo = t->offset > begin ? t->offset : begin;
+    uint64_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
+    if (lo >= hi) continue;
+    uint64_t k = lo - begin;
+    rt->dev.ops->adamw(rt->dev.ctx, param + k, grad + k, m + k, v + k, (size_t)(hi - lo), a->lr,
+                       a->beta1, a->beta2, a->eps, t->weight_decay ? a->weight_decay : 0.0f,
+                       a->grad_scale, a->step);
+  }
+  return LOOM_OK;
+}
+
+static const loom_host_api_v1 host_api = {
+  .struct_size = sizeof(loom_host_api_v1),
+  .abi_major = LOOM_ABI_MAJOR,
+  .abi_minor = LOOM_ABI_MINOR,
+  .log = host_log,
+  .set_error = host_set_error,
+  .opt_int = host_opt_int,
+  .opt_double = host_opt_double,
+  .opt_bool = host_opt_bool,
+  .opt_string = host_opt_string,
+  .opt_check_keys = host_opt_check_keys,
+  .rank = host_rank,
+  .size = host_size,
+  .comm = host_comm,
+  .all_reduce = host_all_reduce,
+  .reduce_scatter = host_reduce_scatter,
+  .all_gather = host_all_gather,
+  .broadcast = host_broadcast,
+  .send = host_send,
+  .recv = host_recv,
+  .test = host_test,
+  .wait = host_wait,
+  .barrier = host_barrier,
+  .alloc = host_alloc,
+  .free = host_free,
+  .device = host_device,
+  .model = host_model,
+  .adamw_range = host_adamw_range,
+};
+
+const loom_host_api_v1 *loom__host_api(void) { return &host_api; }
+
+int loom__launcher_rank(void) {
+  static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return atoi(v);
+  }
+  return 0;
+}

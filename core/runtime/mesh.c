@@ -1,0 +1,77 @@
+/* The process mesh: the comm plugin joins the job, then the world is split into the
+ * communicators of each axis. Layout as Megatron-LM: tp innermost, then dp, then pp:
+ *   world_rank = (pp_rank * dp + dp_rank) * tp + tp_rank. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) {
+  loom_config *cfg = rt->cfg;
+  if (loom__plugin_open(&rt->comm_plugin, cfg->comm.name, LOOM_KIND_COMM, err, errlen) != 0)
+    return -1;
+  loom__host_init(&rt->comm_host, rt, cfg->comm.name, cfg->path, cfg->comm.json_path,
+                  cfg->comm.options);
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (c->create(loom__host_api(), &rt->comm_host, &rt->comm_host.opts, &rt->comm_ctx) !=
+      LOOM_OK) {
+    snprintf(err, errlen, "plugin '%s' (%s): %s", cfg->comm.name, rt->comm_plugin.path,
+             rt->comm_host.error);
+    return -1;
+  }
+  loom_mesh *m = &rt->mesh;
+  if (c->world(rt->comm_ctx, &m->world_rank, &m->world_size) != LOOM_OK) {
+    snprintf(err, errlen, "plugin '%s': %s", cfg->comm.name, rt->comm_host.error);
+    return -1;
+  }
+  if (tp < 1 || pp < 1 || m->world_size % (tp * pp) != 0) {
+    snprintf(err, errlen,
+             "%s: parallel: mesh sizes tp %d x pp %d do not divide the world size %d", cfg->path,
+             tp, pp, m->world_size);
+    return -1;
+  }
+  m->tp = tp;
+  m->pp = pp;
+  m->dp = m->world_size / (tp * pp);
+  m->tp_rank = m->world_rank % tp;
+  m->dp_rank = (m->world_rank / tp) % m->dp;
+  m->pp_rank = m->world_rank / (tp * m->dp);
+  m->axis[LOOM_AXIS_WORLD] = c->world_comm(rt->comm_ctx);
+  /* color = the coordinates that stay fixed along the axis; key = position along it */
+  struct { loom_axis axis; int color, key; } splits[] = {
+    {LOOM_AXIS_DP, m->pp_rank * tp + m->tp_rank, m->dp_rank},
+    {LOOM_AXIS_TP, m->pp_rank * m->dp + m->dp_rank, m->tp_rank},
+    {LOOM_AXIS_PP, m->dp_rank * tp + m->tp_rank, m->pp_rank},
+  };
+  for (size_t i = 0; i < 3; i++) {
+    if (c->split(rt->comm_ctx, m->axis[LOOM_AXIS_WORLD], splits[i].color, splits[i].key,
+                 &m->axis[splits[i].axis]) != LOOM_OK) {
+      snprintf(err, errlen, "plugin '%s': building the mesh: %s", cfg->comm.name,
+               rt->comm_host.error);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void loom__mesh_free(loom_runtime *rt) {
+  if (!rt->comm_ctx) return;
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  for (int a = LOOM_AXIS_DP; a <= LOOM_AXIS_PP; a++)
+    if (rt->mesh.axis[a]) c->comm_free(rt->comm_ctx, rt->mesh.axis[a]);
+  memset(rt->mesh.axis, 0, sizeof rt->mesh.axis);
+  c->destroy(rt->comm_ctx);
+  rt->comm_ctx = NULL;
+  loom__plugin_close(&rt->comm_plugin);
+}
+
+void loom__fatal(loom_runtime *rt, int code, const char *msg) {
+  int rank = rt && rt->comm_ctx ? rt->mesh.world_rank : loom__launcher_rank();
+  fprintf(stderr, "loom[%d]: error: %s\n", rank, msg);
+  fflush(stderr);
+  fflush(stdout);
+  if (rt && rt->comm_ctx && rt->mesh.world_size > 1)
+    rt->comm_plugin.u.comm.abort(rt->comm_ctx, code); /* takes every rank down */
+  exit(code);
+}

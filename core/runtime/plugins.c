@@ -1,0 +1,152 @@
+/* Loading the config's plugins, checking that their roles compose, and creating them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plugins.h"
+
+/* Roles this host version can run. Tensor and pipeline parallel (split-layers, schedule, axes
+ * tp/pp) need core support that later versions add; refuse them clearly instead of running
+ * them wrong. */
+#define HOST_PARALLEL_CAPS \
+  (LOOM_PAR_CAP_GRAD_SYNC | LOOM_PAR_CAP_OPTIMIZER | LOOM_PAR_CAP_AXIS_DP)
+
+static const struct { uint64_t bit; const char *role; } roles[] = {
+  {LOOM_PAR_CAP_GRAD_SYNC, "data-parallel gradient sync"},
+  {LOOM_PAR_CAP_OPTIMIZER, "the optimizer step"},
+  {LOOM_PAR_CAP_SCHEDULE, "the micro-batch schedule"},
+};
+
+int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
+  loom_config *cfg = rt->cfg;
+  rt->grad_sync_owner = rt->optimizer_owner = -1;
+  for (int i = 0; i < cfg->n_parallel; i++) {
+    loom_plugin_cfg *pc = &cfg->parallel[i];
+    char e[1200];
+    if (loom__plugin_open(&rt->parallel[i], pc->name, LOOM_KIND_PARALLEL, e, sizeof e) != 0) {
+      snprintf(err, errlen, "%s: %s: %s", cfg->path, pc->json_path, e);
+      return -1;
+    }
+    rt->n_parallel = i + 1;
+    uint64_t caps = rt->parallel[i].u.hdr.caps;
+    if (caps & ~(uint64_t)HOST_PARALLEL_CAPS) {
+      snprintf(err, errlen,
+               "%s: %s: plugin '%s' (%s) needs capabilities 0x%llx that this loom does not "
+               "support yet (it runs data-parallel plugins only)",
+               cfg->path, pc->json_path, pc->name, rt->parallel[i].path,
+               (unsigned long long)(caps & ~(uint64_t)HOST_PARALLEL_CAPS));
+      return -1;
+    }
+    for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++) {
+      if (!(caps & roles[r].bit)) continue;
+      for (int j = 0; j < i; j++)
+        if (rt->parallel[j].u.hdr.caps & roles[r].bit) {
+          snprintf(err, errlen,
+                   "%s: %s: plugin '%s' owns %s, but so does '%s' (%s): keep only one of them",
+                   cfg->path, pc->json_path, pc->name, roles[r].role, cfg->parallel[j].name,
+                   cfg->parallel[j].json_path);
+          return -1;
+        }
+    }
+    if (caps & LOOM_PAR_CAP_GRAD_SYNC) rt->grad_sync_owner = i;
+    if (caps & LOOM_PAR_CAP_OPTIMIZER) rt->optimizer_owner = i;
+  }
+  char e[1200];
+  if (loom__plugin_open(&rt->precision, cfg->precision.name, LOOM_KIND_PRECISION, e,
+                        sizeof e) != 0) {
+    snprintf(err, errlen, "%s: %s: %s", cfg->path, cfg->precision.json_path, e);
+    return -1;
+  }
+  if (cfg->checkpoint.name[0]) {
+    if (loom__plugin_open(&rt->checkpoint, cfg->checkpoint.name, LOOM_KIND_CHECKPOINT, e,
+                          sizeof e) != 0) {
+      snprintf(err, errlen, "%s: %s: %s", cfg->path, cfg->checkpoint.json_path, e);
+      return -1;
+    }
+    rt->has_checkpoint = 1;
+  }
+  return 0;
+}
+
+static char *label_for(const loom_plugin_cfg *pc) {
+  size_t n = strlen(pc->name) + strlen(pc->json_path) + 4;
+  char *s = malloc(n);
+  if (s) snprintf(s, n, "%s (%s)", pc->name, pc->json_path);
+  return s;
+}
+
+static int plugin_error(loom_runtime *rt, const loom_plugin *p, const loom_host *h, int rc,
+                        const char *what, char *err, size_t errlen) {
+  (void)rt;
+  snprintf(err, errlen, "plugin %s [%s]: %s failed (%s): %s", h->label, p->path, what,
+           rc == LOOM_INVALID_CONFIG ? "invalid config" : "error",
+           h->error[0] ? h->error : "no message");
+  return -1;
+}
+
+int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen) {
+  loom_config *cfg = rt->cfg;
+  const loom_host_api_v1 *api = loom__host_api();
+  for (int i = 0; i < rt->n_parallel; i++) {
+    loom_plugin_cfg *pc = &cfg->parallel[i];
+    loom_host *h = &rt->parallel_host[i];
+    loom__host_init(h, rt, label_for(pc), cfg->path, pc->json_path, pc->options);
+    int rc = rt->parallel[i].u.parallel.create(api, h, &h->opts, &rt->parallel_ctx[i]);
+    if (rc != LOOM_OK) return plugin_error(rt, &rt->parallel[i], h, rc, "create", err, errlen);
+  }
+  loom_host *h = &rt->precision_host;
+  loom__host_init(h, rt, label_for(&cfg->precision), cfg->path, cfg->precision.json_path,
+                  cfg->precision.options);
+  int rc = rt->precision.u.precision.create(api, h, &h->opts, &rt->precision_ctx);
+  if (rc != LOOM_OK) return plugin_error(rt, &rt->precision, h, rc, "create", err, errlen);
+  loom_dtype dt = rt->precision.u.precision.compute_dtype(rt->precision_ctx);
+  if (dt != LOOM_F32) {
+    snprintf(err, errlen, "%s: %s: plugin '%s' computes in dtype %d; the %s device runs fp32 only",
+             cfg->path, cfg->precision.json_path, cfg->precision.name, (int)dt,
+             rt->dev.ops->hdr.name);
+    return -1;
+  }
+  if (rt->has_checkpoint) {
+    h = &rt->checkpoint_host;
+    loom__host_init(h, rt, label_for(&cfg->checkpoint), cfg->path, cfg->checkpoint.json_path,
+                    cfg->checkpoint.options);
+    rc = rt->checkpoint.u.checkpoint.create(api, h, &h->opts, &rt->checkpoint_ctx);
+    if (rc != LOOM_OK) return plugin_error(rt, &rt->checkpoint, h, rc, "create", err, errlen);
+  }
+  return 0;
+}
+
+int loom__plugins_setup(loom_runtime *rt, char *err, size_t errlen) {
+  for (int i = 0; i < rt->n_parallel; i++) {
+    const loom_parallel_v1 *p = &rt->parallel[i].u.parallel;
+    if (!p->setup) continue;
+    int rc = p->setup(rt->parallel_ctx[i]);
+    if (rc != LOOM_OK)
+      return plugin_error(rt, &rt->parallel[i], &rt->parallel_host[i], rc, "setup", err, errlen);
+  }
+  return 0;
+}
+
+void loom__plugins_destroy(loom_runtime *rt) {
+  if (rt->has_checkpoint) {
+    if (rt->checkpoint_ctx) rt->checkpoint.u.checkpoint.destroy(rt->checkpoint_ctx);
+    loom__plugin_close(&rt->checkpoint);
+    free((char *)rt->checkpoint_host.label);
+  }
+  if (rt->precision.handle) {
+    if (rt->precision_ctx) rt->precision.u.precision.destroy(rt->precision_ctx);
+    loom__plugin_close(&rt->precision);
+    free((char *)rt->precision_host.label);
+  }
+  for (int i = rt->n_parallel - 1; i >= 0; i--) {
+    if (rt->parallel_ctx[i]) rt->parallel[i].u.parallel.destroy(rt->parallel_ctx[i]);
+    loom__plugin_close(&rt->parallel[i]);
+    free((char *)rt->parallel_host[i].label);
+  }
+  rt->n_parallel = 0;
+}
+
+/* ---- hooks: call every parallel plugin's hook in config order; stop at the first error ---- */
+int loom__hook_error(loom_runtime *rt, int i, const char *hook, char *err, size_t errlen) {
+  return plugin_error(rt, &rt->parallel[i], &rt->parallel_host[i], -1, hook, err, errlen);
+}

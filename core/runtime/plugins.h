@@ -1,0 +1,19 @@
+/* The config's plugins: open (check kind, ABI, roles), create (options), setup, destroy. */
+#ifndef LOOM_CORE_PLUGINS_H
+#define LOOM_CORE_PLUGINS_H
+
+#include "runtime.h"
+
+/* dlopen and check every plugin the config names; refuse conflicting roles (two owners of
+ * gradient sync, of the optimizer step, of the schedule) and capabilities this host cannot
+ * run. Returns 0 or -1 with one line in err. Needs no communication (runs before the mesh). */
+int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen);
+/* Call create() of each plugin with its options (mesh and device exist; model does not). */
+int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen);
+/* Call setup() of each parallel plugin (the model exists). */
+int loom__plugins_setup(loom_runtime *rt, char *err, size_t errlen);
+void loom__plugins_destroy(loom_runtime *rt);
+/* Format the error of parallel plugin i's failed `hook` into err; returns -1. */
+int loom__hook_error(loom_runtime *rt, int i, const char *hook, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,97 @@
+/* The host runtime: one per process. It owns the device, the communicator mesh, the model, the
+ * loaded plugins, and the per-plugin host handles through which plugins call back in. */
+#ifndef LOOM_CORE_RUNTIME_H
+#define LOOM_CORE_RUNTIME_H
+
+#include <loom/loom.h>
+
+#include "../config/config.h"
+#include "../device/device.h"
+#include "../model/gpt.h"
+#include "loader.h"
+
+typedef struct loom_runtime loom_runtime;
+
+/* The handle a plugin receives: knows which plugin it serves (for messages) and its options. */
+struct loom_host {
+  loom_runtime *rt;
+  const char *label;     /* "ddp (parallel[0])" — used to prefix logs and errors */
+  loom_options opts;     /* the plugin's options with the config file and JSON path */
+  char error[1024];      /* last message from set_error */
+};
+
+/* Communication volume, counted by the host for every collective it forwards (algorithmic
+ * bytes sent per rank: ring all-reduce 2(n-1)/n * bytes, reduce-scatter and all-gather
+ * (n-1)/n * total bytes, broadcast and send their bytes). */
+typedef struct loom_comm_stats {
+  uint64_t bytes_sent;   /* since start */
+  uint64_t ops;          /* operations since start */
+} loom_comm_stats;
+
+/* A communicator of the mesh as the host hands it out (plugins see it as loom_comm*). */
+typedef struct loom_mesh {
+  int world_rank, world_size;
+  int dp, tp, pp;                /* sizes; dp * tp * pp == world_size */
+  int dp_rank, tp_rank, pp_rank;
+  loom_comm *axis[4];            /* indexed by loom_axis; axis[WORLD] is the plugin's world */
+} loom_mesh;
+
+struct loom_runtime {
+  loom_config *cfg;
+  loom_dev dev;
+
+  loom_plugin comm_plugin;
+  void *comm_ctx;
+  loom_host comm_host;
+  loom_mesh mesh;
+  loom_comm_stats comm_stats;
+
+  int n_parallel;
+  loom_plugin parallel[LOOM_MAX_PARALLEL];
+  void *parallel_ctx[LOOM_MAX_PARALLEL];
+  loom_host parallel_host[LOOM_MAX_PARALLEL];
+  int grad_sync_owner;   /* index into parallel[] or -1 */
+  int optimizer_owner;   /* index into parallel[] or -1 */
+
+  loom_plugin precision;
+  void *precision_ctx;
+  loom_host precision_host;
+
+  int has_checkpoint;
+  loom_plugin checkpoint;
+  void *checkpoint_ctx;
+  loom_host checkpoint_host;
+
+  gpt_model model;
+  loom_model_v1 model_view;     /* what plugins see */
+  loom_tensor_v1 *tensors;      /* model_view.tensors */
+  uint64_t *unit_offset;        /* model_view.unit_offset */
+  float **tensor_data, **tensor_grad; /* storage of the views (point at gpt_param fields) */
+
+  float *optim_m, *optim_v;     /* host-owned AdamW state (NULL when a plugin owns it) */
+};
+
+/* Format an error for the user: "loom: LABEL: MESSAGE" (LABEL = plugin and config path). */
+void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const char *file,
+                     const char *where, json_t *options);
+
+/* The host API table (static, one for all plugins). */
+const loom_host_api_v1 *loom__host_api(void);
+
+/* Rank of this process as the launcher tells it (before MPI is up), 0 when not launched. */
+int loom__launcher_rank(void);
+
+/* Start the comm plugin and build the dp x tp x pp mesh. sizes: tp and pp (dp = the rest).
+ * Returns 0 or -1 with a message. */
+int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen);
+void loom__mesh_free(loom_runtime *rt);
+
+/* Bring the whole job down after printing `msg` (every rank exits non-zero, promptly). */
+void loom__fatal(loom_runtime *rt, int code, const char *msg);
+
+
+
+/* Build / free rt->model_view from rt->model (model_view.c). */
+int loom__model_view_build(loom_runtime *rt);
+void loom__model_view_free(loom_runtime *rt);
+#endif

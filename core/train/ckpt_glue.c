@@ -1,0 +1,132 @@
+/* What the core puts into a checkpoint and takes back out: the state items (parameters and
+ * optimizer state as flat chunks), the metadata document, and each rank's RNG. The checkpoint
+ * plugin decides how they are stored. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/plugins.h"
+#include "trainer.h"
+
+#define MAX_ITEMS 16
+#define CKPT_FORMAT "loom-checkpoint-1"
+
+typedef struct rank_blob { loom_rng rank_rng, sample_rng; } rank_blob;
+
+static loom_ckpt_item_v1 flat_item(const char *name, uint64_t n, void *data, int writer) {
+  loom_ckpt_item_v1 it = {.struct_size = sizeof it, .name = name, .dtype = LOOM_F32,
+                          .global_numel = n, .offset = 0, .count = n, .data = data,
+                          .writer = writer};
+  return it;
+}
+
+static int build_items(loom_trainer *tr, loom_ckpt_item_v1 *items, int *n) {
+  loom_runtime *rt = &tr->rt;
+  uint64_t N = rt->model.num_parameters;
+  /* replicated across data-parallel ranks: one writer */
+  int writer = rt->mesh.dp_rank == 0;
+  int k = 0;
+  items[k++] = flat_item("params", N, rt->model.params_memory, writer);
+  if (rt->optimizer_owner < 0) {
+    items[k++] = flat_item("optim.m", N, rt->optim_m, writer);
+    items[k++] = flat_item("optim.v", N, rt->optim_v, writer);
+  } else {
+    int i = rt->optimizer_owner;
+    const loom_parallel_v1 *p = &rt->parallel[i].u.parallel;
+    int m = 0;
+    if (p->state_items && p->state_items(rt->parallel_ctx[i], items + k, MAX_ITEMS - k, &m))
+      return loom__hook_error(rt, i, "state_items", tr->err, sizeof tr->err);
+    k += m;
+  }
+  *n = k;
+  return 0;
+}
+
+static const char *ckpt_error(loom_trainer *tr) {
+  return tr->rt.checkpoint_host.error[0] ? tr->rt.checkpoint_host.error : "no message";
+}
+
+int loom__ckpt_save(loom_trainer *tr) {
+  loom_runtime *rt = &tr->rt;
+  loom_ckpt_item_v1 items[MAX_ITEMS];
+  int n;
+  if (build_items(tr, items, &n) != 0) return -1;
+  json_t *meta = json_pack("{s:s, s:i, s:I, s:i, s:i, s:O}", "format", CKPT_FORMAT, "step",
+                           tr->step, "data_cursor", (json_int_t)tr->train.cursor, "world_size",
+                           rt->mesh.world_size, "dp", rt->mesh.dp, "config", tr->cfg.root);
+  const loom_precision_v1 *prec = &rt->precision.u.precision;
+  const char *ps = prec->state_json ? prec->state_json(rt->precision_ctx) : NULL;
+  json_t *pj = ps ? json_loads(ps, 0, NULL) : NULL;
+  json_object_set_new(meta, "precision", pj ? pj : json_null());
+  char *text = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(meta);
+  rank_blob blob = {tr->rank_rng, tr->sample_rng};
+  loom_ckpt_state_v1 st = {.struct_size = sizeof st, .step = tr->step, .n_items = n,
+                           .items = items, .meta_json = text, .rank_blob = &blob,
+                           .rank_blob_bytes = sizeof blob};
+  int rc = rt->checkpoint.u.checkpoint.save(rt->checkpoint_ctx, &st);
+  free(text);
+  if (rc != LOOM_OK) {
+    snprintf(tr->err, sizeof tr->err, "plugin %s: saving step %d failed: %s",
+             rt->checkpoint_host.label, tr->step, ckpt_error(tr));
+    return -1;
+  }
+  return 0;
+}
+
+int loom__ckpt_resume(loom_trainer *tr) {
+  loom_runtime *rt = &tr->rt;
+  const loom_checkpoint_v1 *ck = &rt->checkpoint.u.checkpoint;
+  int step = 0;
+  if (ck->resume_step(rt->checkpoint_ctx, &step) != LOOM_OK) {
+    snprintf(tr->err, sizeof tr->err, "plugin %s: finding a checkpoint failed: %s",
+             rt->checkpoint_host.label, ckpt_error(tr));
+    return -1;
+  }
+  if (step <= 0) return 0;
+  loom_ckpt_item_v1 items[MAX_ITEMS];
+  int n;
+  if (build_items(tr, items, &n) != 0) return -1;
+  rank_blob blob;
+  loom_ckpt_state_v1 st = {.struct_size = sizeof st, .step = step, .n_items = n, .items = items,
+                           .rank_blob = &blob, .rank_blob_bytes = sizeof blob};
+  const char *meta_text = NULL;
+  if (ck->load(rt->checkpoint_ctx, step, &st, &meta_text) != LOOM_OK) {
+    snprintf(tr->err, sizeof tr->err, "plugin %s: loading step %d failed: %s",
+             rt->checkpoint_host.label, step, ckpt_error(tr));
+    return -1;
+  }
+  json_error_t je;
+  json_t *meta = meta_text ? json_loads(meta_text, 0, &je) : NULL;
+  const char *format = meta ? json_string_value(json_object_get(meta, "format")) : NULL;
+  if (!format || strcmp(format, CKPT_FORMAT) != 0 ||
+      !json_is_integer(json_object_get(meta, "data_cursor"))) {
+    json_decref(meta);
+    snprintf(tr->err, sizeof tr->err,
+             "checkpoint step %d: metadata is not a %s document (corrupt or foreign)", step,
+             CKPT_FORMAT);
+    return -1;
+  }
+  tr->step = step;
+  tr->train.cursor = (uint64_t)json_integer_value(json_object_get(meta, "data_cursor"));
+  int saved_world = (int)json_integer_value(json_object_get(meta, "world_size"));
+  if (saved_world == rt->mesh.world_size) {
+    tr->rank_rng = blob.rank_rng;
+    tr->sample_rng = blob.sample_rng;
+  } /* else: a different world size has different per-rank streams; keep the fresh seeds */
+  json_t *pj = json_object_get(meta, "precision");
+  const loom_precision_v1 *prec = &rt->precision.u.precision;
+  if (pj && !json_is_null(pj) && prec->load_state_json) {
+    char *ps = json_dumps(pj, JSON_COMPACT);
+    int rc = prec->load_state_json(rt->precision_ctx, ps);
+    free(ps);
+    if (rc != LOOM_OK) {
+      json_decref(meta);
+      snprintf(tr->err, sizeof tr->err, "plugin %s: restoring its state failed: %s",
+               rt->precision_host.label, rt->precision_host.error);
+      return -1;
+    }
+  }
+  json_decref(meta);
+  return 0;
+}

@@ -1,0 +1,13 @@
+#include "lr_schedule.h"
+
+#include <math.h>
+
+double loom_lr_at(int step, int steps, int warmup, double lr, double min_lr, int cosine) {
+  if (warmup > 0 && step <= warmup) return lr * (double)step / (double)warmup;
+  if (!cosine) return lr;
+  int span = steps - warmup;
+  double p = span > 0 ? (double)(step - warmup) / (double)span : 1.0;
+  if (p < 0) p = 0;
+  if (p > 1) p = 1;
+  return min_lr + 0.5 * (1.0 + cos(M_PI * p)) * (lr - min_lr);
+}

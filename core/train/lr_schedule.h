@@ -1,0 +1,12 @@
+/* Learning-rate schedule: linear warm-up, then cosine decay to a floor (or constant). */
+#ifndef LOOM_CORE_LR_SCHEDULE_H
+#define LOOM_CORE_LR_SCHEDULE_H
+
+/* Learning rate of optimizer step `step` (1-based) of `steps`:
+ *   step <= warmup:   lr * step / warmup
+ *   cosine:           min_lr + 0.5 (1 + cos(pi * p)) (lr - min_lr), p = (step - warmup) /
+ *                     (steps - warmup) in [0, 1] (Loshchilov & Hutter 2017, SGDR, without restarts)
+ *   constant:         lr */
+double loom_lr_at(int step, int steps, int warmup, double lr, double min_lr, int cosine);
+
+#endif

@@ -1,0 +1,111 @@
+#include "metrics.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "trainer.h"
+
+static int is_rank0(const loom_trainer *tr) { return tr->rt.mesh.world_rank == 0; }
+
+int loom_metrics_open(loom_trainer *tr) {
+  const char *path = tr->cfg.logging.metrics;
+  if (!path[0]) return 0;
+  /* a resumed run appends, a fresh run starts the file over */
+  tr->metrics = fopen(path, tr->step > 0 ? "a" : "w");
+  if (!tr->metrics) {
+    snprintf(tr->err, sizeof tr->err, "%s: logging.metrics: cannot open %s: %s", tr->cfg.path,
+             path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+static void fmt_duration(char *buf, size_t n, double s) {
+  if (s < 0) s = 0;
+  long t = (long)(s + 0.5);
+  if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+void loom_metrics_start(loom_trainer *tr) {
+  if (!is_rank0(tr)) return;
+  const loom_config *c = &tr->cfg;
+  const loom_runtime *rt = &tr->rt;
+  printf("loom: %zu parameters | %d layers, %d heads, %d embd, vocab %d | world %d (dp %d) | "
+         "global batch %llu x %d tokens (micro %d x accum %d x dp %d)\n",
+         rt->model.num_parameters, c->model.n_layer, c->model.n_head, c->model.n_embd,
+         c->model.vocab_size, rt->mesh.world_size, rt->mesh.dp, (unsigned long long)tr->G,
+         tr->T, tr->B, tr->accum, rt->mesh.dp);
+  printf("loom: plugins:");
+  for (int i = 0; i < rt->n_parallel; i++) printf(" %s", c->parallel[i].name);
+  printf(" %s%s%s\n", c->precision.name, rt->has_checkpoint ? " " : "",
+         rt->has_checkpoint ? c->checkpoint.name : "");
+  if (tr->step > 0) printf("loom: resumed at step %d\n", tr->step);
+  fflush(stdout);
+}
+
+void loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m) {
+  loom_runtime *rt = &tr->rt;
+  uint64_t bytes = rt->comm_stats.bytes_sent - tr->comm_bytes_prev;
+  tr->comm_bytes_prev = rt->comm_stats.bytes_sent;
+  if (!is_rank0(tr)) return;
+  const loom_config *c = &tr->cfg;
+  double tokens = (double)tr->G * tr->T;
+  double tps = m->seconds > 0 ? tokens / m->seconds : 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  double elapsed = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - tr->t0;
+  int taken = m->step - tr->start_step; /* steps run by this process (a resume starts later) */
+  double eta = taken > 0 ? elapsed / taken * (c->train.steps - m->step) : 0;
+  if (c->logging.interval > 0 &&
+      (m->step % c->logging.interval == 0 || m->step == c->train.steps || taken == 1)) {
+    char etabuf[32];
+    fmt_duration(etabuf, sizeof etabuf, eta);
+    printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %8.0f tok/s | %7.1f ms | eta %s%s\n",
+           m->step, c->train.steps, m->loss, m->lr, m->grad_norm, tps, m->seconds * 1e3, etabuf,
+           m->skipped ? " | skipped" : "");
+    fflush(stdout);
+  }
+  if (tr->metrics) {
+    fprintf(tr->metrics,
+            "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.6g,"
+            "\"ms_per_step\":%.6g,\"eta_s\":%.3f,\"tokens\":%.0f,\"skipped\":%d,"
+            "\"comm_bytes\":%llu,\"mem_peak_bytes\":{",
+            m->step, m->loss, m->lr, m->grad_norm, tps, m->seconds * 1e3, eta,
+            tokens * m->step, m->skipped, (unsigned long long)bytes);
+    for (int k = 0; k < LOOM_MEM__COUNT; k++)
+      fprintf(tr->metrics, "%s\"%s\":%zu", k ? "," : "",
+              loom__mem_category_name((loom_mem_category)k), rt->dev.bytes_peak[k]);
+    fprintf(tr->metrics, ",\"total\":%zu}}\n", rt->dev.total_peak);
+    fflush(tr->metrics);
+  }
+}
+
+void loom_metrics_eval(loom_trainer *tr, int step, double val_loss) {
+  if (!is_rank0(tr)) return;
+  printf("step %5d/%d | val loss %.4f\n", step, tr->cfg.train.steps, val_loss);
+  fflush(stdout);
+  if (tr->metrics) {
+    fprintf(tr->metrics, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
+    fflush(tr->metrics);
+  }
+}
+
+void loom_metrics_end(loom_trainer *tr) {
+  if (!is_rank0(tr)) return;
+  const loom_dev *d = &tr->rt.dev;
+  printf("loom: peak memory per rank:");
+  for (int k = 0; k < LOOM_MEM__COUNT; k++)
+    if (d->bytes_peak[k])
+      printf(" %s %.2f MiB", loom__mem_category_name((loom_mem_category)k),
+             d->bytes_peak[k] / 1048576.0);
+  printf(" | total %.2f MiB\n", d->total_peak / 1048576.0);
+  fflush(stdout);
+}
+
+void loom_metrics_close(loom_trainer *tr) {
+  if (tr->metrics) fclose(tr->metrics);
+  tr->metrics = NULL;
+}

@@ -1,0 +1,26 @@
+/* Monitoring: the live progress line on rank 0 and the JSONL metrics file.
+ * Each step record: step, loss, lr, grad_norm, tokens_per_s, ms_per_step, eta_s, tokens,
+ * comm_bytes (bytes this rank sent during the step, algorithmic), mem_peak_bytes per category.
+ * Each eval record: step, val_loss. */
+#ifndef LOOM_CORE_METRICS_H
+#define LOOM_CORE_METRICS_H
+
+typedef struct loom_trainer loom_trainer;
+
+typedef struct loom_step_metrics {
+  int step;
+  double loss;      /* mean training loss over the global batch */
+  double lr;
+  double grad_norm; /* global L2 norm before clipping */
+  double seconds;   /* wall time of the step on this rank */
+  int skipped;      /* the precision plugin skipped the update */
+} loom_step_metrics;
+
+int loom_metrics_open(loom_trainer *tr);   /* rank 0: open logging.metrics (0 or -1 + err) */
+void loom_metrics_start(loom_trainer *tr); /* header line */
+void loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m);
+void loom_metrics_eval(loom_trainer *tr, int step, double val_loss);
+void loom_metrics_end(loom_trainer *tr);   /* summary: peak memory per category, throughput */
+void loom_metrics_close(loom_trainer *tr);
+
+#endif

@@ -1,0 +1,101 @@
+/* Sampling from the model: temperature and top-k (Fan et al. 2018) over the last position's
+ * logits, one token at a time with a sliding window of the training sequence length. Every rank
+ * runs it in lockstep with the same RNG (so plugins that communicate in forward keep working);
+ * rank 0 prints. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer.h"
+
+/* Draw a token from logits (V) with temperature and top-k (0 = all). probs is scratch (V). */
+static int sample_token(float *logits, float *probs, int V, double temperature, int top_k,
+                        loom_rng *rng) {
+  float cutoff = -INFINITY;
+  if (top_k > 0 && top_k < V) {
+    /* the k-th largest logit: partial selection by copying and nth-element scanning */
+    memcpy(probs, logits, (size_t)V * sizeof(float));
+    for (int i = 0; i < top_k; i++) {
+      int best = i;
+      for (int j = i + 1; j < V; j++)
+        if (probs[j] > probs[best]) best = j;
+      float t = probs[i];
+      probs[i] = probs[best];
+      probs[best] = t;
+    }
+    cutoff = probs[top_k - 1];
+  }
+  float maxv = -INFINITY;
+  for (int i = 0; i < V; i++)
+    if (logits[i] > maxv) maxv = logits[i];
+  double sum = 0.0;
+  for (int i = 0; i < V; i++) {
+    double p = logits[i] >= cutoff ? exp((logits[i] - maxv) / temperature) : 0.0;
+    probs[i] = (float)p;
+    sum += p;
+  }
+  double r = loom__rng_uniform(rng) * sum, acc = 0.0;
+  for (int i = 0; i < V; i++) {
+    acc += probs[i];
+    if (r < acc) return i;
+  }
+  for (int i = V - 1; i >= 0; i--)
+    if (probs[i] > 0) return i;
+  return 0;
+}
+
+int loom_trainer_sample(loom_trainer *tr) {
+  loom_runtime *rt = &tr->rt;
+  const loom_config *c = &tr->cfg;
+  int T = tr->T, V = c->model.vocab_size, n = c->sample.tokens;
+  int cap = (int)strlen(c->sample.prompt) + n + 1;
+  int32_t *toks = calloc((size_t)cap, sizeof *toks);
+  int32_t *window = calloc((size_t)T, sizeof *window);
+  float *logits = malloc((size_t)V * sizeof *logits), *probs = malloc((size_t)V * sizeof *probs);
+  if (!toks || !window || !logits || !probs) {
+    free(toks); free(window); free(logits); free(probs);
+    snprintf(tr->err, sizeof tr->err, "out of host memory (sampling)");
+    return -1;
+  }
+  int len = (int)loom_tokenizer_encode(&tr->tok, c->sample.prompt, strlen(c->sample.prompt),
+                                       toks, (size_t)cap);
+  if (len <= 0) { /* empty prompt: start from a newline */
+    toks[0] = '\n' < V ? '\n' : 0;
+    len = 1;
+  }
+  int rank0 = rt->mesh.world_rank == 0;
+  if (rank0) {
+    printf("loom: sample (%d tokens, temperature %.2f, top-k %d):\n", n, c->sample.temperature,
+           c->sample.top_k);
+    char buf[16];
+    for (int i = 0; i < len; i++) {
+      int k = loom_tokenizer_decode(&tr->tok, toks[i], buf, sizeof buf);
+      fwrite(buf, 1, (size_t)k, stdout);
+    }
+  }
+  int rc = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    int start = len > T ? len - T : 0, w = len - start;
+    memset(window, 0, (size_t)T * sizeof *window);
+    memcpy(window, toks + start, (size_t)w * sizeof *window);
+    /* causal: position w-1 sees only the w real tokens, the zero padding after it is ignored */
+    gpt_hooks hooks = loom__forward_hooks(tr);
+    rc = gpt_forward(&rt->model, window, NULL, 1, T, &hooks, NULL);
+    if (rc != LOOM_OK) break;
+    gpt_logits_row(&rt->model, w - 1, logits);
+    int next = sample_token(logits, probs, V, c->sample.temperature, c->sample.top_k,
+                            &tr->sample_rng);
+    toks[len++] = next;
+    if (rank0) {
+      char buf[16];
+      int k = loom_tokenizer_decode(&tr->tok, next, buf, sizeof buf);
+      fwrite(buf, 1, (size_t)k, stdout);
+      fflush(stdout);
+    }
+  }
+  if (rank0) printf("\n");
+  free(toks); free(window); free(logits); free(probs);
+  if (rc != LOOM_OK) snprintf(tr->err, sizeof tr->err, "sampling forward failed (%d)", rc);
+  return rc == LOOM_OK ? 0 : -1;
+}

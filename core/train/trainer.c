@@ -1,0 +1,283 @@
+/* The training loop. Reads like the algorithm:
+ *   for each step: lr = schedule(step); zero_grad;
+ *     for each micro-step: next_batch; forward; backward (hooks let plugins sync gradients);
+ *     grad norm (global); clip; optimizer step; log; eval; checkpoint.
+ * Every failure ends in tr->err and loom_trainer_fail, which takes the whole job down. */
+#include "trainer.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../runtime/plugins.h"
+#include "lr_schedule.h"
+#include "metrics.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int fail(loom_trainer *tr, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tr->err, sizeof tr->err, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* ---- parallel hooks: each plugin in config order ---- */
+#define CALL_HOOKS(tr, hook, name, ...)                                                   \
+  do {                                                                                    \
+    loom_runtime *rt_ = &(tr)->rt;                                                        \
+    for (int i_ = 0; i_ < rt_->n_parallel; i_++) {                                        \
+      const loom_parallel_v1 *p_ = &rt_->parallel[i_].u.parallel;                         \
+      if (p_->hook && p_->hook(rt_->parallel_ctx[i_], __VA_ARGS__) != LOOM_OK)            \
+        return loom__hook_error(rt_, i_, name, (tr)->err, sizeof (tr)->err);              \
+    }                                                                                     \
+  } while (0)
+
+static int hook_pre_forward(void *ud, int u) { CALL_HOOKS((loom_trainer *)ud, pre_forward, "pre_forward", u); return 0; }
+static int hook_post_forward(void *ud, int u) { CALL_HOOKS((loom_trainer *)ud, post_forward, "post_forward", u); return 0; }
+static int hook_pre_backward(void *ud, int u) { CALL_HOOKS((loom_trainer *)ud, pre_backward, "pre_backward", u); return 0; }
+static int hook_post_backward(void *ud, int u) { CALL_HOOKS((loom_trainer *)ud, post_backward, "post_backward", u); return 0; }
+
+static gpt_hooks make_hooks(loom_trainer *tr) {
+  gpt_hooks h = {.ud = tr, .pre_forward = hook_pre_forward, .post_forward = hook_post_forward,
+                 .pre_backward = hook_pre_backward, .post_backward = hook_post_backward};
+  return h;
+}
+
+/* Sum `vals` over the data-parallel group with the comm plugin directly (control traffic: not
+ * counted in the communication statistics, which measure the strategy's own traffic). */
+static int dp_sum(loom_trainer *tr, double *vals, int n) {
+  loom_runtime *rt = &tr->rt;
+  if (rt->mesh.dp <= 1) return 0;
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_DP], vals, (size_t)n, LOOM_F64,
+                    LOOM_OP_SUM, NULL) != LOOM_OK)
+    return fail(tr, "all-reduce of step statistics failed: %s", rt->comm_host.error);
+  return 0;
+}
+
+gpt_hooks loom__forward_hooks(loom_trainer *tr) {
+  gpt_hooks h = make_hooks(tr);
+  h.pre_backward = h.post_backward = NULL;
+  return h;
+}
+
+int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *const *overrides,
+                      int n_overrides) {
+  memset(tr, 0, sizeof *tr);
+  loom_config *cfg = &tr->cfg;
+  loom_runtime *rt = &tr->rt;
+  rt->cfg = cfg;
+  char e[1500];
+  if (loom_config_load(cfg, config_path, overrides, n_overrides, e, sizeof e) != 0)
+    return fail(tr, "%s", e);
+  if (!cfg->data.train[0])
+    return fail(tr, "%s: data.train: expected a glob of token shards, got nothing", cfg->path);
+  /* plugins are opened before anything talks to other ranks: a missing plugin is reported
+   * on every rank at once and nobody waits */
+  if (loom__plugins_open(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
+  if (loom__mesh_init(rt, 1, 1, e, sizeof e) != 0) return fail(tr, "%s", e);
+  loom__host_init(&tr->core_host, rt, "core", cfg->path, "", NULL);
+
+  char devopts[256];
+  snprintf(devopts, sizeof devopts, "{\"type\":\"%s\",\"threads\":%d}", cfg->device.type,
+           cfg->device.threads);
+  if (loom__dev_open(&rt->dev, loom__cpu_device(), devopts, rt->mesh.world_rank, e, sizeof e))
+    return fail(tr, "%s: device: %s", cfg->path, e);
+  if (loom__plugins_create(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
+
+  if (loom_config_check_batch(cfg, rt->mesh.dp, e, sizeof e) != 0) return fail(tr, "%s", e);
+  tr->B = cfg->train.micro_batch_size;
+  tr->T = cfg->train.seq_len;
+  tr->accum = cfg->train.grad_accum_steps;
+  tr->G = (uint64_t)cfg->train.global_batch_size;
+
+  gpt_config mc = {.vocab_size = cfg->model.vocab_size, .max_seq_len = cfg->model.context_length,
+                   .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
+                   .n_embd = cfg->model.n_embd};
+  if (gpt_init(&rt->model, &mc, &rt->dev, e, sizeof e) != LOOM_OK)
+    return fail(tr, "%s: model: %s", cfg->path, e);
+  /* same seed on every rank: replicas start identical without a broadcast */
+  gpt_init_weights(&rt->model, cfg->train.seed);
+  if (loom__model_view_build(rt) != 0) return fail(tr, "out of host memory (model view)");
+  if (rt->optimizer_owner < 0) {
+    size_t bytes = rt->model.num_parameters * sizeof(float);
+    rt->optim_m = loom__dev_alloc(&rt->dev, bytes, LOOM_MEM_OPTIM);
+    rt->optim_v = loom__dev_alloc(&rt->dev, bytes, LOOM_MEM_OPTIM);
+    if (!rt->optim_m || !rt->optim_v) return fail(tr, "out of memory (optimizer state)");
+  }
+  if (loom__plugins_setup(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
+
+  if (loom_loader_open(&tr->train, cfg->data.train, tr->T, cfg->model.vocab_size, e, sizeof e))
+    return fail(tr, "%s: data.train: %s", cfg->path, e);
+  if (cfg->data.val[0]) {
+    if (loom_loader_open(&tr->val, cfg->data.val, tr->T, cfg->model.vocab_size, e, sizeof e))
+      return fail(tr, "%s: data.val: %s", cfg->path, e);
+    tr->has_val = 1;
+  }
+  if (loom_tokenizer_load(&tr->tok, cfg->data.vocab, e, sizeof e) != 0)
+    return fail(tr, "%s: data.vocab: %s", cfg->path, e);
+  if (tr->tok.vocab_size > cfg->model.vocab_size)
+    return fail(tr, "%s: model.vocab_size: expected >= the tokenizer's vocabulary (%d), got %d",
+                cfg->path, tr->tok.vocab_size, cfg->model.vocab_size);
+  tr->inputs = malloc((size_t)tr->B * tr->T * sizeof(int32_t));
+  tr->targets = malloc((size_t)tr->B * tr->T * sizeof(int32_t));
+  if (!tr->inputs || !tr->targets) return fail(tr, "out of host memory (batch)");
+
+  loom__rng_seed(&tr->rank_rng, cfg->train.seed * 1000003ull + (uint64_t)rt->mesh.world_rank);
+  loom__rng_seed(&tr->sample_rng, cfg->train.seed ^ 0x5eed5eed5eedull);
+  if (rt->has_checkpoint && loom__ckpt_resume(tr) != 0) return -1;
+  if (rt->mesh.world_rank == 0 && loom_metrics_open(tr) != 0) return -1;
+  return 0;
+}
+
+/* One optimizer step over accum micro-steps. */
+static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *sm) {
+  loom_runtime *rt = &tr->rt;
+  loom_config *cfg = &tr->cfg;
+  const loom_device_v1 *dev = rt->dev.ops;
+  gpt_hooks hooks = make_hooks(tr);
+  const loom_precision_v1 *prec = &rt->precision.u.precision;
+  float loss_scale = prec->loss_scale(rt->precision_ctx);
+
+  CALL_HOOKS(tr, begin_step, "begin_step", step);
+  gpt_zero_grad(&rt->model);
+  double loss_sum = 0.0;
+  /* mean over the global batch: each position's loss weighs 1/(B*T*accum) here; the data-
+   * parallel average (sum / dp) is the gradient-sync plugin's job */
+  float dloss = loss_scale / ((float)tr->B * (float)tr->T * (float)tr->accum);
+  for (int micro = 0; micro < tr->accum; micro++) {
+    loom_loader_fill(&tr->train, tr->B, rt->mesh.dp, micro, rt->mesh.dp_rank, tr->inputs,
+                     tr->targets);
+    CALL_HOOKS(tr, begin_micro, "begin_micro", micro, tr->accum);
+    float loss;
+    int rc = gpt_forward(&rt->model, tr->inputs, tr->targets, tr->B, tr->T, &hooks, &loss);
+    if (rc != LOOM_OK) return tr->err[0] ? -1 : fail(tr, "forward failed (%d)", rc);
+    loss_sum += loss;
+    rc = gpt_backward(&rt->model, dloss, &hooks);
+    if (rc != LOOM_OK) return tr->err[0] ? -1 : fail(tr, "backward failed (%d)", rc);
+    CALL_HOOKS(tr, end_backward, "end_backward", micro, tr->accum);
+  }
+  if (rt->mesh.dp > 1 && rt->grad_sync_owner < 0)
+    return fail(tr, "%s: parallel: %d data-parallel ranks but no plugin owns gradient sync "
+                "(add {\"plugin\": \"ddp\"})", cfg->path, rt->mesh.dp);
+
+  double stats[1] = {loss_sum};
+  if (dp_sum(tr, stats, 1) != 0) return -1;
+  sm->loss = stats[0] / (double)(tr->accum * rt->mesh.dp);
+
+  double sq = dev->sum_squares(rt->dev.ctx, rt->model.grads_memory, rt->model.num_parameters);
+  CALL_HOOKS(tr, grad_norm_sq, "grad_norm_sq", &sq);
+  int finite = isfinite(sq);
+  int skip = 0;
+  if (prec->after_backward(rt->precision_ctx, step, finite, &skip) != LOOM_OK)
+    return fail(tr, "plugin %s: %s", rt->precision_host.label, rt->precision_host.error);
+  double norm = sqrt(sq) / loss_scale;
+  sm->grad_norm = norm;
+  double clip = cfg->optimizer.grad_clip;
+  double coef = (clip > 0 && norm > clip) ? clip / (norm + 1e-6) : 1.0;
+  loom_step_args_v1 args = {
+    .struct_size = sizeof args, .step = step, .lr = (float)lr,
+    .beta1 = (float)cfg->optimizer.beta1, .beta2 = (float)cfg->optimizer.beta2,
+    .eps = (float)cfg->optimizer.eps, .weight_decay = (float)cfg->optimizer.weight_decay,
+    .grad_scale = (float)(coef / loss_scale)};
+  sm->skipped = skip;
+  if (!skip) {
+    if (rt->optimizer_owner >= 0) {
+      int i = rt->optimizer_owner;
+      if (rt->parallel[i].u.parallel.optimizer_step(rt->parallel_ctx[i], &args) != LOOM_OK)
+        return loom__hook_error(rt, i, "optimizer_step", tr->err, sizeof tr->err);
+    } else {
+      loom__host_api()->adamw_range(&tr->core_host, &args, 0, rt->model.num_parameters,
+                                    rt->model.params_memory, rt->model.grads_memory,
+                                    rt->optim_m, rt->optim_v);
+    }
+  }
+  CALL_HOOKS(tr, end_step, "end_step", step);
+  loom_loader_advance(&tr->train, tr->G);
+  return 0;
+}
+
+int loom_trainer_eval(loom_trainer *tr, double *val_loss) {
+  loom_runtime *rt = &tr->rt;
+  if (!tr->has_val) return fail(tr, "no validation data (data.val)");
+  gpt_hooks hooks = loom__forward_hooks(tr);
+  uint64_t saved = tr->val.cursor;
+  tr->val.cursor = 0; /* the same validation batches every time */
+  double sum = 0.0;
+  int n = tr->cfg.train.eval_batches;
+  for (int i = 0; i < n; i++) {
+    loom_loader_fill(&tr->val, tr->B, rt->mesh.dp, i, rt->mesh.dp_rank, tr->inputs,
+                     tr->targets);
+    float loss;
+    int rc = gpt_forward(&rt->model, tr->inputs, tr->targets, tr->B, tr->T, &hooks, &loss);
+    if (rc != LOOM_OK) return tr->err[0] ? -1 : fail(tr, "eval forward failed (%d)", rc);
+    sum += loss;
+  }
+  tr->val.cursor = saved;
+  double stats[1] = {sum};
+  if (dp_sum(tr, stats, 1) != 0) return -1;
+  *val_loss = stats[0] / (double)(n * rt->mesh.dp);
+  return 0;
+}
+
+int loom_trainer_run(loom_trainer *tr) {
+  loom_config *cfg = &tr->cfg;
+  loom_runtime *rt = &tr->rt;
+  int steps = cfg->train.steps;
+  int start = tr->start_step = tr->step;
+  tr->t0 = now_s();
+  loom_metrics_start(tr);
+  for (int step = start + 1; step <= steps; step++) {
+    double t = now_s();
+    double lr = loom_lr_at(step, steps, cfg->lr_schedule.warmup_steps, cfg->optimizer.lr,
+                           cfg->lr_schedule.min_lr, strcmp(cfg->lr_schedule.decay, "cosine") == 0);
+    loom_step_metrics sm = {.step = step, .lr = lr};
+    if (train_step(tr, step, lr, &sm) != 0) return -1;
+    tr->step = step;
+    sm.seconds = now_s() - t;
+    loom_metrics_step(tr, &sm);
+    int last = step == steps;
+    if (tr->has_val && ((cfg->train.eval_interval > 0 && step % cfg->train.eval_interval == 0) ||
+                        last)) {
+      double vl;
+      if (loom_trainer_eval(tr, &vl) != 0) return -1;
+      loom_metrics_eval(tr, step, vl);
+    }
+    if (rt->has_checkpoint &&
+        rt->checkpoint.u.checkpoint.should_save(rt->checkpoint_ctx, step, last) &&
+        loom__ckpt_save(tr) != 0)
+      return -1;
+  }
+  loom_metrics_end(tr);
+  if (cfg->sample.tokens > 0 && loom_trainer_sample(tr) != 0) return -1;
+  return 0;
+}
+
+void loom_trainer_fail(loom_trainer *tr, int code) {
+  loom__fatal(&tr->rt, code, tr->err[0] ? tr->err : "unknown error");
+}
+
+void loom_trainer_free(loom_trainer *tr) {
+  loom_runtime *rt = &tr->rt;
+  loom_metrics_close(tr);
+  free(tr->inputs);
+  free(tr->targets);
+  loom_loader_close(&tr->train);
+  if (tr->has_val) loom_loader_close(&tr->val);
+  loom__plugins_destroy(rt);
+  if (rt->model_view.numel) loom__model_view_free(rt);
+  if (rt->model.params) gpt_free(&rt->model);
+  if (rt->optim_m) loom__dev_free(&rt->dev, rt->optim_m);
+  if (rt->optim_v) loom__dev_free(&rt->dev, rt->optim_v);
+  if (rt->dev.ops) loom__dev_close(&rt->dev);
+  loom__mesh_free(rt);
+  loom_config_free(&tr->cfg);
+}

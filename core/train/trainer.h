@@ -1,0 +1,56 @@
+/* The training loop: build the runtime from a config, train, evaluate, checkpoint, sample. */
+#ifndef LOOM_CORE_TRAINER_H
+#define LOOM_CORE_TRAINER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../config/config.h"
+#include "../data/shards.h"
+#include "../data/tokenizer.h"
+#include "../runtime/runtime.h"
+#include "../util/rng.h"
+
+typedef struct loom_trainer {
+  loom_config cfg;
+  loom_runtime rt;
+  loom_host core_host;     /* the core's own handle (for messages and helpers) */
+  loom_loader train, val;
+  int has_val;
+  loom_tokenizer tok;
+  int B, T, accum;
+  uint64_t G;              /* sequences per optimizer step (global batch) */
+  int step;                /* optimizer steps completed */
+  int start_step;          /* steps completed when this process started training */
+  loom_rng rank_rng;       /* per-rank stream (seed, rank) */
+  loom_rng sample_rng;     /* same on every rank, so sampling runs in lockstep */
+  int32_t *inputs, *targets; /* host (B,T) staging */
+  FILE *metrics;
+  double t0;               /* wall clock at start of training, seconds */
+  uint64_t comm_bytes_prev;
+  char err[2048];          /* the message of the first failure */
+} loom_trainer;
+
+/* Build everything (plugins, mesh, device, model, data), resume from the latest checkpoint
+ * when the checkpoint plugin says so. Returns 0, or -1 with trainer->err set. On -1 the caller
+ * must still call loom_trainer_fail or loom_trainer_free. */
+int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *const *overrides,
+                      int n_overrides);
+/* Run the remaining steps (evals, checkpoints, progress), then the sample. 0 or -1 + err. */
+int loom_trainer_run(loom_trainer *tr);
+/* Mean validation loss over eval_batches micro-batches per data-parallel rank. */
+int loom_trainer_eval(loom_trainer *tr, double *val_loss);
+/* Generate cfg.sample.tokens tokens after the prompt and print them (rank 0). */
+int loom_trainer_sample(loom_trainer *tr);
+/* Print err on this rank and bring the whole job down (never returns). */
+void loom_trainer_fail(loom_trainer *tr, int code);
+void loom_trainer_free(loom_trainer *tr);
+
+/* Hooks for a forward-only pass (eval, sampling): plugins' pre/post_forward only. */
+gpt_hooks loom__forward_hooks(loom_trainer *tr);
+
+/* Checkpoint glue (ckpt_glue.c). */
+int loom__ckpt_save(loom_trainer *tr);
+int loom__ckpt_resume(loom_trainer *tr);
+
+#endif

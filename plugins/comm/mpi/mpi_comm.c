@@ -1,0 +1,279 @@
+/* mpi.so — the communication backend for CPU ranks, on OpenMPI (or any MPI-3 library).
+ *
+ * Every loom collective maps onto one MPI call; asynchronous variants use MPI-3 non-blocking
+ * collectives (MPI_Iallreduce, ...) and return the MPI_Request wrapped in a loom_request.
+ * Errors are returned (MPI_ERRORS_RETURN), not fatal, so the host can print the plugin's
+ * message and bring the job down with abort(). */
+#include <dlfcn.h>
+#include <loom/loom.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct loom_comm { MPI_Comm mpi; };
+struct loom_request { MPI_Request mpi; };
+
+typedef struct mpi_ctx {
+  const loom_host_api_v1 *api;
+  loom_host *host;
+  struct loom_comm world;
+  int initialized_here; /* we called MPI_Init, so we call MPI_Finalize */
+} mpi_ctx;
+
+static int fail(mpi_ctx *c, int mpi_err, const char *what) {
+  char msg[MPI_MAX_ERROR_STRING] = "";
+  int len = 0;
+  MPI_Error_string(mpi_err, msg, &len);
+  c->api->set_error(c->host, "%s failed: %s", what, msg);
+  return LOOM_REMOTE;
+}
+#define CHECK_MPI(c, call, what)            \
+  do {                                      \
+    int rc_ = (call);                       \
+    if (rc_ != MPI_SUCCESS) return fail((c), rc_, (what)); \
+  } while (0)
+
+static MPI_Datatype mpi_type(loom_dtype dt) {
+  switch (dt) {
+    case LOOM_F32: return MPI_FLOAT;
+    case LOOM_F64: return MPI_DOUBLE;
+    case LOOM_I32: return MPI_INT32_T;
+    case LOOM_I64: return MPI_INT64_T;
+    case LOOM_U8: return MPI_UINT8_T;
+    case LOOM_BF16: case LOOM_F16: return MPI_UINT16_T; /* only moved, never reduced here */
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+static MPI_Op mpi_op(loom_red_op op) {
+  switch (op) {
+    case LOOM_OP_SUM: return MPI_SUM;
+    case LOOM_OP_MAX: return MPI_MAX;
+    case LOOM_OP_MIN: return MPI_MIN;
+  }
+  return MPI_OP_NULL;
+}
+
+static int check_args(mpi_ctx *c, loom_dtype dt, size_t count, int reduce) {
+  if (count > (size_t)INT32_MAX) {
+    c->api->set_error(c->host, "message of %zu elements exceeds MPI's int count", count);
+    return LOOM_UNSUPPORTED;
+  }
+  if (mpi_type(dt) == MPI_DATATYPE_NULL || (reduce && (dt == LOOM_BF16 || dt == LOOM_F16))) {
+    c->api->set_error(c->host, "dtype %d is not supported by mpi.so for this operation", dt);
+    return LOOM_UNSUPPORTED;
+  }
+  return LOOM_OK;
+}
+
+/* Either start (req != NULL) or run a call. The macro keeps each op one line. */
+static loom_request *new_request(void) { return calloc(1, sizeof(loom_request)); }
+
+static int mpi_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                      void **out) {
+  static const char *const keys[] = {NULL};
+  if (api->opt_check_keys(host, opts, keys) != LOOM_OK) return LOOM_INVALID_CONFIG;
+  mpi_ctx *c = calloc(1, sizeof *c);
+  if (!c) return LOOM_NOMEM;
+  c->api = api;
+  c->host = host;
+  /* OpenMPI dlopens its own components, which need libmpi's symbols globally visible; we were
+   * loaded RTLD_LOCAL, so promote libmpi. */
+  dlopen("libmpi.so.40", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+      api->set_error(host, "MPI_Init_thread failed (is this run under mpirun/srun?)");
+      free(c);
+      return LOOM_SYSTEM;
+    }
+    c->initialized_here = 1;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  c->world.mpi = MPI_COMM_WORLD;
+  *out = c;
+  return LOOM_OK;
+}
+
+static void mpi_destroy(void *ctx) {
+  mpi_ctx *c = ctx;
+  if (!c) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (c->initialized_here && !finalized) MPI_Finalize();
+  free(c);
+}
+
+static int mpi_world(void *ctx, int *rank, int *size) {
+  mpi_ctx *c = ctx;
+  CHECK_MPI(c, MPI_Comm_rank(MPI_COMM_WORLD, rank), "MPI_Comm_rank");
+  CHECK_MPI(c, MPI_Comm_size(MPI_COMM_WORLD, size), "MPI_Comm_size");
+  return LOOM_OK;
+}
+
+static loom_comm *mpi_world_comm(void *ctx) { return &((mpi_ctx *)ctx)->world; }
+
+static int mpi_split(void *ctx, loom_comm *parent, int color, int key, loom_comm **out) {
+  mpi_ctx *c = ctx;
+  loom_comm *nc = calloc(1, sizeof *nc);
+  if (!nc) return LOOM_NOMEM;
+  int rc = MPI_Comm_split(parent ? parent->mpi : MPI_COMM_WORLD, color, key, &nc->mpi);
+  if (rc != MPI_SUCCESS) {
+    free(nc);
+    return fail(c, rc, "MPI_Comm_split");
+  }
+  MPI_Comm_set_errhandler(nc->mpi, MPI_ERRORS_RETURN);
+  *out = nc;
+  return LOOM_OK;
+}
+
+static void mpi_comm_free(void *ctx, loom_comm *comm) {
+  if (!comm || comm == &((mpi_ctx *)ctx)->world) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&comm->mpi);
+  free(comm);
+}
+
+/* Run `blocking` or start `nonblocking` into a fresh request. */
+#define RUN_OR_START(c, req, blocking, nonblocking, what)                        \
+  do {                                                                           \
+    if (!(req)) {                                                                \
+      CHECK_MPI((c), (blocking), what);                                          \
+      return LOOM_OK;                                                            \
+    }                                                                            \
+    loom_request *r_ = new_request();                                            \
+    if (!r_) return LOOM_NOMEM;                                                  \
+    MPI_Request *request = &r_->mpi;                                             \
+    int rc_ = (nonblocking);                                                     \
+    if (rc_ != MPI_SUCCESS) {                                                    \
+      free(r_);                                                                  \
+      return fail((c), rc_, what);                                               \
+    }                                                                            \
+    *(req) = r_;                                                                 \
+    return LOOM_OK;                                                              \
+  } while (0)
+
+static int mpi_all_reduce(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
+                          loom_red_op op, loom_request **req) {
+  mpi_ctx *c = ctx;
+  int rc = check_args(c, dt, count, 1);
+  if (rc) return rc;
+  RUN_OR_START(c, req,
+               MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), mpi_op(op), comm->mpi),
+               MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), mpi_op(op),
+                              comm->mpi, request),
+               "MPI_Allreduce");
+}
+
+static int mpi_reduce_scatter(void *ctx, loom_comm *comm, const void *send, void *recv,
+                              size_t recv_count, loom_dtype dt, loom_red_op op,
+                              loom_request **req) {
+  mpi_ctx *c = ctx;
+  int rc = check_args(c, dt, recv_count, 1);
+  if (rc) return rc;
+  RUN_OR_START(c, req,
+               MPI_Reduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt), mpi_op(op),
+                                        comm->mpi),
+               MPI_Ireduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt),
+                                         mpi_op(op), comm->mpi, request),
+               "MPI_Reduce_scatter_block");
+}
+
+static int mpi_all_gather(void *ctx, loom_comm *comm, const void *send, void *recv,
+                          size_t send_count, loom_dtype dt, loom_request **req) {
+  mpi_ctx *c = ctx;
+  int rc = check_args(c, dt, send_count, 0);
+  if (rc) return rc;
+  RUN_OR_START(c, req,
+               MPI_Allgather(send, (int)send_count, mpi_type(dt), recv, (int)send_count,
+                             mpi_type(dt), comm->mpi),
+               MPI_Iallgather(send, (int)send_count, mpi_type(dt), recv, (int)send_count,
+                              mpi_type(dt), comm->mpi, request),
+               "MPI_Allgather");
+}
+
+static int mpi_broadcast(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
+                         int root, loom_request **req) {
+  mpi_ctx *c = ctx;
+  int rc = check_args(c, dt, count, 0);
+  if (rc) return rc;
+  RUN_OR_START(c, req, MPI_Bcast(buf, (int)count, mpi_type(dt), root, comm->mpi),
+               MPI_Ibcast(buf, (int)count, mpi_type(dt), root, comm->mpi, request),
+               "MPI_Bcast");
+}
+
+static int mpi_send(void *ctx, loom_comm *comm, const void *buf, size_t count, loom_dtype dt,
+                    int peer, int tag, loom_request **req) {
+  mpi_ctx *c = ctx;
+  int rc = check_args(c, dt, count, 0);
+  if (rc) return rc;
+  RUN_OR_START(c, req, MPI_Send(buf, (int)count, mpi_type(dt), peer, tag, comm->mpi),
+               MPI_Isend(buf, (int)count, mpi_type(dt), peer, tag, comm->mpi, request),
+               "MPI_Send");
+}
+
+static int mpi_recv(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
+                    int peer, int tag, loom_request **req) {
+  mpi_ctx *c = ctx;
+  int rc = check_args(c, dt, count, 0);
+  if (rc) return rc;
+  RUN_OR_START(c, req,
+               MPI_Recv(buf, (int)count, mpi_type(dt), peer, tag, comm->mpi, MPI_STATUS_IGNORE),
+               MPI_Irecv(buf, (int)count, mpi_type(dt), peer, tag, comm->mpi, request),
+               "MPI_Recv");
+}
+
+static int mpi_test(void *ctx, loom_request *req, int *done) {
+  mpi_ctx *c = ctx;
+  if (req->mpi == MPI_REQUEST_NULL) {
+    *done = 1;
+    return LOOM_OK;
+  }
+  CHECK_MPI(c, MPI_Test(&req->mpi, done, MPI_STATUS_IGNORE), "MPI_Test");
+  return LOOM_OK;
+}
+
+static int mpi_wait(void *ctx, loom_request *req) {
+  mpi_ctx *c = ctx;
+  int rc = MPI_Wait(&req->mpi, MPI_STATUS_IGNORE);
+  free(req);
+  if (rc != MPI_SUCCESS) return fail(c, rc, "MPI_Wait");
+  return LOOM_OK;
+}
+
+static int mpi_barrier(void *ctx, loom_comm *comm) {
+  mpi_ctx *c = ctx;
+  CHECK_MPI(c, MPI_Barrier(comm->mpi), "MPI_Barrier");
+  return LOOM_OK;
+}
+
+static void mpi_abort(void *ctx, int exit_code) {
+  (void)ctx;
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  exit(exit_code); /* MPI_Abort does not return; this is for the compiler */
+}
+
+LOOM_EXPORT const loom_comm_v1 loom_plugin_v1 = {
+  .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_COMM, "mpi", "1.0.0",
+                                 "MPI collectives and point-to-point (OpenMPI) for CPU ranks",
+                                 LOOM_COMM_CAP_HOST_MEMORY, loom_comm_v1),
+  .create = mpi_create,
+  .destroy = mpi_destroy,
+  .world = mpi_world,
+  .world_comm = mpi_world_comm,
+  .split = mpi_split,
+  .comm_free = mpi_comm_free,
+  .all_reduce = mpi_all_reduce,
+  .reduce_scatter = mpi_reduce_scatter,
+  .all_gather = mpi_all_gather,
+  .broadcast = mpi_broadcast,
+  .send = mpi_send,
+  .recv = mpi_recv,
+  .test = mpi_test,
+  .wait = mpi_wait,
+  .barrier = mpi_barrier,
+  .abort = mpi_abort,
+};

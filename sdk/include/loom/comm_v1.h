@@ -1,0 +1,62 @@
+/* loom ABI v1 — communication backends (mpi.so on CPU ranks; nccl.so for GPUs later).
+ *
+ * The host builds the dp x tp x pp mesh with split() and wraps every operation to count bytes;
+ * parallel plugins reach collectives only through the host API. Buffers are device memory of
+ * the device backend the comm plugin declares support for (the CPU's are host memory). */
+#ifndef LOOM_COMM_V1_H
+#define LOOM_COMM_V1_H
+
+#include "host_v1.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Capabilities */
+#define LOOM_COMM_CAP_HOST_MEMORY (1u << 0)   /* works on host-addressable buffers */
+#define LOOM_COMM_CAP_DEVICE_MEMORY (1u << 1) /* works on GPU device buffers */
+
+typedef struct loom_comm_v1 {
+  loom_plugin_header hdr;
+
+  /* Join the job started by the launcher (mpirun/srun). Blocking until every rank joined.
+   * Errors: LOOM_SYSTEM (launcher environment broken) with set_error. */
+  int (*create)(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                void **ctx);
+  /* Leave the job cleanly (every rank calls it). */
+  void (*destroy)(void *ctx);
+  /* This process's rank and the number of ranks in the job. */
+  int (*world)(void *ctx, int *rank, int *size);
+  /* The communicator of all ranks (owned by the plugin, not freed by the caller). */
+  loom_comm *(*world_comm)(void *ctx);
+  /* Collective over `parent`: ranks with the same color form a new communicator ordered by key.
+   * Free it with comm_free. */
+  int (*split)(void *ctx, loom_comm *parent, int color, int key, loom_comm **out);
+  void (*comm_free)(void *ctx, loom_comm *c);
+
+  /* Operations: semantics as in host_v1.h; req == NULL means blocking. */
+  int (*all_reduce)(void *ctx, loom_comm *c, void *buf, size_t count, loom_dtype dt,
+                    loom_red_op op, loom_request **req);
+  int (*reduce_scatter)(void *ctx, loom_comm *c, const void *send, void *recv,
+                        size_t recv_count, loom_dtype dt, loom_red_op op, loom_request **req);
+  int (*all_gather)(void *ctx, loom_comm *c, const void *send, void *recv, size_t send_count,
+                    loom_dtype dt, loom_request **req);
+  int (*broadcast)(void *ctx, loom_comm *c, void *buf, size_t count, loom_dtype dt, int root,
+                   loom_request **req);
+  int (*send)(void *ctx, loom_comm *c, const void *buf, size_t count, loom_dtype dt, int peer,
+              int tag, loom_request **req);
+  int (*recv)(void *ctx, loom_comm *c, void *buf, size_t count, loom_dtype dt, int peer,
+              int tag, loom_request **req);
+  int (*test)(void *ctx, loom_request *req, int *done);
+  int (*wait)(void *ctx, loom_request *req);
+  int (*barrier)(void *ctx, loom_comm *c);
+
+  /* Bring the whole job down now (a rank failed): every other rank must exit promptly
+   * instead of waiting in a collective. Does not return. */
+  void (*abort)(void *ctx, int exit_code);
+} loom_comm_v1;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_COMM_V1_H */

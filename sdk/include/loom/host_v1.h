@@ -1,0 +1,150 @@
+/* loom ABI v1 — the host API: the table of host functions every plugin receives in create().
+ *
+ * Plugins link nothing of the core. Everything they need — logging and errors, their config
+ * options, the process mesh and collectives, device memory and kernels, the model's tensors —
+ * comes through this table. It is append-only: a slot is never removed or reordered; a plugin
+ * that needs a slot added in a later minor version checks LOOM_HOST_HAS(api, slot) first
+ * (Redis's RMAPI_FUNC_SUPPORTED). */
+#ifndef LOOM_HOST_V1_H
+#define LOOM_HOST_V1_H
+
+#include "common_v1.h"
+#include "device_v1.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_options loom_options; /* a plugin's options object from the config (opaque) */
+
+typedef enum loom_log_level {
+  LOOM_LOG_ERROR = 0, LOOM_LOG_WARN = 1, LOOM_LOG_INFO = 2, LOOM_LOG_DEBUG = 3,
+} loom_log_level;
+
+/* Axes of the process mesh (dp x tp x pp; tp innermost: world rank =
+ * (pp_rank * dp_size + dp_rank) * tp_size + tp_rank, as Megatron-LM lays ranks out). */
+typedef enum loom_axis {
+  LOOM_AXIS_WORLD = 0, LOOM_AXIS_DP = 1, LOOM_AXIS_TP = 2, LOOM_AXIS_PP = 3,
+} loom_axis;
+
+typedef enum loom_red_op { LOOM_OP_SUM = 0, LOOM_OP_MAX = 1, LOOM_OP_MIN = 2 } loom_red_op;
+
+/* A parameter tensor of the model as plugins see it. Shapes are global (unsplit). data and grad
+ * are the current device views; a plugin that owns parameter storage (ZeRO-3) may redirect
+ * them between pre_forward/pre_backward and the matching post hook. */
+typedef struct loom_tensor_v1 {
+  uint32_t struct_size;
+  const char *name;   /* "wte", "h.0.attn.qkv.weight", ... (PyTorch-style) */
+  int unit;           /* 0 embedding, 1..n_layer blocks, n_layer+1 head */
+  int ndim;           /* 1 or 2 */
+  int64_t shape[4];   /* global shape */
+  uint64_t numel;     /* global element count */
+  uint64_t offset;    /* first element within the flat parameter/gradient buffers */
+  int weight_decay;   /* 1 if AdamW's weight decay applies (2-D weights), else 0 */
+  float **data;       /* -> current view of the values (device memory, fp32) */
+  float **grad;       /* -> current view of the gradient (device memory, fp32) */
+} loom_tensor_v1;
+
+/* The model's parameters as one flat fp32 buffer laid out unit by unit. */
+typedef struct loom_model_v1 {
+  uint32_t struct_size;
+  int n_layer, n_head, n_embd, vocab_size, max_seq_len;
+  int n_units;               /* n_layer + 2 */
+  const uint64_t *unit_offset; /* n_units + 1 entries: unit u = [unit_offset[u], unit_offset[u+1]) */
+  uint64_t numel;            /* total parameters (Psi in the ZeRO paper) */
+  float *params;             /* device, numel: the flat parameter buffer */
+  float *grads;              /* device, numel: the flat gradient buffer */
+  int n_tensors;
+  loom_tensor_v1 *tensors;   /* n_tensors, in flat order */
+} loom_model_v1;
+
+/* What the optimizer step needs, handed to a plugin that owns the step. */
+typedef struct loom_step_args_v1 {
+  uint32_t struct_size;
+  int step;            /* 1-based optimizer step (AdamW's t) */
+  float lr;            /* learning rate for this step, after the schedule */
+  float beta1, beta2, eps, weight_decay;
+  float grad_scale;    /* multiply gradients by this (clipping x 1/loss_scale) */
+} loom_step_args_v1;
+
+typedef struct loom_host_api_v1 {
+  uint32_t struct_size;
+  uint16_t abi_major, abi_minor;
+
+  /* ---- diagnostics ---- */
+  /* printf-style log line, prefixed with the plugin's name and rank. */
+  void (*log)(loom_host *h, loom_log_level level, const char *fmt, ...);
+  /* Describe the error the plugin is about to return; the host prints it as
+   * "loom: plugin NAME (FILE): MESSAGE". The last call wins. */
+  void (*set_error)(loom_host *h, const char *fmt, ...);
+
+  /* ---- the plugin's options (its object in the config) ----
+   * Each getter stores the value or the default (key absent) and returns LOOM_OK, or returns
+   * LOOM_INVALID_CONFIG after setting an error "FILE: JSON.PATH.KEY: expected ..., got ...". */
+  int (*opt_int)(loom_host *h, const loom_options *o, const char *key, int64_t dflt,
+                 int64_t min, int64_t max, int64_t *out);
+  int (*opt_double)(loom_host *h, const loom_options *o, const char *key, double dflt,
+                    double min, double max, double *out);
+  int (*opt_bool)(loom_host *h, const loom_options *o, const char *key, int dflt, int *out);
+  /* *out stays valid for the plugin's lifetime. */
+  int (*opt_string)(loom_host *h, const loom_options *o, const char *key, const char *dflt,
+                    const char **out);
+  /* Refuse keys not in `allowed` (NULL-terminated); keys starting with '_' are comments. */
+  int (*opt_check_keys)(loom_host *h, const loom_options *o, const char *const *allowed);
+
+  /* ---- the process mesh ---- */
+  int (*rank)(loom_host *h, loom_axis axis); /* this process's index along axis */
+  int (*size)(loom_host *h, loom_axis axis); /* number of processes along axis */
+  loom_comm *(*comm)(loom_host *h, loom_axis axis); /* communicator of this process's group */
+
+  /* ---- collectives on a communicator; counted by the host (bytes sent per rank) ----
+   * Buffers are device memory. req == NULL: blocking. Else the call starts the operation and
+   * stores a request that must be completed with wait(); buffers must not be touched until
+   * then. Errors: LOOM_REMOTE (a peer failed), LOOM_INVALID_USAGE. */
+  int (*all_reduce)(loom_host *h, loom_comm *c, void *buf, size_t count, loom_dtype dt,
+                    loom_red_op op, loom_request **req);
+  /* recv gets this rank's block (recv_count elements) of the reduced send buffer, which holds
+   * size(c) * recv_count elements, block i for rank i. */
+  int (*reduce_scatter)(loom_host *h, loom_comm *c, const void *send, void *recv,
+                        size_t recv_count, loom_dtype dt, loom_red_op op, loom_request **req);
+  /* recv (size(c) * send_count elements) gets every rank's send block in rank order. */
+  int (*all_gather)(loom_host *h, loom_comm *c, const void *send, void *recv,
+                    size_t send_count, loom_dtype dt, loom_request **req);
+  int (*broadcast)(loom_host *h, loom_comm *c, void *buf, size_t count, loom_dtype dt,
+                   int root, loom_request **req);
+  int (*send)(loom_host *h, loom_comm *c, const void *buf, size_t count, loom_dtype dt,
+              int peer, int tag, loom_request **req);
+  int (*recv)(loom_host *h, loom_comm *c, void *buf, size_t count, loom_dtype dt, int peer,
+              int tag, loom_request **req);
+  /* Drive progress; *done = 1 once complete (the request stays valid until wait()). */
+  int (*test)(loom_host *h, loom_request *req, int *done);
+  /* Complete and release a request. */
+  int (*wait)(loom_host *h, loom_request *req);
+  int (*barrier)(loom_host *h, loom_comm *c);
+
+  /* ---- device memory and kernels (plugins never dereference device memory) ---- */
+  /* Zeroed device memory charged to `cat`; NULL (with an error set) when out of memory. */
+  void *(*alloc)(loom_host *h, size_t bytes, loom_mem_category cat);
+  void (*free)(loom_host *h, void *ptr);
+  /* The device backend's table and context, for copy/scale/axpy/sum_squares/adamw. */
+  const loom_device_v1 *(*device)(loom_host *h, void **device_ctx);
+
+  /* ---- the model ---- */
+  const loom_model_v1 *(*model)(loom_host *h);
+
+  /* ---- helpers ---- */
+  /* AdamW over the flat-buffer element range [begin, begin + n): param/grad/m/v point at that
+   * range's storage (any buffers the caller owns). Weight decay is applied per tensor as the
+   * model says (only where loom_tensor_v1.weight_decay is 1). */
+  int (*adamw_range)(loom_host *h, const loom_step_args_v1 *a, uint64_t begin, uint64_t n,
+                     float *param, const float *grad, float *m, float *v);
+} loom_host_api_v1;
+
+/* True when the host's table is large enough to hold `slot`. */
+#define LOOM_HOST_HAS(api, slot) \
+  ((api)->struct_size >= offsetof(loom_host_api_v1, slot) + sizeof((api)->slot) && (api)->slot)
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_HOST_V1_H */

@@ -1,0 +1,89 @@
+/* loom ABI v1 — parallelism plugins (ddp.so, zero1/2/3.so, cpu_offload.so, tensor_parallel.so,
+ * pipeline.so).
+ *
+ * The core runs the GPT model unit by unit (unit 0 embedding, 1..L blocks, L+1 head) and calls
+ * the hooks below at fixed points of every optimizer step:
+ *
+ *   begin_step(step)
+ *   for micro in 0..n_micro-1:
+ *     begin_micro(micro, n_micro)                    -- micro == n_micro-1: the sync micro-step
+ *     for u = 0..L+1:   pre_forward(u)  <unit u forward>  post_forward(u)
+ *     for u = L+1..0:   pre_backward(u) <unit u backward> post_backward(u)
+ *     end_backward(micro, n_micro)
+ *   grad_norm_sq(&sq)                                -- global squared L2 norm of the gradient
+ *   optimizer_step(args)                             -- or the host's AdamW when NULL
+ *   end_step(step)
+ *
+ * After post_backward(u), every gradient at flat offset >= unit_offset[u] is final for the
+ * micro-step (units are laid out in order and backward runs in reverse), which is when DDP
+ * launches the all-reduce of the buckets that lie there.
+ *
+ * Every hook may be NULL ("not implemented: the host's default, single-device behaviour").
+ * Hooks return LOOM_OK or an error after api->set_error(); the host then stops the job on every
+ * rank with that message.
+ *
+ * Roles: what a plugin owns is declared by its caps; the host refuses two plugins that claim the
+ * same role (two gradient-sync owners, two optimizer owners, two schedule drivers) at load time. */
+#ifndef LOOM_PARALLEL_V1_H
+#define LOOM_PARALLEL_V1_H
+
+#include "checkpoint_v1.h"
+#include "host_v1.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Roles (caps). */
+#define LOOM_PAR_CAP_GRAD_SYNC (1u << 0)    /* owns data-parallel gradient synchronisation */
+#define LOOM_PAR_CAP_OPTIMIZER (1u << 1)    /* owns the optimizer step and its state */
+#define LOOM_PAR_CAP_SCHEDULE (1u << 2)     /* drives the micro-batch schedule (pipeline) */
+#define LOOM_PAR_CAP_SPLIT_LAYERS (1u << 3) /* changes layer shapes (tensor parallel) */
+#define LOOM_PAR_CAP_SHARD_PARAMS (1u << 4) /* owns parameter storage between hooks (ZeRO-3) */
+/* The mesh axis the plugin works on (exactly one). */
+#define LOOM_PAR_CAP_AXIS_DP (1u << 16)
+#define LOOM_PAR_CAP_AXIS_TP (1u << 17)
+#define LOOM_PAR_CAP_AXIS_PP (1u << 18)
+
+typedef struct loom_parallel_v1 {
+  loom_plugin_header hdr;
+
+  /* Read and check options (api->opt_*), keep `api` and `host`. The mesh exists already:
+   * api->size/rank/comm work. Must not touch the model (not built yet). */
+  int (*create)(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                void **ctx);
+  /* Release everything (device memory through api->free). */
+  void (*destroy)(void *ctx);
+
+  /* The model and its buffers exist (api->model()); allocate buckets, shards, state. */
+  int (*setup)(void *ctx);
+
+  int (*begin_step)(void *ctx, int step);
+  /* micro in [0, n_micro); gradient sync belongs to the last one (the others are DDP's
+   * no_sync micro-steps). */
+  int (*begin_micro)(void *ctx, int micro, int n_micro);
+  int (*pre_forward)(void *ctx, int unit);
+  int (*post_forward)(void *ctx, int unit);
+  int (*pre_backward)(void *ctx, int unit);
+  int (*post_backward)(void *ctx, int unit);
+  /* The micro-step's backward is done: finish outstanding communication of this micro-step. */
+  int (*end_backward)(void *ctx, int micro, int n_micro);
+
+  /* On entry *sq is the host's sum of squares over the whole flat gradient buffer of this
+   * rank; a plugin that shards or splits gradients replaces it with the global value (the same
+   * on every rank). */
+  int (*grad_norm_sq)(void *ctx, double *sq);
+  /* Run the optimizer step (plugins with LOOM_PAR_CAP_OPTIMIZER). NULL: host AdamW over the
+   * flat buffers with the host's m and v. */
+  int (*optimizer_step)(void *ctx, const loom_step_args_v1 *args);
+  int (*end_step)(void *ctx, int step);
+
+  /* Checkpointing of state the plugin owns (LOOM_PAR_CAP_OPTIMIZER: m, v shards). Fills up to
+   * max items describing its buffers; returns the count via *n. NULL: nothing to save. */
+  int (*state_items)(void *ctx, loom_ckpt_item_v1 *items, int max, int *n);
+} loom_parallel_v1;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_PARALLEL_V1_H */

@@ -1,0 +1,615 @@
+/* loom-prepare: text files -> llm.c token shards, a vocabulary file and a summary.
+ *
+ *   loom-prepare --out DIR [--val-every K] [--shard-tokens N] PATH...
+ *
+ * The inputs form one byte stream: each PATH in the order given, a directory walked recursively
+ * with its entries sorted by byte value, symlinks followed. A file that holds a NUL byte is not
+ * text and is skipped with a note; a file (or directory) reached twice is read once (same device
+ * and inode); the output directory is never read as input.
+ *
+ * The stream is cut into 8 KiB blocks; every K-th block (blocks K-1, 2K-1, ...) goes to the val
+ * split, the rest to train (K = 0: no val split). Each split is tokenized and written as
+ * DIR/<split>_000.bin, _001.bin, ... of N tokens each; the last shard of a split takes the tail
+ * and holds between N/2 and 1.5 N tokens (or all of the split when it is smaller), so no shard is
+ * a tiny remainder that a loader with a long sequence length would reject.
+ *
+ * Outputs, each written to a temporary name and renamed: the shards, DIR/vocab.json and last
+ * DIR/meta.json, so a directory with meta.json is complete (an old meta.json is removed before the
+ * first shard is replaced). Shards of an earlier run that this run did not rewrite are removed.
+ *
+ * meta.json's unigram_val_loss is the cross-entropy (nats/token) of the val tokens under the
+ * train unigram distribution with add-one smoothing: the loss a model that ignores context would
+ * get, so the baseline a trained model must beat.
+ *
+ * Exit status: 0 done, 1 error (one line naming the path and the reason), 2 usage error. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "data/shards.h"
+#include "data/tokenizer.h"
+
+#define BLOCK_BYTES 8192 /* the unit of the train/val split */
+#define DEFAULT_VAL_EVERY 20
+#define DEFAULT_SHARD_TOKENS 10000000ull
+
+static const char *usage_text =
+    "usage: loom-prepare --out DIR [--val-every K] [--shard-tokens N] PATH...\n"
+    "\n"
+    "Turn text files into llm.c token shards for loom (byte-level tokenizer, vocab 256).\n"
+    "Each PATH is a text file or a directory walked recursively in sorted order; files that\n"
+    "hold a NUL byte are skipped as not text, and a file reached twice (symlinks) is read once.\n"
+    "\n"
+    "  --out DIR           output directory (created if missing): train_NNN.bin, val_NNN.bin,\n"
+    "                      vocab.json, meta.json (written last: marks a complete set)\n"
+    "  --val-every K       every K-th 8 KiB block of the input stream goes to val (default 20;\n"
+    "                      0 = no val split)\n"
+    "  --shard-tokens N    tokens per shard (default 10000000; the last shard of a split holds\n"
+    "                      between N/2 and 1.5 N)\n"
+    "  -h, --help          show this help\n"
+    "\n"
+    "Prints a summary with the unigram baseline: the val loss (nats/token) of the train unigram\n"
+    "distribution, which a trained model must beat. Exit status: 0 ok, 1 error, 2 usage error.\n";
+
+/* ---- messages ---- */
+
+static void note(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("loom-prepare: note: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+static int fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("loom-prepare: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return -1;
+}
+
+static void *xrealloc(void *p, size_t n) {
+  void *q = realloc(p, n ? n : 1);
+  if (!q) {
+    fputs("loom-prepare: out of memory\n", stderr);
+    exit(1);
+  }
+  return q;
+}
+
+static char *xstrdup(const char *s) { return strcpy(xrealloc(NULL, strlen(s) + 1), s); }
+
+static char *join_path(const char *dir, const char *name) {
+  size_t dl = strlen(dir);
+  int slash = dl > 0 && dir[dl - 1] == '/';
+  char *p = xrealloc(NULL, dl + strlen(name) + 2);
+  sprintf(p, "%s%s%s", dir, slash ? "" : "/", name);
+  return p;
+}
+
+/* 1234567 -> "1,234,567" */
+static const char *fmt_count(uint64_t v, char buf[32]) {
+  char tmp[32];
+  int n = snprintf(tmp, sizeof(tmp), "%" PRIu64, v), o = 0;
+  for (int i = 0; i < n; i++) {
+    if (i > 0 && (n - i) % 3 == 0) buf[o++] = ',';
+    buf[o++] = tmp[i];
+  }
+  buf[o] = '\0';
+  return buf;
+}
+
+/* ---- the set of (device, inode) already reached: open addressing, grows at half load ---- */
+
+typedef struct seen_ent { dev_t dev; ino_t ino; char *path; } seen_ent; /* path NULL = empty */
+typedef struct seen_set { seen_ent *e; size_t cap, n; } seen_set;
+
+static size_t seen_hash(dev_t dev, ino_t ino) {
+  uint64_t h = (uint64_t)ino * 0x9E3779B97F4A7C15ull ^ (uint64_t)dev * 0xC2B2AE3D27D4EB4Full;
+  return (size_t)(h ^ (h >> 29));
+}
+
+static seen_ent *seen_slot(seen_ent *e, size_t cap, dev_t dev, ino_t ino) {
+  size_t i = seen_hash(dev, ino) & (cap - 1);
+  while (e[i].path && !(e[i].dev == dev && e[i].ino == ino)) i = (i + 1) & (cap - 1);
+  return &e[i];
+}
+
+/* The path first seen with this identity, or NULL after recording `path` as that first one. */
+static const char *seen_add(seen_set *s, dev_t dev, ino_t ino, const char *path) {
+  if (2 * (s->n + 1) > s->cap) {
+    size_t cap = s->cap ? 2 * s->cap : 256;
+    seen_ent *e = xrealloc(NULL, cap * sizeof(*e));
+    memset(e, 0, cap * sizeof(*e));
+    for (size_t i = 0; i < s->cap; i++)
+      if (s->e[i].path) *seen_slot(e, cap, s->e[i].dev, s->e[i].ino) = s->e[i];
+    free(s->e);
+    s->e = e;
+    s->cap = cap;
+  }
+  seen_ent *slot = seen_slot(s->e, s->cap, dev, ino);
+  if (slot->path) return slot->path;
+  slot->dev = dev;
+  slot->ino = ino;
+  slot->path = xstrdup(path);
+  s->n++;
+  return NULL;
+}
+
+static void seen_free(seen_set *s) {
+  for (size_t i = 0; i < s->cap; i++) free(s->e[i].path);
+  free(s->e);
+}
+
+/* ---- walking the inputs ---- */
+
+typedef struct walk {
+  char **files; /* regular files to read, in stream order */
+  size_t n_files, cap_files;
+  uint64_t total_bytes; /* sum of their sizes at walk time (an upper bound for the shard names) */
+  seen_set seen;
+  int have_out; /* the output directory exists: never read it */
+  dev_t out_dev;
+  ino_t out_ino;
+  size_t n_dups, n_other;
+} walk;
+
+static int cmp_dirent(const struct dirent **a, const struct dirent **b) {
+  return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+static int not_dots(const struct dirent *d) {
+  return strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0;
+}
+
+static int walk_path(walk *w, const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return fail("%s: %s", path, strerror(errno));
+  if (S_ISDIR(st.st_mode) && w->have_out && st.st_dev == w->out_dev && st.st_ino == w->out_ino) {
+    note("%s: the output directory, not read as input", path);
+    return 0;
+  }
+  if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+    note("%s: not a regular file or directory, skipped", path);
+    w->n_other++;
+    return 0;
+  }
+  const char *first = seen_add(&w->seen, st.st_dev, st.st_ino, path);
+  if (first) {
+    note("%s: same %s as %s, read once", path, S_ISDIR(st.st_mode) ? "directory" : "file", first);
+    w->n_dups++;
+    return 0;
+  }
+  if (S_ISREG(st.st_mode)) {
+    if (w->n_files == w->cap_files) {
+      w->cap_files = w->cap_files ? 2 * w->cap_files : 64;
+      w->files = xrealloc(w->files, w->cap_files * sizeof(char *));
+    }
+    w->files[w->n_files++] = xstrdup(path);
+    w->total_bytes += (uint64_t)st.st_size;
+    return 0;
+  }
+  struct dirent **ents;
+  int n = scandir(path, &ents, not_dots, cmp_dirent);
+  if (n < 0) return fail("%s: cannot read directory: %s", path, strerror(errno));
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    if (rc == 0) {
+      char *child = join_path(path, ents[i]->d_name);
+      rc = walk_path(w, child);
+      free(child);
+    }
+    free(ents[i]);
+  }
+  free(ents);
+  return rc;
+}
+
+/* Read a whole file; *out is malloc'ed (NUL-terminated for convenience). */
+static int read_file(const char *path, char **out, size_t *len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail("%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  size_t cap = (fstat(fd, &st) == 0 && st.st_size > 0) ? (size_t)st.st_size + 1 : 4096;
+  char *buf = xrealloc(NULL, cap);
+  size_t n = 0;
+  for (;;) {
+    if (n + 1 >= cap) buf = xrealloc(buf, cap *= 2);
+    ssize_t r = read(fd, buf + n, cap - 1 - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      close(fd);
+      free(buf);
+      return fail("%s: cannot read: %s", path, strerror(e));
+    }
+    if (r == 0) break;
+    n += (size_t)r;
+  }
+  close(fd);
+  buf[n] = '\0';
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
+/* ---- the two splits and their shards ---- */
+
+typedef struct split {
+  const char *name;   /* "train" or "val": files are <name>_<index>.bin */
+  uint16_t *buf;      /* tokens not yet written (at most cap) */
+  size_t n, cap;      /* cap = shard_tokens + shard_tokens/2 */
+  uint64_t tokens;    /* all tokens of this split */
+  int n_shards;       /* shards written */
+  uint64_t counts[LOOM_TOKENIZER_BYTE_VOCAB]; /* unigram counts */
+} split;
+
+typedef struct prep {
+  const char *out_dir;
+  size_t shard_tokens;
+  int width;          /* digits in shard names */
+  int meta_removed;   /* the old meta.json is gone (done before the first shard write) */
+} prep;
+
+static int write_shard(prep *p, split *s, size_t n) {
+  if (!p->meta_removed) {
+    char *meta = join_path(p->out_dir, "meta.json");
+    if (unlink(meta) != 0 && errno != ENOENT) {
+      int e = errno;
+      fail("%s: cannot remove the old summary: %s", meta, strerror(e));
+      free(meta);
+      return -1;
+    }
+    free(meta);
+    p->meta_removed = 1;
+  }
+  char name[64], err[512];
+  snprintf(name, sizeof(name), "%s_%0*d.bin", s->name, p->width, s->n_shards);
+  char *path = join_path(p->out_dir, name);
+  int rc = loom_shard_write(path, s->buf, n, err, sizeof(err));
+  free(path);
+  if (rc != 0) return fail("%s", err);
+  s->n_shards++;
+  memmove(s->buf, s->buf + n, (s->n - n) * sizeof(uint16_t));
+  s->n -= n;
+  return 0;
+}
+
+static int split_append(prep *p, split *s, const int32_t *toks, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (s->n == s->cap && write_shard(p, s, p->shard_tokens) != 0) return -1;
+    s->buf[s->n++] = (uint16_t)toks[i];
+    s->counts[toks[i]]++;
+  }
+  s->tokens += n;
+  return 0;
+}
+
+/* Remove <split>_<digits>.bin files this run did not write (left by an earlier, larger run). */
+static int remove_stale(const prep *p, const split *splits, int n_splits) {
+  DIR *d = opendir(p->out_dir);
+  if (!d) return fail("%s: cannot read directory: %s", p->out_dir, strerror(errno));
+  struct dirent *de;
+  int rc = 0;
+  while ((de = readdir(d)) != NULL) {
+    for (int k = 0; k < n_splits; k++) {
+      const char *nm = de->d_name;
+      size_t pl = strlen(splits[k].name);
+      if (strncmp(nm, splits[k].name, pl) != 0 || nm[pl] != '_') continue;
+      const char *dg = nm + pl + 1;
+      size_t nd = strspn(dg, "0123456789");
+      if (nd == 0 || strcmp(dg + nd, ".bin") != 0) continue;
+      if ((int)nd == p->width && strtoull(dg, NULL, 10) < (unsigned long long)splits[k].n_shards)
+        continue; /* written by this run */
+      char *path = join_path(p->out_dir, nm);
+      if (unlink(path) != 0)
+        rc = fail("%s: cannot remove stale shard: %s", path, strerror(errno));
+      else
+        note("%s: stale shard of an earlier run, removed", path);
+      free(path);
+    }
+  }
+  closedir(d);
+  return rc;
+}
+
+static int write_text_atomic(const char *path, const char *text) {
+  char tmp[4096];
+  snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return fail("%s: cannot create: %s", tmp, strerror(errno));
+  size_t len = strlen(text);
+  int ok = write(fd, text, len) == (ssize_t)len && fsync(fd) == 0;
+  int e = errno;
+  if (close(fd) != 0 && ok) {
+    e = errno;
+    ok = 0;
+  }
+  if (ok && rename(tmp, path) != 0) {
+    e = errno;
+    ok = 0;
+  }
+  if (!ok) {
+    unlink(tmp);
+    return fail("%s: cannot write: %s", path, strerror(e));
+  }
+  return 0;
+}
+
+static int mkdir_p(const char *dir) {
+  char *p = xstrdup(dir);
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+      int e = errno;
+      fail("%s: cannot create directory: %s", p, strerror(e));
+      free(p);
+      return -1;
+    }
+    *s = '/';
+  }
+  int rc = 0;
+  struct stat st;
+  if (mkdir(p, 0755) != 0 && errno != EEXIST)
+    rc = fail("%s: cannot create directory: %s", p, strerror(errno));
+  else if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+    rc = fail("%s: not a directory", p);
+  free(p);
+  return rc;
+}
+
+/* ---- arguments ---- */
+
+static int parse_count(const char *opt, const char *s, uint64_t *v) {
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(s, &end, 10);
+  if (!*s || *end || errno || s[0] == '-') {
+    fprintf(stderr, "loom-prepare: %s wants a non-negative integer, got '%s' (see --help)\n",
+            opt, s);
+    return -1;
+  }
+  *v = x;
+  return 0;
+}
+
+/* A usage error: one line, exit status 2. */
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("loom-prepare: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputs(" (see --help)\n", stderr);
+  va_end(ap);
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  const char *out_dir = NULL;
+  uint64_t val_every = DEFAULT_VAL_EVERY, shard_tokens = DEFAULT_SHARD_TOKENS;
+  const char **paths = xrealloc(NULL, (size_t)argc * sizeof(char *));
+  int n_paths = 0, opts_done = 0;
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (opts_done || a[0] != '-' || a[1] == '\0') {
+      paths[n_paths++] = a;
+      continue;
+    }
+    if (strcmp(a, "--") == 0) {
+      opts_done = 1;
+      continue;
+    }
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      fputs(usage_text, stdout);
+      free(paths);
+      return 0;
+    }
+    const char *names[] = {"--out", "--val-every", "--shard-tokens"};
+    int which = -1;
+    const char *val = NULL;
+    for (int k = 0; k < 3; k++) {
+      size_t nl = strlen(names[k]);
+      if (strncmp(a, names[k], nl) == 0 && (a[nl] == '\0' || a[nl] == '=')) {
+        which = k;
+        if (a[nl] == '=') val = a + nl + 1;
+        else if (i + 1 < argc) val = argv[++i];
+        else {
+          free(paths);
+          return usage_error("%s needs a value", names[k]);
+        }
+      }
+    }
+    if (which < 0) {
+      free(paths);
+      return usage_error("unknown option '%s'", a);
+    }
+    if (which == 0) out_dir = val;
+    else if (parse_count(names[which], val, which == 1 ? &val_every : &shard_tokens) != 0) {
+      free(paths);
+      return 2;
+    }
+  }
+  if (!out_dir || !*out_dir) {
+    free(paths);
+    return usage_error("missing --out DIR");
+  }
+  if (n_paths == 0) {
+    free(paths);
+    return usage_error("no input PATH given");
+  }
+  if (val_every == 1) {
+    free(paths);
+    return usage_error("--val-every 1 would leave nothing to train on: use 0 (no val) or >= 2");
+  }
+  if (shard_tokens == 0 || shard_tokens > (uint64_t)INT32_MAX / 3 * 2) {
+    free(paths);
+    return usage_error("--shard-tokens must be between 1 and %d", INT32_MAX / 3 * 2);
+  }
+
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int rc = 1;
+  loom_tokenizer tok;
+  loom_tokenizer_init_bytes(&tok);
+  walk w = {0};
+  prep p = {.out_dir = out_dir, .shard_tokens = (size_t)shard_tokens};
+  size_t cap = (size_t)shard_tokens + (size_t)shard_tokens / 2;
+  split splits[2] = {{.name = "train"}, {.name = "val"}};
+  int32_t *toks = xrealloc(NULL, BLOCK_BYTES * sizeof(int32_t));
+  char *text = NULL;
+
+  /* 1. the inputs, skipping the output directory if it already exists */
+  struct stat ost;
+  if (stat(out_dir, &ost) == 0 && S_ISDIR(ost.st_mode)) {
+    w.have_out = 1;
+    w.out_dev = ost.st_dev;
+    w.out_ino = ost.st_ino;
+  }
+  for (int i = 0; i < n_paths; i++)
+    if (walk_path(&w, paths[i]) != 0) goto done;
+  if (w.n_files == 0) {
+    fail("%s%s: no files found", paths[0], n_paths > 1 ? " ..." : "");
+    goto done;
+  }
+  if (mkdir_p(out_dir) != 0) goto done;
+
+  /* 2. shard names: wide enough for the most shards the walked bytes could make */
+  uint64_t max_shards = w.total_bytes / shard_tokens + 1;
+  p.width = 3;
+  for (uint64_t lim = 1000; max_shards > lim && p.width < 18; lim *= 10) p.width++;
+  for (int k = 0; k < 2; k++) {
+    splits[k].cap = cap;
+    splits[k].buf = xrealloc(NULL, cap * sizeof(uint16_t));
+  }
+
+  /* 3. stream the text files through the block split */
+  uint64_t pos = 0; /* offset in the stream of text bytes */
+  size_t n_text = 0, n_binary = 0;
+  for (size_t f = 0; f < w.n_files; f++) {
+    size_t len = 0;
+    if (read_file(w.files[f], &text, &len) != 0) goto done;
+    if (memchr(text, '\0', len)) {
+      note("%s: holds a NUL byte, not text: skipped", w.files[f]);
+      n_binary++;
+      free(text);
+      text = NULL;
+      continue;
+    }
+    n_text++;
+    for (size_t off = 0; off < len;) {
+      uint64_t blk = pos / BLOCK_BYTES;
+      size_t chunk = BLOCK_BYTES - (size_t)(pos % BLOCK_BYTES);
+      if (chunk > len - off) chunk = len - off;
+      split *s = &splits[val_every > 0 && blk % val_every == val_every - 1];
+      size_t nt = loom_tokenizer_encode(&tok, text + off, chunk, toks, BLOCK_BYTES);
+      if (split_append(&p, s, toks, nt) != 0) goto done;
+      off += chunk;
+      pos += chunk;
+    }
+    free(text);
+    text = NULL;
+  }
+  if (pos == 0) {
+    fail("%s%s: no text in the inputs (%zu text files are empty, %zu files are not text)",
+         paths[0], n_paths > 1 ? " ..." : "", n_text, n_binary);
+    goto done;
+  }
+  for (int k = 0; k < 2; k++)
+    if (splits[k].n > 0 && write_shard(&p, &splits[k], splits[k].n) != 0) goto done;
+  if (remove_stale(&p, splits, 2) != 0) goto done;
+
+  /* 4. vocab.json, then meta.json (last: marks the set complete) */
+  char err[512];
+  char *vocab = join_path(out_dir, "vocab.json");
+  int vrc = loom_tokenizer_save(&tok, vocab, err, sizeof(err));
+  free(vocab);
+  if (vrc != 0) {
+    fail("%s", err);
+    goto done;
+  }
+  const split *tr = &splits[0], *va = &splits[1];
+  double loss = NAN;
+  if (va->tokens > 0) {
+    double denom = (double)tr->tokens + tok.vocab_size, sum = 0.0;
+    for (int v = 0; v < tok.vocab_size; v++)
+      if (va->counts[v]) sum += (double)va->counts[v] * log(((double)tr->counts[v] + 1.0) / denom);
+    loss = -sum / (double)va->tokens;
+  }
+  json_t *meta = json_object();
+  json_object_set_new(meta, "train_tokens", json_integer((json_int_t)tr->tokens));
+  json_object_set_new(meta, "val_tokens", json_integer((json_int_t)va->tokens));
+  json_object_set_new(meta, "vocab_size", json_integer(tok.vocab_size));
+  json_object_set_new(meta, "files", json_integer((json_int_t)n_text));
+  json_object_set_new(meta, "unigram_val_loss", va->tokens > 0 ? json_real(loss) : json_null());
+  json_object_set_new(meta, "tokenizer", json_string("byte"));
+  json_object_set_new(meta, "train_shards", json_integer(tr->n_shards));
+  json_object_set_new(meta, "val_shards", json_integer(va->n_shards));
+  json_object_set_new(meta, "val_every", json_integer((json_int_t)val_every));
+  json_object_set_new(meta, "block_bytes", json_integer(BLOCK_BYTES));
+  json_object_set_new(meta, "shard_tokens", json_integer((json_int_t)shard_tokens));
+  json_object_set_new(meta, "skipped_not_text", json_integer((json_int_t)n_binary));
+  json_object_set_new(meta, "skipped_duplicates", json_integer((json_int_t)w.n_dups));
+  char *meta_text =
+      json_dumps(meta, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+  json_decref(meta);
+  char *meta_path = join_path(out_dir, "meta.json");
+  size_t mlen = strlen(meta_text);
+  meta_text = xrealloc(meta_text, mlen + 2);
+  strcpy(meta_text + mlen, "\n");
+  int mrc = write_text_atomic(meta_path, meta_text);
+  free(meta_text);
+  free(meta_path);
+  if (mrc != 0) goto done;
+
+  /* 5. summary */
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  char a[32], b[32];
+  printf("loom-prepare: %zu text files, %s bytes -> %s  (%.2f s)\n", n_text, fmt_count(pos, a),
+         out_dir, secs);
+  if (n_binary || w.n_dups || w.n_other)
+    printf("  skipped: %zu not text, %zu duplicates, %zu not regular files\n", n_binary, w.n_dups,
+           w.n_other);
+  printf("  train: %s tokens in %d shard%s\n", fmt_count(tr->tokens, a), tr->n_shards,
+         tr->n_shards == 1 ? "" : "s");
+  if (val_every == 0) {
+    printf("  val:   none (--val-every 0)\n");
+  } else if (va->tokens == 0) {
+    printf("  val:   none: the input has %s blocks of 8 KiB, fewer than --val-every %" PRIu64 "\n",
+           fmt_count((pos + BLOCK_BYTES - 1) / BLOCK_BYTES, b), val_every);
+  } else {
+    printf("  val:   %s tokens in %d shard%s (every %" PRIu64 "-th 8 KiB block)\n",
+           fmt_count(va->tokens, b), va->n_shards, va->n_shards == 1 ? "" : "s", val_every);
+    printf("  unigram baseline: %.4f nats/token on val (train unigram, add-one smoothing; "
+           "uniform is %.4f)\n", loss, log((double)tok.vocab_size));
+  }
+  printf("  vocab: byte-level, %d tokens\n", tok.vocab_size);
+  rc = 0;
+
+done:
+  free(text);
+  free(toks);
+  for (int k = 0; k < 2; k++) free(splits[k].buf);
+  for (size_t f = 0; f < w.n_files; f++) free(w.files[f]);
+  free(w.files);
+  seen_free(&w.seen);
+  free(paths);
+  return rc;
+}
