@@ -12,13 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Message helpers shared with options.c (defined there). */
-void loom__json_repr(const json_t *v, char *buf, size_t n);
-void loom__fmt_double(double x, char *buf, size_t n);
-int loom__opt_error(const loom_options *o, const char *key, char *err, size_t errlen,
-                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-int loom__opt_number(const loom_options *o, const char *key, const json_t *v, double lo,
-                     int lo_open, double hi, int hi_open, double *out, char *err, size_t errlen);
+#include "config_internal.h"
 
 #define PARSE_FLAGS JSON_REJECT_DUPLICATES
 #define MAX_PATH_STEPS 32 /* depth of an override path: "a.b[0].c" is 4 steps */

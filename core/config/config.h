@@ -17,9 +17,10 @@
 /* A plugin named in the config, with its own options (validated by the plugin itself through
  * loom_options, so its error messages name the JSON path too). */
 typedef struct loom_plugin_cfg {
-  char name[128];       /* plugin name ("ddp") or a path to a .so ("./build/x.so"); "" = none */
+  char name[LOOM_PATH_MAX]; /* plugin name ("ddp") or a path to a .so ("./x.so"); "" = none */
   char json_path[64];   /* where it sits in the config: "parallel[0]", "precision", ... */
-  json_t *options;      /* the plugin's object minus the "plugin" key; borrowed from root */
+  json_t *options;      /* the plugin's object minus "plugin" and "_" keys: a shallow copy owned
+                           by the config (values shared with root), freed by loom_config_free */
 } loom_plugin_cfg;
 
 typedef struct loom_config {
@@ -88,7 +89,8 @@ typedef struct loom_config {
   } sample;
 } loom_config;
 
-/* Read and validate `path`, applying each "a.b.c=value" override in order (value is parsed as
+/* Read and validate `path` into cfg (which need not be initialised; a loaded one must be
+ * freed first; after a failure cfg is zeroed), applying each "a.b.c=value" override in order (value is parsed as
  * JSON when it parses, else taken as a string; "parallel[0].plugin=zero1" indexes arrays).
  * Returns 0, or -1 with a one-line message (file, JSON path, what was expected) in err. */
 int loom_config_load(loom_config *cfg, const char *path, const char *const *overrides,

@@ -2,7 +2,7 @@
  * errors that name the file and the JSON path: "FILE: WHERE.KEY: expected WHAT, got VALUE".
  * Also the message helpers config.c shares (loom__json_repr, loom__fmt_double, loom__opt_error,
  * loom__opt_number). */
-#include "config.h"
+#include "config_internal.h"
 
 #include <inttypes.h>
 #include <math.h>

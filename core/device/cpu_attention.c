@@ -32,7 +32,7 @@ void loom__cpu_attention_forward(void *ctx, float *out, float *att, const float 
       /* S (T,T) = scale * Q (T,HS) @ K^T; the upper triangle is computed and then masked */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3, 0.0f,
                   p, T);
-#pragma omp parallel for schedule(static) if (T >= 64)
+#pragma omp parallel for schedule(static) if ((size_t)T * T > LOOM_CPU_PAR_MIN)
       for (int t = 0; t < T; t++) {
         float *row = p + (size_t)t * T;
         float maxv = -INFINITY;
@@ -74,7 +74,7 @@ void loom__cpu_attention_backward(void *ctx, float *dqkv, float *datt, const flo
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, dob, C, 1.0f, dv,
                   C3);
       /* softmax backward, in place: dS = P * (dP - sum_s P*dP) * scale; 0 above the diagonal */
-#pragma omp parallel for schedule(static) if (T >= 64)
+#pragma omp parallel for schedule(static) if ((size_t)T * T > LOOM_CPU_PAR_MIN)
       for (int t = 0; t < T; t++) {
         const float *prow = p + (size_t)t * T;
         float *drow = dp + (size_t)t * T;

@@ -4,8 +4,8 @@
  *
  * Options (the config's "device" object): {"type": "cpu", "threads": N}. threads 0 or absent
  * keeps the OpenMP/OpenBLAS defaults; otherwise both are set to N (process-wide: OpenMP and
- * OpenBLAS have no per-instance thread counts). Unknown keys are LOOM_INVALID_CONFIG, a type
- * other than "cpu" is LOOM_UNSUPPORTED.
+ * OpenBLAS have no per-instance thread counts). Keys starting with '_' are comments; other
+ * unknown keys are LOOM_INVALID_CONFIG, a type other than "cpu" is LOOM_UNSUPPORTED.
  *
  * Reductions (sum_squares) split the vector into a fixed number of chunks whatever the thread
  * count and add the partials in chunk order, so results are bitwise identical for any number of
@@ -24,8 +24,6 @@
 void openblas_set_num_threads(int num_threads); /* OpenBLAS extension; not in every cblas.h */
 
 #define CPU_ALIGN 64
-/* below this many elements a loop is not worth waking the OpenMP team for */
-#define CPU_PAR_MIN 16384
 
 typedef struct cpu_ctx {
   int threads; /* as configured; 0 = library defaults */
@@ -41,6 +39,7 @@ static int cpu_parse_options(const char *options_json, int *threads) {
   *threads = 0;
   if (rc == LOOM_OK) {
     json_object_foreach(root, key, val) {
+      if (key[0] == '_') continue; /* a comment, as everywhere in the config */
       if (strcmp(key, "type") == 0) {
         if (!json_is_string(val)) rc = LOOM_INVALID_CONFIG;
         else if (strcmp(json_string_value(val), "cpu") != 0) rc = LOOM_UNSUPPORTED;
@@ -112,14 +111,14 @@ static void cpu_synchronize(void *ctx) { (void)ctx; }
 static void cpu_scale(void *ctx, float *x, float alpha, size_t n) {
   (void)ctx;
   ptrdiff_t len = (ptrdiff_t)n;
-#pragma omp parallel for simd if (len > CPU_PAR_MIN)
+#pragma omp parallel for simd if (len > LOOM_CPU_PAR_MIN)
   for (ptrdiff_t i = 0; i < len; i++) x[i] *= alpha;
 }
 
 static void cpu_axpy(void *ctx, float *y, float alpha, const float *x, size_t n) {
   (void)ctx;
   ptrdiff_t len = (ptrdiff_t)n;
-#pragma omp parallel for simd if (len > CPU_PAR_MIN)
+#pragma omp parallel for simd if (len > LOOM_CPU_PAR_MIN)
   for (ptrdiff_t i = 0; i < len; i++) y[i] += alpha * x[i];
 }
 
@@ -127,7 +126,7 @@ static double cpu_sum_squares(void *ctx, const float *x, size_t n) {
   (void)ctx;
   double partial[LOOM_CPU_REDUCE_CHUNKS];
   size_t chunk = (n + LOOM_CPU_REDUCE_CHUNKS - 1) / LOOM_CPU_REDUCE_CHUNKS;
-#pragma omp parallel for schedule(static) if (n > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) if (n > LOOM_CPU_PAR_MIN)
   for (int c = 0; c < LOOM_CPU_REDUCE_CHUNKS; c++) {
     size_t lo = (size_t)c * chunk, hi = lo + chunk;
     if (lo > n) lo = n;
@@ -147,7 +146,7 @@ static int cpu_all_finite(void *ctx, const float *x, size_t n) {
   ptrdiff_t len = (ptrdiff_t)n;
   int bad = 0;
   /* !(|x| <= FLT_MAX) is true exactly for inf and NaN, and vectorises */
-#pragma omp parallel for simd reduction(| : bad) if (len > CPU_PAR_MIN)
+#pragma omp parallel for simd reduction(| : bad) if (len > LOOM_CPU_PAR_MIN)
   for (ptrdiff_t i = 0; i < len; i++) bad |= !(fabsf(x[i]) <= FLT_MAX);
   return !bad;
 }
@@ -159,7 +158,7 @@ static void cpu_adamw(void *ctx, float *param, const float *grad, float *m, floa
   const float bc1 = (float)(1.0 - pow((double)beta1, t)); /* bias corrections */
   const float bc2 = (float)(1.0 - pow((double)beta2, t));
   ptrdiff_t len = (ptrdiff_t)n;
-#pragma omp parallel for simd if (len > CPU_PAR_MIN)
+#pragma omp parallel for simd if (len > LOOM_CPU_PAR_MIN)
   for (ptrdiff_t i = 0; i < len; i++) {
     float g = grad[i] * grad_scale;
     float mi = beta1 * m[i] + (1.0f - beta1) * g;

@@ -12,6 +12,10 @@
 /* Fixed number of chunks for reductions that must not depend on the thread count: each chunk is
  * reduced independently, then the partials are summed in chunk order. */
 #define LOOM_CPU_REDUCE_CHUNKS 256
+/* Loops touching fewer elements than this run on the calling thread: waking the OpenMP team
+ * costs more than the work, and on a loaded machine a descheduled team member stalls every
+ * parallel region (tiny test models run thousands of them). */
+#define LOOM_CPU_PAR_MIN 16384
 /* Columns per task when a reduction runs down the rows of a (N, C) matrix (bias gradients). */
 #define LOOM_CPU_COL_BLOCK 32
 

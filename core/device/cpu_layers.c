@@ -10,7 +10,9 @@
  * Determinism: every reduction runs in a fixed order whatever the thread count. Row-wise work
  * (layernorm stats, softmax) is parallel over rows; sums down the rows (bias / layernorm weight
  * gradients, the embedding scatter) are parallel over blocks of LOOM_CPU_COL_BLOCK columns, each
- * block walking the rows in order, so no two threads ever add into the same element. */
+ * block walking the rows in order, so no two threads ever add into the same element. The GEMMs
+ * are OpenBLAS's: 0.3.21's sgemm rounds differently on 1 thread than on several (identical for
+ * 2 vs 4), so gradients match bitwise across thread counts only when OpenBLAS's count does. */
 #include <cblas.h>
 #include <math.h>
 #include <stddef.h>
@@ -26,7 +28,7 @@
 void loom__cpu_encoder_forward(void *ctx, float *out, const int32_t *inp, const float *wte,
                                const float *wpe, int B, int T, int C) {
   (void)ctx;
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) if ((size_t)B * T * C > LOOM_CPU_PAR_MIN)
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < T; t++) {
       size_t bt = (size_t)b * T + t;
@@ -44,7 +46,7 @@ void loom__cpu_encoder_backward(void *ctx, float *dwte, float *dwpe, const float
   const int nblk = (C + LOOM_CPU_COL_BLOCK - 1) / LOOM_CPU_COL_BLOCK;
   const size_t BT = (size_t)B * T;
   /* dwte: a token may repeat, so split by columns and walk positions in order */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (BT * C > LOOM_CPU_PAR_MIN)
   for (int blk = 0; blk < nblk; blk++) {
     int c0 = blk * LOOM_CPU_COL_BLOCK;
     int c1 = c0 + LOOM_CPU_COL_BLOCK < C ? c0 + LOOM_CPU_COL_BLOCK : C;
@@ -55,7 +57,7 @@ void loom__cpu_encoder_backward(void *ctx, float *dwte, float *dwpe, const float
     }
   }
   /* dwpe: each position t is its own row; sum over the batch in order */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (BT * C > LOOM_CPU_PAR_MIN)
   for (int t = 0; t < T; t++) {
     float *dp = dwpe + (size_t)t * C;
     for (int b = 0; b < B; b++) {
@@ -71,7 +73,7 @@ void loom__cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd
                                  const float *inp, const float *weight, const float *bias, int N,
                                  int C) {
   (void)ctx;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C > LOOM_CPU_PAR_MIN)
   for (int n = 0; n < N; n++) {
     const float *x = inp + (size_t)n * C;
     float *o = out + (size_t)n * C;
@@ -96,7 +98,7 @@ void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float 
                                   const float *mean, const float *rstd, int N, int C) {
   (void)ctx;
   /* dinp, row by row */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C > LOOM_CPU_PAR_MIN)
   for (int n = 0; n < N; n++) {
     const float *x = inp + (size_t)n * C;
     const float *d = dout + (size_t)n * C;
@@ -119,7 +121,7 @@ void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float 
   }
   /* dweight, dbias: sums down the rows, by column blocks */
   const int nblk = (C + LOOM_CPU_COL_BLOCK - 1) / LOOM_CPU_COL_BLOCK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C > LOOM_CPU_PAR_MIN)
   for (int blk = 0; blk < nblk; blk++) {
     int c0 = blk * LOOM_CPU_COL_BLOCK;
     int c1 = c0 + LOOM_CPU_COL_BLOCK < C ? c0 + LOOM_CPU_COL_BLOCK : C;
@@ -141,7 +143,7 @@ void loom__cpu_matmul_forward(void *ctx, float *out, const float *inp, const flo
                               const float *bias, int N, int C, int OC) {
   (void)ctx;
   if (bias) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * OC > LOOM_CPU_PAR_MIN)
     for (int n = 0; n < N; n++) {
       float *o = out + (size_t)n * OC;
       for (int oc = 0; oc < OC; oc++) o[oc] = bias[oc];
@@ -166,7 +168,7 @@ void loom__cpu_matmul_backward(void *ctx, float *dinp, float *dweight, float *db
                 dweight, C);
   if (dbias) {
     const int nblk = (OC + LOOM_CPU_COL_BLOCK - 1) / LOOM_CPU_COL_BLOCK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * OC > LOOM_CPU_PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
       int o0 = blk * LOOM_CPU_COL_BLOCK;
       int o1 = o0 + LOOM_CPU_COL_BLOCK < OC ? o0 + LOOM_CPU_COL_BLOCK : OC;
@@ -183,7 +185,7 @@ void loom__cpu_matmul_backward(void *ctx, float *dinp, float *dweight, float *db
 void loom__cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n) {
   (void)ctx;
   ptrdiff_t len = (ptrdiff_t)n;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > LOOM_CPU_PAR_MIN)
   for (ptrdiff_t i = 0; i < len; i++) {
     float x = inp[i];
     float cube = GELU_COEF * x * x * x;
@@ -195,7 +197,7 @@ void loom__cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const flo
                              size_t n) {
   (void)ctx;
   ptrdiff_t len = (ptrdiff_t)n;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > LOOM_CPU_PAR_MIN)
   for (ptrdiff_t i = 0; i < len; i++) {
     float x = inp[i];
     float cube = GELU_COEF * x * x * x;
@@ -213,7 +215,7 @@ void loom__cpu_residual_forward(void *ctx, float *out, const float *a, const flo
                                 size_t n) {
   (void)ctx;
   ptrdiff_t len = (ptrdiff_t)n;
-#pragma omp parallel for simd schedule(static) if (len > 16384)
+#pragma omp parallel for simd schedule(static) if (len > LOOM_CPU_PAR_MIN)
   for (ptrdiff_t i = 0; i < len; i++) out[i] = a[i] + b[i];
 }
 
@@ -222,7 +224,7 @@ void loom__cpu_residual_forward(void *ctx, float *out, const float *a, const flo
 void loom__cpu_crossentropy_forward(void *ctx, float *losses, float *probs, const float *logits,
                                     const int32_t *targets, int N, int V) {
   (void)ctx;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * V > LOOM_CPU_PAR_MIN)
   for (int n = 0; n < N; n++) {
     const float *l = logits + (size_t)n * V;
     float *p = probs + (size_t)n * V;
@@ -244,7 +246,7 @@ void loom__cpu_crossentropy_forward(void *ctx, float *losses, float *probs, cons
 void loom__cpu_crossentropy_backward(void *ctx, float *dlogits, const float *probs,
                                      const int32_t *targets, float dloss, int N, int V) {
   (void)ctx;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * V > LOOM_CPU_PAR_MIN)
   for (int n = 0; n < N; n++) {
     const float *p = probs + (size_t)n * V;
     float *d = dlogits + (size_t)n * V;

@@ -1,7 +1,7 @@
 /* The core's handle on a device backend: opening/closing a backend and per-category memory
  * accounting (see device.h). Every live allocation is a node of a singly linked list, so free()
- * knows its size and category and close() can release whatever is still live. The list is short
- * (tens of entries: parameter, gradient, optimizer and activation pools), so O(n) lookup is fine. */
+ * knows its size and category and close() can release whatever is still live. The list is
+ * short (tens of entries: parameter, gradient, optimizer, activation pools): O(n) is fine. */
 #include "device.h"
 
 #include <assert.h>

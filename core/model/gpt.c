@@ -394,7 +394,8 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
   };
   for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
     if (dims[i].value <= 0) {
-      if (err) snprintf(err, errlen, "model: %s must be >= 1, got %d", dims[i].name, dims[i].value);
+      if (err)
+        snprintf(err, errlen, "model: %s must be >= 1, got %d", dims[i].name, dims[i].value);
       return LOOM_INVALID_CONFIG;
     }
   }
@@ -405,7 +406,8 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
     return LOOM_INVALID_CONFIG;
   }
   if (c->n_embd > INT_MAX / 4) { /* 4C (the MLP width) is an int in the kernels */
-    if (err) snprintf(err, errlen, "model: n_embd %d is too large (max %d)", c->n_embd, INT_MAX / 4);
+    if (err)
+      snprintf(err, errlen, "model: n_embd %d is too large (max %d)", c->n_embd, INT_MAX / 4);
     return LOOM_INVALID_CONFIG;
   }
   return LOOM_OK;

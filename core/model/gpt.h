@@ -13,6 +13,12 @@
  * backward every gradient at offset >= unit_offset[u] is final for the micro-step: this is what
  * lets DDP launch gradient buckets during backward.
  *
+ * The tied embedding: wte belongs to unit 0 but the head (unit L+1) reads it for the logits and
+ * adds into its gradient, so wte's gradient is final only after unit 0's backward (which the
+ * layout rule above already implies); a plugin that releases parameters between units (ZeRO-3)
+ * must keep wte available for the head, and a pipeline must sum wte's gradient between the first
+ * and the last stage.
+ *
  * Gradient contract: backward ACCUMULATES (+=) into the gradient buffer, so gradient
  * accumulation over micro-steps is free; gpt_zero_grad clears it. */
 #ifndef LOOM_CORE_GPT_H
@@ -95,7 +101,8 @@ void gpt_free(gpt_model *m);
 void gpt_init_weights(gpt_model *m, uint64_t seed);
 
 /* Forward pass over a (B,T) batch of host token ids. targets may be NULL (logits only).
- * Activations are (re)allocated when B or T change (LOOM_MEM_ACTIVATIONS).
+ * The activation pool (LOOM_MEM_ACTIVATIONS) grows when B*T exceeds what it was sized for and
+ * is reused for smaller shapes.
  * On success with targets, m->mean_loss is the mean loss over the B*T positions and *loss
  * (if non-NULL) gets it. Returns LOOM_OK, a hook's error, or LOOM_INVALID_USAGE (bad token id
  * or T > max_seq_len). */

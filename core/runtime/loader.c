@@ -124,7 +124,7 @@ int loom__plugin_resolve(const char *name, char *path, size_t pathlen, char *err
       snprintf(err, errlen, "plugin '%s': file %s: %s", name, name, strerror(errno));
       return -1;
     }
-    snprintf(path, pathlen, "%s", name);
+    snprintf(path, pathlen, "%s%s", strchr(name, '/') ? "" : "./", name); /* dlopen: a path */
     return 0;
   }
   char dirs[LOOM_MAX_SEARCH_DIRS][PATH_MAX];

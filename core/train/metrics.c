@@ -3,15 +3,29 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "trainer.h"
 
 static int is_rank0(const loom_trainer *tr) { return tr->rt.mesh.world_rank == 0; }
 
+/* mkdir -p of the directory part of `path` (errors surface when the file is opened). */
+static void make_parent_dirs(const char *path) {
+  char buf[LOOM_PATH_MAX];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      mkdir(buf, 0755);
+      *p = '/';
+    }
+}
+
 int loom_metrics_open(loom_trainer *tr) {
   const char *path = tr->cfg.logging.metrics;
   if (!path[0]) return 0;
+  make_parent_dirs(path);
   /* a resumed run appends, a fresh run starts the file over */
   tr->metrics = fopen(path, tr->step > 0 ? "a" : "w");
   if (!tr->metrics) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../runtime/plugins.h"
 #include "lr_schedule.h"
@@ -121,7 +122,17 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
     if (loom_loader_open(&tr->val, cfg->data.val, tr->T, cfg->model.vocab_size, e, sizeof e))
       return fail(tr, "%s: data.val: %s", cfg->path, e);
     tr->has_val = 1;
+    uint64_t need = (uint64_t)cfg->train.eval_batches * tr->B * rt->mesh.dp;
+    if (need > tr->val.n_seqs)
+      return fail(tr, "%s: train.eval_batches: %d batches x %d sequences x dp %d = %llu "
+                  "validation sequences, but data.val holds only %zu of %d tokens",
+                  cfg->path, cfg->train.eval_batches, tr->B, rt->mesh.dp,
+                  (unsigned long long)need, tr->val.n_seqs, tr->T);
   }
+  if (tr->G > tr->train.n_seqs)
+    return fail(tr, "%s: train.global_batch_size: %llu sequences per step, but data.train "
+                "holds only %zu sequences of %d tokens", cfg->path, (unsigned long long)tr->G,
+                tr->train.n_seqs, tr->T);
   if (loom_tokenizer_load(&tr->tok, cfg->data.vocab, e, sizeof e) != 0)
     return fail(tr, "%s: data.vocab: %s", cfg->path, e);
   if (tr->tok.vocab_size > cfg->model.vocab_size)
@@ -138,6 +149,19 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   return 0;
 }
 
+/* Fault injection for the fault tests (SQLite's idea: failures are designed in):
+ * LOOM_FAULT="RANK:STEP:error" makes world rank RANK fail with an error at step STEP;
+ * "RANK:STEP:exit" makes it die abruptly (_exit, no MPI shutdown), like a crashed process. */
+static int injected_fault(loom_trainer *tr, int step) {
+  const char *f = getenv("LOOM_FAULT");
+  int rank, at;
+  char kind[16] = "";
+  if (!f || sscanf(f, "%d:%d:%15s", &rank, &at, kind) != 3) return 0;
+  if (rank != tr->rt.mesh.world_rank || at != step) return 0;
+  if (!strcmp(kind, "exit")) _exit(3);
+  return fail(tr, "fault injected by LOOM_FAULT=%s at step %d", f, step);
+}
+
 /* One optimizer step over accum micro-steps. */
 static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *sm) {
   loom_runtime *rt = &tr->rt;
@@ -147,6 +171,7 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
   const loom_precision_v1 *prec = &rt->precision.u.precision;
   float loss_scale = prec->loss_scale(rt->precision_ctx);
 
+  if (injected_fault(tr, step) != 0) return -1;
   CALL_HOOKS(tr, begin_step, "begin_step", step);
   gpt_zero_grad(&rt->model);
   double loss_sum = 0.0;

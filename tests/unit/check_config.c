@@ -398,13 +398,13 @@ START_TEST(test_too_long_strings) {
   ck_assert_msg(load(json) == 0, "%s", err);
   ck_assert_uint_eq(strlen(cfg.data.train), 511);
   loom_config_free(&cfg);
-  /* plugin names: 127 bytes */
-  memset(big, 'p', 128);
-  big[128] = '\0';
+  /* plugin names (or paths): 511 bytes */
+  memset(big, 'p', 512);
+  big[512] = '\0';
   snprintf(json, sizeof json, "{\"comm\": {\"plugin\": \"%s\"}}", big);
   ck_assert_int_eq(load(json), -1);
-  ck_assert_ptr_nonnull(strstr(err, "t.json: comm.plugin: expected a string of at most 127 bytes"));
-  ck_assert_ptr_nonnull(strstr(err, "(128 bytes)"));
+  ck_assert_ptr_nonnull(strstr(err, "t.json: comm.plugin: expected a string of at most 511 bytes"));
+  ck_assert_ptr_nonnull(strstr(err, "(512 bytes)"));
   /* sample.prompt: 1023 bytes; \n escapes count once */
   memset(big, 'x', 1024);
   big[1024 - 1] = '\0';

@@ -21,7 +21,7 @@
 #include "util/rng.h"
 
 #define FD_EPS 1e-3f
-#define FD_TOL 1e-2
+#define FD_TOL 2e-3 /* observed errors are ~1e-4; a wrong gradient is off by O(1) */
 
 /* ---- fixture: one CPU device per test (checked fixture, so it runs in the forked child) ---- */
 
@@ -686,6 +686,7 @@ START_TEST(test_options) {
       {"{}", LOOM_OK},
       {"{\"type\": \"cpu\", \"threads\": 0}", LOOM_OK},
       {"{\"threads\": 2}", LOOM_OK},
+      {"{\"_comment\": \"keys starting with _ are comments\", \"threads\": 1}", LOOM_OK},
       {"{\"threads\": -1}", LOOM_INVALID_CONFIG},
       {"{\"threads\": \"4\"}", LOOM_INVALID_CONFIG},
       {"{\"threads\": 1.5}", LOOM_INVALID_CONFIG},

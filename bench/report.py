@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Tables for loom's benchmarks (bench/throughput.sh, bench/ddp_overlap.sh).
+
+Reads the anchor output of loom-sgemm-peak and, for every configuration, the JSONL metrics
+(core/train/metrics.c, written by rank 0) and stdout of each round, and prints:
+  - tokens/s: the median of tokens_per_s over the steps after the warm-up (step > --skip), pooled
+    over the rounds; the spread is the range of the per-round medians, relative to the median;
+  - achieved GFLOP/s = tokens/s * FLOPs/token, in total and per rank;
+  - MFU = achieved GFLOP/s per rank / single-thread SGEMM peak (the anchor); also the ratio to
+    the rate the model's own GEMM shapes reach (sgemm_model_mix_gflops);
+  - the ratio to the configuration's base (speedup, and scaling efficiency = speedup / (ranks /
+    base ranks)), all measured in the same script;
+  - comm_bytes per step per rank against the ideal ring all-reduce of the fp32 gradients,
+    2(n-1)/n * 4 * N_params, and the peak memory per rank (mem_peak_bytes.total).
+
+FLOPs per token = 6 N + 12 L T C: 6 N for the forward and backward of the weight matmuls (Kaplan
+et al. 2020, section 2.1, whose forward count is 2N + 2 L T C) plus 12 L T C for the forward and
+backward of the attention scores QK^T and of AV (PaLM, Chowdhery et al. 2022, appendix B). N is
+every parameter, embeddings included, as loom reports it.
+
+  report.py --anchor FILE [--anchor FILE] --skip K --run SPEC [--run SPEC]...
+  SPEC = label|ranks|micro_batch|base_label|jsonl[,jsonl...]|log
+"""
+import argparse
+import json
+import re
+import statistics
+import sys
+
+
+def read_anchor(path):
+    vals = {}
+    for line in open(path):
+        parts = line.split()
+        if len(parts) == 2 and parts[0].startswith("sgemm_"):
+            vals[parts[0]] = float(parts[1])
+    if "sgemm_peak_gflops" not in vals:
+        sys.exit(f"report.py: {path}: no sgemm_peak_gflops line")
+    return vals
+
+
+def read_model(log):
+    """N, L, C, T and the global batch from rank 0's first lines."""
+    text = open(log).read()
+    m = re.search(r"loom: (\d+) parameters \| (\d+) layers, (\d+) heads, (\d+) embd, vocab (\d+)"
+                  r" \| world (\d+) \(dp (\d+)\) \| global batch (\d+) x (\d+) tokens", text)
+    if not m:
+        sys.exit(f"report.py: {log}: no 'loom: N parameters' line")
+    g = [int(x) for x in m.groups()]
+    return dict(N=g[0], L=g[1], H=g[2], C=g[3], V=g[4], world=g[5], dp=g[6], G=g[7], T=g[8])
+
+
+def read_steps(path, skip):
+    rows = []
+    for line in open(path):
+        r = json.loads(line)
+        if "tokens_per_s" in r and r["step"] > skip:
+            rows.append(r)
+    if not rows:
+        sys.exit(f"report.py: {path}: no training steps after step {skip}")
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--anchor", action="append", required=True)
+    ap.add_argument("--skip", type=int, default=5)
+    ap.add_argument("--run", action="append", required=True)
+    ap.add_argument("--title", default="")
+    a = ap.parse_args()
+
+    anchors = [read_anchor(p) for p in a.anchor]
+    peaks = [x["sgemm_peak_gflops"] for x in anchors]
+    mixes = [x.get("sgemm_model_mix_gflops", 0.0) for x in anchors]
+    # the least disturbed anchor measurement is the closest to what the core can do
+    peak, mix = max(peaks), max(mixes)
+
+    runs = []
+    for spec in a.run:
+        label, ranks, mb, base, jsonls, log = spec.split("|")
+        model = read_model(log)
+        per_round = [read_steps(p, a.skip) for p in jsonls.split(",")]
+        steps = [r for rr in per_round for r in rr]
+        tps = statistics.median(r["tokens_per_s"] for r in steps)
+        round_meds = [statistics.median(r["tokens_per_s"] for r in rr) for rr in per_round]
+        runs.append(dict(
+            label=label, ranks=int(ranks), mb=int(mb), base=base, model=model, tps=tps,
+            spread=(max(round_meds) - min(round_meds)) / tps if tps else 0.0,
+            rounds=len(per_round),
+            ms=statistics.median(r["ms_per_step"] for r in steps),
+            comm=statistics.median(r["comm_bytes"] for r in steps),
+            comm_min=min(r["comm_bytes"] for r in steps),
+            comm_max=max(r["comm_bytes"] for r in steps),
+            mem=max(r["mem_peak_bytes"]["total"] for r in steps),
+            act=max(r["mem_peak_bytes"].get("activations", 0) for r in steps)))
+    by_label = {r["label"]: r for r in runs}
+
+    m0 = runs[0]["model"]
+    N, L, T, C = m0["N"], m0["L"], m0["T"], m0["C"]
+    fpt = 6 * N + 12 * L * T * C
+    if a.title:
+        print(a.title)
+    print(f"model: N = {N:,} parameters, L {L}, C {C}, T {T}, vocab {m0['V']}")
+    print(f"FLOPs/token = 6N + 12*L*T*C = {6 * N / 1e6:.3f}M + {12 * L * T * C / 1e6:.3f}M "
+          f"= {fpt / 1e6:.3f} MFLOP (Kaplan et al. 2020 sec. 2.1 + PaLM app. B attention term)")
+    print("anchor: single-thread SGEMM peak " + " / ".join(f"{p:.1f}" for p in peaks) +
+          f" GFLOP/s (before / after the runs; using the max {peak:.1f}); "
+          f"the model's GEMM shapes: {mix:.1f} GFLOP/s")
+    print(f"tokens/s: median over steps > {a.skip}, pooled over {runs[0]['rounds']} round(s); "
+          "spread = range of the per-round medians / median")
+    print()
+    hdr = (f"{'config':<26} {'ranks':>5} {'micro':>5} {'tok/step':>8} {'tokens/s':>9} "
+           f"{'spread':>6} {'ms/step':>8} {'GFLOP/s':>8} {'/rank':>7} {'MFU':>6} "
+           f"{'vs mix':>6} {'speedup':>7} {'eff':>6}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in runs:
+        b = by_label.get(r["base"], r)
+        gf = r["tps"] * fpt / 1e9
+        per = gf / r["ranks"]
+        speedup = r["tps"] / b["tps"] if b["tps"] else 0.0
+        eff = speedup / (r["ranks"] / b["ranks"])
+        print(f"{r['label']:<26} {r['ranks']:>5} {r['mb']:>5} {r['model']['G'] * T:>8} "
+              f"{r['tps']:>9.0f} {100 * r['spread']:>5.1f}% {r['ms']:>8.1f} {gf:>8.2f} "
+              f"{per:>7.2f} {100 * per / peak:>5.1f}% {100 * per / mix if mix else 0:>5.1f}% "
+              f"{speedup:>7.3f} {100 * eff:>5.1f}%")
+    print()
+    hdr = (f"{'config':<26} {'ranks':>5} {'comm MB/step/rank':>17} {'ideal ring MB':>13} "
+           f"{'ratio':>7} {'peak MiB/rank':>13} {'activations MiB':>15}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in runs:
+        n = r["ranks"]
+        ideal = 2 * (n - 1) / n * 4 * N
+        ratio = f"{r['comm'] / ideal:.4f}" if ideal else "-"
+        note = "" if r["comm_min"] == r["comm_max"] else \
+            f" (steps vary {r['comm_min'] / 1e6:.3f}..{r['comm_max'] / 1e6:.3f})"
+        print(f"{r['label']:<26} {n:>5} {r['comm'] / 1e6:>17.3f} {ideal / 1e6:>13.3f} "
+              f"{ratio:>7} {r['mem'] / 2**20:>13.2f} {r['act'] / 2**20:>15.2f}{note}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""Compare two loom runs: per-step loss and grad norm from their JSONL metrics, and the final
+parameters from their last checkpoints.
+
+usage: compare_runs.py [--rtol R] [--bitwise] [--steps A:B] METRICS_A CKPT_A METRICS_B CKPT_B
+
+Tolerances are relative: |a - b| <= rtol * |b| for each step's loss and grad norm, and for the
+parameters ||a - b||_inf <= rtol * ||b||_inf over every tensor-sized... over the flat vector
+(plus the L2 ratio ||a - b|| / ||b|| reported). --bitwise demands exact equality. Exit 1 on a
+mismatch, printing the worst step and element; the standard library only (no numpy)."""
+import argparse
+import array
+import json
+import math
+import os
+import sys
+
+
+def read_metrics(path, lo, hi):
+    steps = {}
+    with open(path) as f:
+        for line in f:
+            rec = json.loads(line)
+            if "loss" in rec and lo <= rec["step"] <= hi:
+                steps[rec["step"]] = rec
+    return steps
+
+
+def read_params(ckpt_dir):
+    """The flat 'params' item of the newest checkpoint in ckpt_dir."""
+    with open(os.path.join(ckpt_dir, "latest")) as f:
+        step_dir = os.path.join(ckpt_dir, f.read().strip())
+    with open(os.path.join(step_dir, "manifest.json")) as f:
+        man = json.load(f)
+    out = None
+    for shard in man["shards"]:
+        for ch in shard["chunks"]:
+            if ch["name"] != "params":
+                continue
+            if out is None:
+                out = array.array("f", bytes(4 * ch["global_numel"]))
+            with open(os.path.join(step_dir, ch["file"]), "rb") as f:
+                f.seek(ch["at"])
+                part = array.array("f")
+                part.frombytes(f.read(4 * ch["count"]))
+            out[ch["offset"]:ch["offset"] + ch["count"]] = part
+    if out is None:
+        sys.exit(f"{step_dir}: no 'params' item")
+    return man["step"], out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rtol", type=float, default=1e-5)
+    ap.add_argument("--bitwise", action="store_true")
+    ap.add_argument("--steps", default="1:1000000000")
+    ap.add_argument("metrics_a")
+    ap.add_argument("ckpt_a")
+    ap.add_argument("metrics_b")
+    ap.add_argument("ckpt_b")
+    a = ap.parse_args()
+    lo, hi = (int(x) for x in a.steps.split(":"))
+    rtol = 0.0 if a.bitwise else a.rtol
+    ma, mb = read_metrics(a.metrics_a, lo, hi), read_metrics(a.metrics_b, lo, hi)
+    if not ma or sorted(ma) != sorted(mb):
+        sys.exit(f"FAIL: the runs logged different steps: {sorted(ma)} vs {sorted(mb)}")
+    ok = True
+    worst = (0.0, None, None)
+    for s in sorted(ma):
+        for key in ("loss", "grad_norm"):
+            x, y = ma[s][key], mb[s][key]
+            rel = abs(x - y) / max(abs(y), 1e-30)
+            if rel > worst[0]:
+                worst = (rel, s, key)
+            if abs(x - y) > rtol * abs(y):
+                print(f"FAIL step {s} {key}: {x!r} vs {y!r} (rel {rel:.3g} > {rtol:g})")
+                ok = False
+    print(f"per-step loss/grad_norm over {len(ma)} steps: worst rel diff {worst[0]:.3g}"
+          + (f" (step {worst[1]} {worst[2]})" if worst[1] else ""))
+    sa, pa = read_params(a.ckpt_a)
+    sb, pb = read_params(a.ckpt_b)
+    if sa != sb or len(pa) != len(pb):
+        sys.exit(f"FAIL: final checkpoints differ in step ({sa} vs {sb}) or size")
+    maxdiff, imax, maxref, l2d, l2r = 0.0, 0, 0.0, 0.0, 0.0
+    for i, (x, y) in enumerate(zip(pa, pb)):
+        d = abs(x - y)
+        if d > maxdiff:
+            maxdiff, imax = d, i
+        maxref = max(maxref, abs(y))
+        l2d += d * d
+        l2r += y * y
+    rel_inf = maxdiff / max(maxref, 1e-30)
+    print(f"final parameters (step {sa}, {len(pa)} values): max|a-b|/max|b| = {rel_inf:.3g}"
+          f" (element {imax}), ||a-b||/||b|| = {math.sqrt(l2d / max(l2r, 1e-30)):.3g}")
+    if (a.bitwise and maxdiff != 0.0) or rel_inf > rtol:
+        print(f"FAIL final parameters: {rel_inf:.3g} > {rtol:g}")
+        ok = False
+    print("OK" if ok else "MISMATCH")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,497 @@
+/* Check suite for the GPT-2 model (core/model/gpt.c) on the CPU device.
+ *
+ * - finite differences of the whole model's mean loss w.r.t. a sample of every parameter tensor
+ *   (fp32, eps 1e-2, per-tensor relative tolerance 2e-2: a coarse check; the strict one is the
+ *   float64 PyTorch reference test in tests/reference/)
+ * - gradient accumulation: two backwards with dloss/2 == one with dloss; a batch of 4 in one
+ *   pass == two halves of 2 accumulated
+ * - the parameter table (names, order, shapes, offsets, units), init statistics, hook order,
+ *   causality, logits without targets, argument validation and memory accounting.
+ *
+ * Legend: B = batch, T = time, C = n_embd, NH = heads, L = layers, V = vocab. */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "model/gpt.h"
+#include "util/rng.h"
+
+static const gpt_config tiny = {
+    .vocab_size = 17, .max_seq_len = 8, .n_layer = 2, .n_head = 2, .n_embd = 8};
+
+/* ---- fixture (checked: runs in the forked child) ---- */
+
+static loom_dev dev;
+static gpt_model model;
+static loom_rng rng;
+
+#define MAX_HOST_BUFS 64
+static void *host_bufs[MAX_HOST_BUFS];
+static int n_host_bufs;
+
+static void setup(void) {
+  char err[256];
+  ck_assert_int_eq(loom__dev_open(&dev, loom__cpu_device(), "{}", 0, err, sizeof err), LOOM_OK);
+  memset(&model, 0, sizeof model);
+  loom__rng_seed(&rng, 2024);
+  n_host_bufs = 0;
+}
+
+static void teardown(void) {
+  if (model.params) gpt_free(&model);
+  for (int i = 0; i < n_host_bufs; i++) free(host_bufs[i]);
+  n_host_bufs = 0;
+  loom__dev_close(&dev);
+}
+
+static void *hmem(size_t bytes) {
+  ck_assert_int_lt(n_host_bufs, MAX_HOST_BUFS);
+  void *p = calloc(1, bytes ? bytes : 1);
+  ck_assert_ptr_nonnull(p);
+  host_bufs[n_host_bufs++] = p;
+  return p;
+}
+
+static void init_model(const gpt_config *cfg) {
+  char err[256];
+  int rc = gpt_init(&model, cfg, &dev, err, sizeof err);
+  ck_assert_msg(rc == LOOM_OK, "gpt_init: %s", err);
+}
+
+static int32_t *rand_tokens(size_t n, int V) {
+  int32_t *t = hmem(n * sizeof(int32_t));
+  for (size_t i = 0; i < n; i++) t[i] = (int32_t)(loom__rng_u64(&rng) % (uint64_t)V);
+  return t;
+}
+
+static int is_ln_weight(gpt_param_role r) {
+  return r == GPT_LN1_W || r == GPT_LN2_W || r == GPT_LNF_W;
+}
+
+/* Random parameters with O(1) effects (init's 0.02 and zero biases would hide bugs). */
+static void randomize_params(float scale) {
+  for (int i = 0; i < model.n_params; i++) {
+    gpt_param *p = &model.params[i];
+    float *h = malloc(p->numel * sizeof(float));
+    ck_assert_ptr_nonnull(h);
+    for (size_t j = 0; j < p->numel; j++)
+      h[j] = (is_ln_weight(p->role) ? 1.0f : 0.0f) + scale * loom__rng_normal(&rng);
+    dev.ops->from_host(dev.ctx, p->data, h, p->numel * sizeof(float));
+    free(h);
+  }
+}
+
+static float *download(const float *d, size_t n) {
+  float *h = hmem(n * sizeof(float));
+  dev.ops->to_host(dev.ctx, h, d, n * sizeof(float));
+  return h;
+}
+
+static float *grads_host(void) { return download(model.grads_memory, model.num_parameters); }
+static float *params_host(void) { return download(model.params_memory, model.num_parameters); }
+
+/* Per tensor: max|a - b| / max|b| <= tol. */
+static void compare_grads(const char *what, const float *a, const float *b, double tol) {
+  for (int i = 0; i < model.n_params; i++) {
+    const gpt_param *p = &model.params[i];
+    double maxdiff = 0, maxref = 0;
+    size_t worst = 0;
+    for (size_t j = 0; j < p->numel; j++) {
+      double d = fabs((double)a[p->offset + j] - b[p->offset + j]);
+      if (d > maxdiff) maxdiff = d, worst = j;
+      maxref = fmax(maxref, fabs(b[p->offset + j]));
+    }
+    double e = maxdiff == 0 ? 0 : maxdiff / fmax(maxref, 1e-30);
+    ck_assert_msg(e <= tol, "%s: %s relative error %.3e > %.1e (worst [%zu]: %.9g vs %.9g)", what,
+                  p->name, e, tol, worst, (double)a[p->offset + worst],
+                  (double)b[p->offset + worst]);
+  }
+}
+
+static float forward_loss(const int32_t *inp, const int32_t *tgt, int B, int T) {
+  float loss = 0;
+  ck_assert_int_eq(gpt_forward(&model, inp, tgt, B, T, NULL, &loss), LOOM_OK);
+  return loss;
+}
+
+/* ---- finite differences over the whole model ---- */
+
+START_TEST(test_fd_model) {
+  const int B = 2, T = 5, SAMPLES = 24;
+  const float eps = 1e-2f;
+  const double tol = 2e-2;
+  init_model(&tiny);
+  randomize_params(0.3f);
+  int32_t *inp = rand_tokens((size_t)B * T, tiny.vocab_size);
+  int32_t *tgt = rand_tokens((size_t)B * T, tiny.vocab_size);
+  forward_loss(inp, tgt, B, T);
+  gpt_zero_grad(&model);
+  ck_assert_int_eq(gpt_backward(&model, 1.0f / (B * T), NULL), LOOM_OK);
+  float *grads = grads_host();
+  double worst_all = 0;
+  const char *worst_name = "";
+  for (int i = 0; i < model.n_params; i++) {
+    gpt_param *p = &model.params[i];
+    int n = p->numel < (size_t)SAMPLES ? (int)p->numel : SAMPLES;
+    double maxdiff = 0, maxfd = 0, w_an = 0, w_fd = 0;
+    size_t w_idx = 0;
+    for (int k = 0; k < n; k++) {
+      /* spread the samples over the tensor, with a random offset inside each stride */
+      size_t stride = p->numel / (size_t)n;
+      size_t idx = (size_t)k * stride + (size_t)(loom__rng_u64(&rng) % stride);
+      float x0;
+      dev.ops->to_host(dev.ctx, &x0, p->data + idx, sizeof x0);
+      float xp = x0 + eps, xm = x0 - eps;
+      dev.ops->from_host(dev.ctx, p->data + idx, &xp, sizeof xp);
+      double lp = forward_loss(inp, tgt, B, T);
+      dev.ops->from_host(dev.ctx, p->data + idx, &xm, sizeof xm);
+      double lm = forward_loss(inp, tgt, B, T);
+      dev.ops->from_host(dev.ctx, p->data + idx, &x0, sizeof x0);
+      double fd = (lp - lm) / ((double)xp - (double)xm);
+      double an = grads[p->offset + idx];
+      if (fabs(an - fd) > maxdiff) maxdiff = fabs(an - fd), w_idx = idx, w_an = an, w_fd = fd;
+      maxfd = fmax(maxfd, fabs(fd));
+    }
+    double e = maxdiff == 0 ? 0 : maxdiff / fmax(maxfd, 1e-30);
+    printf("fd %-22s %2d samples  max|fd| %.2e  rel err %.2e\n", p->name, n, maxfd, e);
+    if (e > worst_all) worst_all = e, worst_name = p->name;
+    ck_assert_msg(e <= tol, "%s: relative error %.3e > %.1e (worst [%zu]: analytic %.8g, fd %.8g)",
+                  p->name, e, tol, w_idx, w_an, w_fd);
+    ck_assert_msg(maxfd > 0 || p->role == GPT_WPE, "%s: no sampled gradient is non-zero", p->name);
+  }
+  printf("fd model: worst relative error %.2e (%s)\n", worst_all, worst_name);
+}
+END_TEST
+
+/* ---- gradient accumulation ---- */
+
+START_TEST(test_accum_half_dloss) {
+  const int B = 2, T = 5;
+  init_model(&tiny);
+  randomize_params(0.3f);
+  int32_t *inp = rand_tokens((size_t)B * T, tiny.vocab_size);
+  int32_t *tgt = rand_tokens((size_t)B * T, tiny.vocab_size);
+  forward_loss(inp, tgt, B, T);
+  const float dloss = 1.0f / (B * T);
+  gpt_zero_grad(&model);
+  ck_assert_int_eq(gpt_backward(&model, dloss, NULL), LOOM_OK);
+  float *once = grads_host();
+  gpt_zero_grad(&model);
+  ck_assert_int_eq(gpt_backward(&model, dloss / 2, NULL), LOOM_OK);
+  ck_assert_int_eq(gpt_backward(&model, dloss / 2, NULL), LOOM_OK);
+  compare_grads("2 x dloss/2 vs dloss", grads_host(), once, 1e-6);
+  /* zero_grad really zeroes */
+  gpt_zero_grad(&model);
+  float *z = grads_host();
+  for (size_t i = 0; i < model.num_parameters; i++) ck_assert_float_eq(z[i], 0.0f);
+}
+END_TEST
+
+START_TEST(test_accum_batch_split) {
+  const int T = 5;
+  init_model(&tiny);
+  randomize_params(0.3f);
+  int32_t *inp = rand_tokens(4 * T, tiny.vocab_size);
+  int32_t *tgt = rand_tokens(4 * T, tiny.vocab_size);
+  const float dloss = 1.0f / (4 * T);
+  float loss4 = forward_loss(inp, tgt, 4, T);
+  gpt_zero_grad(&model);
+  ck_assert_int_eq(gpt_backward(&model, dloss, NULL), LOOM_OK);
+  float *full = grads_host();
+  gpt_zero_grad(&model);
+  float la = forward_loss(inp, tgt, 2, T);
+  ck_assert_int_eq(gpt_backward(&model, dloss, NULL), LOOM_OK);
+  float lb = forward_loss(inp + 2 * T, tgt + 2 * T, 2, T);
+  ck_assert_int_eq(gpt_backward(&model, dloss, NULL), LOOM_OK);
+  compare_grads("B=4 vs 2 x B=2", grads_host(), full, 1e-6);
+  ck_assert_double_eq_tol(0.5 * ((double)la + lb), loss4, 1e-6 * loss4);
+}
+END_TEST
+
+/* ---- parameter table ---- */
+
+START_TEST(test_param_table) {
+  init_model(&tiny);
+  const int L = tiny.n_layer, C = tiny.n_embd;
+  ck_assert_int_eq(model.n_units, L + 2);
+  ck_assert_int_eq(model.n_params, 2 + 12 * L + 2);
+  size_t expect = (size_t)tiny.vocab_size * C + (size_t)tiny.max_seq_len * C +
+                  (size_t)L * (12 * C * C + 13 * C) + 2 * C;
+  ck_assert_uint_eq(model.num_parameters, expect);
+  static const char *block[] = {"ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias",
+                                "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
+                                "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight",
+                                "mlp.proj.bias"};
+  const int64_t block_shape[][2] = {{C, 0}, {C, 0}, {3 * C, C}, {3 * C, 0}, {C, C}, {C, 0},
+                                           {C, 0}, {C, 0}, {4 * C, C}, {4 * C, 0}, {C, 4 * C},
+                                           {C, 0}};
+  ck_assert_str_eq(model.params[0].name, "wte");
+  ck_assert_int_eq(model.params[0].shape[0], tiny.vocab_size);
+  ck_assert_int_eq(model.params[0].shape[1], C);
+  ck_assert_str_eq(model.params[1].name, "wpe");
+  ck_assert_int_eq(model.params[1].shape[0], tiny.max_seq_len);
+  for (int l = 0; l < L; l++)
+    for (int j = 0; j < 12; j++) {
+      const gpt_param *p = &model.params[2 + 12 * l + j];
+      char name[48];
+      snprintf(name, sizeof name, "h.%d.%s", l, block[j]);
+      ck_assert_str_eq(p->name, name);
+      ck_assert_int_eq(p->unit, 1 + l);
+      ck_assert_int_eq(p->role, GPT_LN1_W + j);
+      ck_assert_int_eq(p->ndim, block_shape[j][1] ? 2 : 1);
+      ck_assert_int_eq(p->shape[0], block_shape[j][0]);
+      if (p->ndim == 2) ck_assert_int_eq(p->shape[1], block_shape[j][1]);
+    }
+  ck_assert_str_eq(model.params[model.n_params - 2].name, "ln_f.weight");
+  ck_assert_str_eq(model.params[model.n_params - 1].name, "ln_f.bias");
+  ck_assert_int_eq(model.params[model.n_params - 1].unit, L + 1);
+  /* contiguous, unit by unit; views point into the flat buffers */
+  size_t off = 0;
+  for (int i = 0; i < model.n_params; i++) {
+    const gpt_param *p = &model.params[i];
+    ck_assert_uint_eq(p->offset, off);
+    ck_assert_uint_eq(p->numel, (size_t)p->shape[0] * (p->ndim == 2 ? (size_t)p->shape[1] : 1));
+    ck_assert_ptr_eq(p->data, model.params_memory + off);
+    ck_assert_ptr_eq(p->grad, model.grads_memory + off);
+    ck_assert(p->offset >= model.unit_offset[p->unit]);
+    ck_assert(p->offset + p->numel <= model.unit_offset[p->unit + 1]);
+    off += p->numel;
+  }
+  ck_assert_uint_eq(model.unit_offset[0], 0);
+  ck_assert_uint_eq(model.unit_offset[model.n_units], model.num_parameters);
+  ck_assert_uint_eq(dev.bytes_now[LOOM_MEM_PARAMS], model.num_parameters * sizeof(float));
+  ck_assert_uint_eq(dev.bytes_now[LOOM_MEM_GRADS], model.num_parameters * sizeof(float));
+  ck_assert_float_eq(model.mean_loss, -1.0f);
+}
+END_TEST
+
+START_TEST(test_config_validation) {
+  static const struct { gpt_config cfg; const char *needle; } bad[] = {
+      {{0, 8, 2, 2, 8}, "vocab_size"},   {{17, 0, 2, 2, 8}, "max_seq_len"},
+      {{17, 8, 0, 2, 8}, "n_layer"},     {{17, 8, 2, -1, 8}, "n_head"},
+      {{17, 8, 2, 2, 0}, "n_embd"},      {{17, 8, 2, 3, 8}, "divisible"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char err[256] = "";
+    gpt_model m;
+    ck_assert_int_eq(gpt_init(&m, &bad[i].cfg, &dev, err, sizeof err), LOOM_INVALID_CONFIG);
+    ck_assert_msg(strstr(err, bad[i].needle) != NULL, "message '%s' lacks '%s'", err,
+                  bad[i].needle);
+  }
+  for (int c = 0; c < LOOM_MEM__COUNT; c++) ck_assert_uint_eq(dev.bytes_now[c], 0);
+}
+END_TEST
+
+/* ---- init ---- */
+
+START_TEST(test_init_stats) {
+  const gpt_config cfg = {
+      .vocab_size = 512, .max_seq_len = 128, .n_layer = 2, .n_head = 4, .n_embd = 64};
+  init_model(&cfg);
+  gpt_init_weights(&model, 1337);
+  float *w = params_host();
+  const double std_resid = 0.02 / sqrt(2.0 * cfg.n_layer);
+  for (int i = 0; i < model.n_params; i++) {
+    const gpt_param *p = &model.params[i];
+    const float *x = w + p->offset;
+    double sum = 0, sq = 0;
+    for (size_t j = 0; j < p->numel; j++) sum += x[j];
+    double mean = sum / p->numel;
+    for (size_t j = 0; j < p->numel; j++) sq += (x[j] - mean) * (x[j] - mean);
+    double sd = sqrt(sq / p->numel);
+    switch (p->role) {
+      case GPT_WTE: case GPT_WPE: case GPT_QKV_W: case GPT_FC_W:
+      case GPT_ATTPROJ_W: case GPT_FCPROJ_W: {
+        int resid = p->role == GPT_ATTPROJ_W || p->role == GPT_FCPROJ_W;
+        double want = resid ? std_resid : 0.02;
+        ck_assert_msg(fabs(sd / want - 1.0) < 0.05, "%s: std %.5f, want %.5f", p->name, sd, want);
+        ck_assert_msg(fabs(mean) < 5.0 * want / sqrt((double)p->numel), "%s: mean %.2e", p->name,
+                      mean);
+        break;
+      }
+      case GPT_LN1_W: case GPT_LN2_W: case GPT_LNF_W:
+        for (size_t j = 0; j < p->numel; j++) ck_assert_float_eq(x[j], 1.0f);
+        break;
+      default: /* biases */
+        for (size_t j = 0; j < p->numel; j++) ck_assert_float_eq(x[j], 0.0f);
+    }
+  }
+  /* deterministic in the seed */
+  gpt_init_weights(&model, 1337);
+  ck_assert_int_eq(memcmp(params_host(), w, model.num_parameters * sizeof(float)), 0);
+  gpt_init_weights(&model, 1338);
+  ck_assert_int_ne(memcmp(params_host(), w, model.num_parameters * sizeof(float)), 0);
+}
+END_TEST
+
+/* ---- hooks ---- */
+
+typedef struct hook_log {
+  int n;
+  int ev[64]; /* kind * 100 + unit; kinds 1 pre_fwd, 2 post_fwd, 3 pre_bwd, 4 post_bwd */
+  int fail_at; /* return -42 at this event code */
+} hook_log;
+
+static int record(hook_log *h, int code) {
+  if (h->n < 64) h->ev[h->n++] = code;
+  return code == h->fail_at ? -42 : 0;
+}
+static int h_pre_fwd(void *ud, int u) { return record(ud, 100 + u); }
+static int h_post_fwd(void *ud, int u) { return record(ud, 200 + u); }
+static int h_pre_bwd(void *ud, int u) { return record(ud, 300 + u); }
+static int h_post_bwd(void *ud, int u) { return record(ud, 400 + u); }
+
+START_TEST(test_hooks) {
+  const int B = 2, T = 5, U = tiny.n_layer + 2;
+  init_model(&tiny);
+  gpt_init_weights(&model, 1);
+  int32_t *inp = rand_tokens((size_t)B * T, tiny.vocab_size);
+  hook_log log = {.fail_at = -1};
+  gpt_hooks hooks = {&log, h_pre_fwd, h_post_fwd, h_pre_bwd, h_post_bwd};
+  ck_assert_int_eq(gpt_forward(&model, inp, inp, B, T, &hooks, NULL), LOOM_OK);
+  ck_assert_int_eq(log.n, 2 * U);
+  for (int u = 0; u < U; u++) {
+    ck_assert_int_eq(log.ev[2 * u], 100 + u);
+    ck_assert_int_eq(log.ev[2 * u + 1], 200 + u);
+  }
+  log.n = 0;
+  ck_assert_int_eq(gpt_backward(&model, 0.1f, &hooks), LOOM_OK);
+  ck_assert_int_eq(log.n, 2 * U);
+  for (int k = 0; k < U; k++) {
+    int u = U - 1 - k;
+    ck_assert_int_eq(log.ev[2 * k], 300 + u);
+    ck_assert_int_eq(log.ev[2 * k + 1], 400 + u);
+  }
+  /* a hook's error aborts the pass and is returned; an aborted forward cannot be backpropagated */
+  log.n = 0;
+  log.fail_at = 102;
+  ck_assert_int_eq(gpt_forward(&model, inp, inp, B, T, &hooks, NULL), -42);
+  ck_assert_int_eq(log.n, 5); /* pre0 post0 pre1 post1 pre2 */
+  ck_assert_int_eq(gpt_backward(&model, 0.1f, NULL), LOOM_INVALID_USAGE);
+  log.fail_at = 401;
+  log.n = 0;
+  ck_assert_int_eq(gpt_forward(&model, inp, inp, B, T, &hooks, NULL), LOOM_OK);
+  ck_assert_int_eq(gpt_backward(&model, 0.1f, &hooks), -42);
+  /* NULL members are skipped */
+  gpt_hooks partial = {.ud = &log, .post_backward = h_post_bwd};
+  log.fail_at = -1;
+  log.n = 0;
+  ck_assert_int_eq(gpt_backward(&model, 0.1f, &partial), LOOM_OK);
+  ck_assert_int_eq(log.n, U);
+}
+END_TEST
+
+/* ---- forward: logits, causality, validation ---- */
+
+START_TEST(test_logits_and_causality) {
+  const int B = 2, T = 5, V = tiny.vocab_size;
+  init_model(&tiny);
+  randomize_params(0.3f);
+  int32_t *inp = rand_tokens((size_t)B * T, V), *tgt = rand_tokens((size_t)B * T, V);
+  float loss = forward_loss(inp, tgt, B, T);
+  ck_assert_float_eq(loss, model.mean_loss);
+  float *rows = hmem((size_t)B * T * V * sizeof(float));
+  for (int r = 0; r < B * T; r++) gpt_logits_row(&model, r, rows + (size_t)r * V);
+  /* the loss is the mean cross-entropy of these logits */
+  double ce = 0;
+  for (int r = 0; r < B * T; r++) {
+    const float *l = rows + (size_t)r * V;
+    double mx = -INFINITY, s = 0;
+    for (int v = 0; v < V; v++) mx = fmax(mx, l[v]);
+    for (int v = 0; v < V; v++) s += exp(l[v] - mx);
+    ce += log(s) + mx - l[tgt[r]];
+  }
+  ce /= B * T;
+  ck_assert_double_eq_tol(loss, ce, 1e-5 * ce);
+
+  /* without targets: same logits, no loss, no backward */
+  float l2 = 123.0f;
+  ck_assert_int_eq(gpt_forward(&model, inp, NULL, B, T, NULL, &l2), LOOM_OK);
+  ck_assert_float_eq(model.mean_loss, -1.0f);
+  ck_assert_int_eq(model.has_targets, 0);
+  float *row = hmem((size_t)V * sizeof(float));
+  for (int r = 0; r < B * T; r++) {
+    gpt_logits_row(&model, r, row);
+    ck_assert_int_eq(memcmp(row, rows + (size_t)r * V, (size_t)V * sizeof(float)), 0);
+  }
+  ck_assert_int_eq(gpt_backward(&model, 0.1f, NULL), LOOM_INVALID_USAGE);
+
+  /* causality: a 3-token prefix (B=1, smaller shape) gives the first 3 rows' logits */
+  const int P = 3;
+  ck_assert_int_eq(gpt_forward(&model, inp + T, NULL, 1, P, NULL, NULL), LOOM_OK);
+  for (int t = 0; t < P; t++) {
+    gpt_logits_row(&model, t, row);
+    const float *want = rows + ((size_t)T + t) * V;
+    for (int v = 0; v < V; v++)
+      ck_assert_msg(fabsf(row[v] - want[v]) <= 1e-5f * (1.0f + fabsf(want[v])),
+                    "t=%d v=%d: %.8g vs %.8g", t, v, (double)row[v], (double)want[v]);
+  }
+}
+END_TEST
+
+START_TEST(test_invalid_usage) {
+  const int B = 2, T = 5, V = tiny.vocab_size;
+  init_model(&tiny);
+  gpt_init_weights(&model, 3);
+  int32_t *inp = rand_tokens((size_t)B * T, V), *tgt = rand_tokens((size_t)B * T, V);
+  ck_assert_int_eq(gpt_backward(&model, 0.1f, NULL), LOOM_INVALID_USAGE); /* no forward yet */
+  inp[7] = V;
+  ck_assert_int_eq(gpt_forward(&model, inp, tgt, B, T, NULL, NULL), LOOM_INVALID_USAGE);
+  inp[7] = -1;
+  ck_assert_int_eq(gpt_forward(&model, inp, tgt, B, T, NULL, NULL), LOOM_INVALID_USAGE);
+  inp[7] = 0;
+  tgt[9] = V;
+  ck_assert_int_eq(gpt_forward(&model, inp, tgt, B, T, NULL, NULL), LOOM_INVALID_USAGE);
+  tgt[9] = 1;
+  int32_t *longer = rand_tokens((size_t)tiny.max_seq_len + 1, V);
+  ck_assert_int_eq(gpt_forward(&model, longer, NULL, 1, tiny.max_seq_len + 1, NULL, NULL),
+                   LOOM_INVALID_USAGE);
+  ck_assert_int_eq(gpt_forward(&model, inp, tgt, 0, T, NULL, NULL), LOOM_INVALID_USAGE);
+  ck_assert_int_eq(gpt_forward(&model, inp, tgt, B, 0, NULL, NULL), LOOM_INVALID_USAGE);
+  ck_assert_int_eq(gpt_forward(&model, NULL, tgt, B, T, NULL, NULL), LOOM_INVALID_USAGE);
+  /* nothing was allocated by the rejected calls; a valid one still works */
+  ck_assert_uint_eq(dev.bytes_now[LOOM_MEM_ACTIVATIONS], 0);
+  ck_assert_int_eq(gpt_forward(&model, longer, NULL, 1, tiny.max_seq_len, NULL, NULL), LOOM_OK);
+  ck_assert_int_eq(gpt_forward(&model, inp, tgt, B, T, NULL, NULL), LOOM_OK);
+  ck_assert(dev.bytes_now[LOOM_MEM_ACTIVATIONS] > 0);
+  ck_assert_int_eq(gpt_backward(&model, 0.1f, NULL), LOOM_OK);
+  gpt_free(&model);
+  for (int c = 0; c < LOOM_MEM__COUNT; c++) ck_assert_uint_eq(dev.bytes_now[c], 0);
+}
+END_TEST
+
+static Suite *gpt_suite(void) {
+  Suite *s = suite_create("gpt");
+  struct { const char *name; const TTest *fn; } cases[] = {
+      {"fd_model", test_fd_model},
+      {"accum_half_dloss", test_accum_half_dloss},
+      {"accum_batch_split", test_accum_batch_split},
+      {"param_table", test_param_table},
+      {"config_validation", test_config_validation},
+      {"init_stats", test_init_stats},
+      {"hooks", test_hooks},
+      {"logits_causality", test_logits_and_causality},
+      {"invalid_usage", test_invalid_usage},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    TCase *tc = tcase_create(cases[i].name);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, cases[i].fn);
+    suite_add_tcase(s, tc);
+  }
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(gpt_suite());
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
