@@ -19,7 +19,11 @@ backward of the attention scores QK^T and of AV (PaLM, Chowdhery et al. 2022, ap
 every parameter, embeddings included, as loom reports it.
 
   report.py --anchor FILE [--anchor FILE] --skip K --run SPEC [--run SPEC]...
-  SPEC = label|ranks|micro_batch|base_label|jsonl[,jsonl...]|log
+  SPEC = label|ranks|micro_batch|base_label|jsonl[,jsonl...]|log[|time[,time...]]
+A time file holds "wall user sys" seconds of one run (mpirun and its ranks, bash's `time`): the
+CPU column is (user + sys) / (wall * ranks), the share of a core each rank got. Below ~100% the
+ranks were waiting for the CPU: other load on the shared machine, or more ranks than cores.
+Open MPI busy-polls while it waits for a message, so communication time counts as CPU here.
 """
 import argparse
 import json
@@ -77,7 +81,15 @@ def main():
 
     runs = []
     for spec in a.run:
-        label, ranks, mb, base, jsonls, log = spec.split("|")
+        fields = spec.split("|")
+        label, ranks, mb, base, jsonls, log = fields[:6]
+        cpu = None
+        if len(fields) > 6 and fields[6]:
+            shares = []
+            for p in fields[6].split(","):
+                w, u, s_ = (float(x) for x in open(p).read().split()[-3:])
+                shares.append((u + s_) / (w * int(ranks)) if w > 0 else 0.0)
+            cpu = statistics.mean(shares)
         model = read_model(log)
         per_round = [read_steps(p, a.skip) for p in jsonls.split(",")]
         steps = [r for rr in per_round for r in rr]
@@ -86,7 +98,7 @@ def main():
         runs.append(dict(
             label=label, ranks=int(ranks), mb=int(mb), base=base, model=model, tps=tps,
             spread=(max(round_meds) - min(round_meds)) / tps if tps else 0.0,
-            rounds=len(per_round),
+            rounds=len(per_round), cpu=cpu,
             ms=statistics.median(r["ms_per_step"] for r in steps),
             comm=statistics.median(r["comm_bytes"] for r in steps),
             comm_min=min(r["comm_bytes"] for r in steps),
@@ -108,10 +120,13 @@ def main():
           f"the model's GEMM shapes: {mix:.1f} GFLOP/s")
     print(f"tokens/s: median over steps > {a.skip}, pooled over {runs[0]['rounds']} round(s); "
           "spread = range of the per-round medians / median")
+    print("MFU = GFLOP/s per rank / SGEMM peak; vs mix = per rank / the rate of the model's GEMM "
+          "shapes; eff = speedup / (ranks / base ranks); CPU = (user+sys) / (wall*ranks), the share "
+          "of a core each rank got (MPI busy-polls: waiting counts)")
     print()
     hdr = (f"{'config':<26} {'ranks':>5} {'micro':>5} {'tok/step':>8} {'tokens/s':>9} "
            f"{'spread':>6} {'ms/step':>8} {'GFLOP/s':>8} {'/rank':>7} {'MFU':>6} "
-           f"{'vs mix':>6} {'speedup':>7} {'eff':>6}")
+           f"{'vs mix':>6} {'speedup':>7} {'eff':>6} {'CPU':>5}")
     print(hdr)
     print("-" * len(hdr))
     for r in runs:
@@ -123,7 +138,8 @@ def main():
         print(f"{r['label']:<26} {r['ranks']:>5} {r['mb']:>5} {r['model']['G'] * T:>8} "
               f"{r['tps']:>9.0f} {100 * r['spread']:>5.1f}% {r['ms']:>8.1f} {gf:>8.2f} "
               f"{per:>7.2f} {100 * per / peak:>5.1f}% {100 * per / mix if mix else 0:>5.1f}% "
-              f"{speedup:>7.3f} {100 * eff:>5.1f}%")
+              f"{speedup:>7.3f} {100 * eff:>5.1f}% "
+              + (f"{100 * r['cpu']:>4.0f}%" if r["cpu"] is not None else f"{'-':>5}"))
     print()
     hdr = (f"{'config':<26} {'ranks':>5} {'comm MB/step/rank':>17} {'ideal ring MB':>13} "
            f"{'ratio':>7} {'peak MiB/rank':>13} {'activations MiB':>15}")

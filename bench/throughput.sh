@@ -45,6 +45,7 @@ if [ ! -f "$data/meta.json" ]; then
   "$bin/loom-prepare" --out "$data" /usr/share/games/fortunes > "$out/prepare.log"
 fi
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+ncores=$(getconf _NPROCESSORS_ONLN) # before OMP_NUM_THREADS: nproc obeys it
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 t_start=$(date +%s)
 
@@ -54,15 +55,16 @@ run() {
   shift 4
   local log=$out/$name.r$round.log
   printf '   %-26s %d rank(s), micro batch %d, round %d ... ' "$name" "$np" "$mb" "$round"
-  local t0=$SECONDS
-  if ! mpirun -np "$np" --oversubscribe --bind-to none "$bin/loom" train "$config" \
+  local t0=$SECONDS TIMEFORMAT='%R %U %S'
+  # wall, user and system seconds of mpirun and its ranks: how much CPU the ranks really got
+  if ! { time mpirun -np "$np" --oversubscribe --bind-to none "$bin/loom" train "$config" \
       --set "train.steps=$steps" --set "lr_schedule.warmup_steps=$((steps < 30 ? steps : 30))" \
       --set "train.micro_batch_size=$mb" --set train.grad_accum_steps=1 \
       --set device.threads=1 --set checkpoint=null --set train.eval_interval=0 \
       --set sample.tokens=0 --set logging.interval=10 \
       --set "logging.metrics=$out/$name.r$round.jsonl" \
       --set "data.train=$data/train_*.bin" --set 'data.val=""' \
-      --set "data.vocab=$data/vocab.json" "$@" > "$log" 2>&1; then
+      --set "data.vocab=$data/vocab.json" "$@" > "$log" 2>&1; } 2> "$out/$name.r$round.time"; then
     echo "FAILED"
     tail -20 "$log" >&2
     exit 1
@@ -70,7 +72,7 @@ run() {
   echo "$((SECONDS - t0)) s"
 }
 
-echo "== loom throughput benchmark: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores," \
+echo "== loom throughput benchmark: $(date -u '+%Y-%m-%d %H:%M UTC'), $ncores cores," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== anchor (before)"
 "$bin/loom-sgemm-peak" | tee "$out/sgemm_before.txt" | tail -3
@@ -86,14 +88,16 @@ tail -1 "$out/sgemm_after.txt"
 echo "== load average now $(cut -d' ' -f1-3 /proc/loadavg); $(( $(date +%s) - t_start )) s in all"
 echo
 
-jsonls() { local f=() r; for r in $(seq 1 "$rounds"); do f+=("$out/$1.r$r.jsonl"); done
-           (IFS=,; echo "${f[*]}"); }
+# files NAME EXT: the rounds' files of one configuration, comma-separated
+files() { local f=() r; for r in $(seq 1 "$rounds"); do f+=("$out/$1.r$r.$2"); done
+          (IFS=,; echo "${f[*]}"); }
+spec() { echo "$1|$2|$3|$4|$(files "$1" jsonl)|$out/$1.r1.log|$(files "$1" time)"; }
 python3 "$root/bench/report.py" --skip "$skip" \
   --anchor "$out/sgemm_before.txt" --anchor "$out/sgemm_after.txt" \
-  --title "loom throughput ($(basename "$config"), threads=1 per rank; $(nproc) cores, shared)" \
-  --run "1rank-mb8|1|8|1rank-mb8|$(jsonls 1rank-mb8)|$out/1rank-mb8.r1.log" \
-  --run "2rank-mb8-weak|2|8|1rank-mb8|$(jsonls 2rank-mb8-weak)|$out/2rank-mb8-weak.r1.log" \
-  --run "2rank-mb4-strong|2|4|1rank-mb8|$(jsonls 2rank-mb4-strong)|$out/2rank-mb4-strong.r1.log" \
+  --title "loom throughput ($(basename "$config"), threads=1 per rank; $ncores cores, shared)" \
+  --run "$(spec 1rank-mb8 1 8 1rank-mb8)" \
+  --run "$(spec 2rank-mb8-weak 2 8 1rank-mb8)" \
+  --run "$(spec 2rank-mb4-strong 2 4 1rank-mb8)" \
   | tee "$out/report.txt"
 echo
 echo "(runs, logs and JSONL in $out)"

@@ -191,7 +191,7 @@ static int host_adamw_range(loom_host *h, const loom_step_args_v1 *a, uint64_t b
   }
   uint64_t end = begin + n;
   for (int i = 0; i < mv->n_tensors; i++) {
-    const loom_tensor_v1 *t = &mv->tensors[i];
+    const loom_tensor_v1 *t = LOOM_TENSOR_AT(mv, i);
     uint64_t lo = t->offset > begin ? t->offset : begin;
     uint64_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
     if (lo >= hi) continue;

@@ -11,13 +11,15 @@ int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) 
   loom_config *cfg = rt->cfg;
   if (loom__plugin_open(&rt->comm_plugin, cfg->comm.name, LOOM_KIND_COMM, err, errlen) != 0)
     return -1;
-  loom__host_init(&rt->comm_host, rt, cfg->comm.name, cfg->path, cfg->comm.json_path,
+  snprintf(rt->comm_label, sizeof rt->comm_label, "%s (%s)", cfg->comm.name,
+           cfg->comm.json_path);
+  loom__host_init(&rt->comm_host, rt, rt->comm_label, cfg->path, cfg->comm.json_path,
                   cfg->comm.options);
   const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
   if (c->create(loom__host_api(), &rt->comm_host, &rt->comm_host.opts, &rt->comm_ctx) !=
       LOOM_OK) {
-    snprintf(err, errlen, "plugin '%s' (%s): %s", cfg->comm.name, rt->comm_plugin.path,
-             rt->comm_host.error);
+    snprintf(err, errlen, "%s: %s: plugin '%s' (%s): %s", cfg->path, cfg->comm.json_path,
+             cfg->comm.name, rt->comm_plugin.path, rt->comm_host.error);
     return -1;
   }
   loom_mesh *m = &rt->mesh;

@@ -48,6 +48,20 @@ int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
           return -1;
         }
     }
+    uint64_t axes = caps & (LOOM_PAR_CAP_AXIS_DP | LOOM_PAR_CAP_AXIS_TP | LOOM_PAR_CAP_AXIS_PP);
+    if (axes == 0 || (axes & (axes - 1)) != 0) {
+      snprintf(err, errlen, "%s: %s: plugin '%s' (%s) must declare exactly one mesh axis "
+               "(LOOM_PAR_CAP_AXIS_DP, _TP or _PP)", cfg->path, pc->json_path, pc->name,
+               rt->parallel[i].path);
+      return -1;
+    }
+    /* a role is a promise to implement its hook: check it now, not with a crash mid-step */
+    if ((caps & LOOM_PAR_CAP_OPTIMIZER) && !rt->parallel[i].u.parallel.optimizer_step) {
+      snprintf(err, errlen, "%s: %s: plugin '%s' (%s) declares the optimizer role but its "
+               "optimizer_step callback is NULL", cfg->path, pc->json_path, pc->name,
+               rt->parallel[i].path);
+      return -1;
+    }
     if (caps & LOOM_PAR_CAP_GRAD_SYNC) rt->grad_sync_owner = i;
     if (caps & LOOM_PAR_CAP_OPTIMIZER) rt->optimizer_owner = i;
   }
@@ -77,8 +91,8 @@ static char *label_for(const loom_plugin_cfg *pc) {
 
 static int plugin_error(loom_runtime *rt, const loom_plugin *p, const loom_host *h, int rc,
                         const char *what, char *err, size_t errlen) {
-  (void)rt;
-  snprintf(err, errlen, "plugin %s [%s]: %s failed (%s): %s", h->label, p->path, what,
+  snprintf(err, errlen, "%s: plugin %s [%s]: %s failed (%s): %s", rt->cfg->path, h->label,
+           p->path, what,
            rc == LOOM_INVALID_CONFIG ? "invalid config" : "error",
            h->error[0] ? h->error : "no message");
   return -1;

@@ -43,6 +43,7 @@ struct loom_runtime {
   loom_plugin comm_plugin;
   void *comm_ctx;
   loom_host comm_host;
+  char comm_label[LOOM_PATH_MAX + 16];
   loom_mesh mesh;
   loom_comm_stats comm_stats;
 

@@ -86,6 +86,10 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   if (loom__plugins_open(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
   if (loom__mesh_init(rt, 1, 1, e, sizeof e) != 0) return fail(tr, "%s", e);
   loom__host_init(&tr->core_host, rt, "core", cfg->path, "", NULL);
+  if (rt->mesh.dp > 1 && rt->grad_sync_owner < 0)
+    return fail(tr, "%s: parallel: %d data-parallel ranks but no plugin owns gradient sync: "
+                "the replicas would drift apart (add {\"plugin\": \"ddp\"})", cfg->path,
+                rt->mesh.dp);
 
   char devopts[256];
   snprintf(devopts, sizeof devopts, "{\"type\":\"%s\",\"threads\":%d}", cfg->device.type,
@@ -190,10 +194,6 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
     if (rc != LOOM_OK) return tr->err[0] ? -1 : fail(tr, "backward failed (%d)", rc);
     CALL_HOOKS(tr, end_backward, "end_backward", micro, tr->accum);
   }
-  if (rt->mesh.dp > 1 && rt->grad_sync_owner < 0)
-    return fail(tr, "%s: parallel: %d data-parallel ranks but no plugin owns gradient sync "
-                "(add {\"plugin\": \"ddp\"})", cfg->path, rt->mesh.dp);
-
   double stats[1] = {loss_sum};
   if (dp_sum(tr, stats, 1) != 0) return -1;
   sm->loss = stats[0] / (double)(tr->accum * rt->mesh.dp);

@@ -70,7 +70,7 @@ static int ddp_setup(void *ctx) {
   if (!d->buckets) return LOOM_NOMEM;
   uint64_t end = m->numel, begin = m->numel;
   for (int i = m->n_tensors - 1; i >= 0; i--) {
-    begin = m->tensors[i].offset;
+    begin = LOOM_TENSOR_AT(m, i)->offset;
     if (end - begin >= cap || i == 0) {
       d->buckets[d->n_buckets++] = (bucket){.begin = begin, .end = end};
       end = begin;

@@ -46,6 +46,11 @@ typedef struct loom_tensor_v1 {
 } loom_tensor_v1;
 
 /* The model's parameters as one flat fp32 buffer laid out unit by unit. */
+/* Element i of model->tensors. Index through this macro, not `tensors[i]`: the element's
+ * struct_size is the stride, so a later minor version can append fields to loom_tensor_v1. */
+#define LOOM_TENSOR_AT(model, i) \
+  ((loom_tensor_v1 *)((char *)(model)->tensors + (size_t)(i) * (model)->tensors[0].struct_size))
+
 typedef struct loom_model_v1 {
   uint32_t struct_size;
   int n_layer, n_head, n_embd, vocab_size, max_seq_len;
@@ -55,7 +60,7 @@ typedef struct loom_model_v1 {
   float *params;             /* device, numel: the flat parameter buffer */
   float *grads;              /* device, numel: the flat gradient buffer */
   int n_tensors;
-  loom_tensor_v1 *tensors;   /* n_tensors, in flat order */
+  loom_tensor_v1 *tensors;   /* n_tensors, in flat order; index with LOOM_TENSOR_AT */
 } loom_model_v1;
 
 /* What the optimizer step needs, handed to a plugin that owns the step. */
@@ -74,8 +79,10 @@ typedef struct loom_host_api_v1 {
   /* ---- diagnostics ---- */
   /* printf-style log line, prefixed with the plugin's name and rank. */
   void (*log)(loom_host *h, loom_log_level level, const char *fmt, ...);
-  /* Describe the error the plugin is about to return; the host prints it as
-   * "loom: plugin NAME (FILE): MESSAGE". The last call wins. */
+  /* Describe the error the plugin is about to return; the host prints it on one line with the
+   * config file, the plugin's name, JSON path and file, and what failed:
+   * "loom[RANK]: error: CONFIG: plugin NAME (JSON.PATH) [FILE]: HOOK failed (...): MESSAGE".
+   * The last call wins. */
   void (*set_error)(loom_host *h, const char *fmt, ...);
 
   /* ---- the plugin's options (its object in the config) ----
