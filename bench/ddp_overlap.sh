@@ -82,6 +82,11 @@ echo "== loom ddp overlap benchmark: $(date -u '+%Y-%m-%d %H:%M UTC'), $ncores c
 echo "== anchor (before)"
 "$bin/loom-sgemm-peak" > "$out/sgemm_before.txt"
 tail -1 "$out/sgemm_before.txt"
+echo "== anchor: 2 SGEMM processes at once (what 2 ranks can get from the cores right now)"
+"$bin/loom-sgemm-peak" -s 1024 -r 3 > "$out/sgemm_pair1.txt" &
+"$bin/loom-sgemm-peak" -s 1024 -r 3 > "$out/sgemm_pair2.txt"
+wait
+grep -h sgemm_model_mix "$out/sgemm_pair1.txt" "$out/sgemm_pair2.txt"
 echo "== training runs: 2 ranks, micro batch $micro each, $steps steps, the first $skip skipped"
 for r in $(seq 1 "$rounds"); do
   run off-25MB false 25 "$r"
@@ -101,6 +106,7 @@ files() { local f=() r; for r in $(seq 1 "$rounds"); do f+=("$out/$1.r$r.$2"); d
 spec() { echo "$1|2|$micro|off-25MB|$(files "$1" jsonl)|$out/$1.r1.log|$(files "$1" time)"; }
 python3 "$root/bench/report.py" --skip "$skip" \
   --anchor "$out/sgemm_before.txt" --anchor "$out/sgemm_after.txt" \
+  --pair "$out/sgemm_pair1.txt" --pair "$out/sgemm_pair2.txt" \
   --title "loom ddp overlap ($(basename "$config"), 2 ranks, threads=1 per rank; $ncores cores, shared); speedup = tokens/s ratio vs off-25MB" \
   --run "$(spec off-25MB)" --run "$(spec on-25MB)" --run "$(spec on-1MB)" \
   --run "$(spec on-0.25MB)" --run "$(spec off-0.25MB)" \

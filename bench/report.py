@@ -18,7 +18,10 @@ et al. 2020, section 2.1, whose forward count is 2N + 2 L T C) plus 12 L T C for
 backward of the attention scores QK^T and of AV (PaLM, Chowdhery et al. 2022, appendix B). N is
 every parameter, embeddings included, as loom reports it.
 
-  report.py --anchor FILE [--anchor FILE] --skip K --run SPEC [--run SPEC]...
+  report.py --anchor FILE [--anchor FILE] [--pair FILE --pair FILE] --skip K --run SPEC...
+--anchor: loom-sgemm-peak outputs (before and after the runs; the max is used, being the least
+disturbed); --pair: outputs of loom-sgemm-peak processes run at the same time, whose summed
+model-shape rate over one process alone is the speedup the cores could give that many ranks.
   SPEC = label|ranks|micro_batch|base_label|jsonl[,jsonl...]|log[|time[,time...]]
 A time file holds "wall user sys" seconds of one run (mpirun and its ranks, bash's `time`): the
 CPU column is (user + sys) / (wall * ranks), the share of a core each rank got. Below ~100% the
@@ -68,6 +71,8 @@ def read_steps(path, skip):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--anchor", action="append", required=True)
+    ap.add_argument("--pair", action="append", default=[],
+                    help="loom-sgemm-peak outputs of processes run at the same time")
     ap.add_argument("--skip", type=int, default=5)
     ap.add_argument("--run", action="append", required=True)
     ap.add_argument("--title", default="")
@@ -118,6 +123,13 @@ def main():
     print("anchor: single-thread SGEMM peak " + " / ".join(f"{p:.1f}" for p in peaks) +
           f" GFLOP/s (before / after the runs; using the max {peak:.1f}); "
           f"the model's GEMM shapes: {mix:.1f} GFLOP/s")
+    if a.pair:
+        pair = [read_anchor(p).get("sgemm_model_mix_gflops", 0.0) for p in a.pair]
+        single = mixes[0]
+        print(f"anchor: {len(pair)} SGEMM processes at once (model GEMM shapes): "
+              + " + ".join(f"{x:.1f}" for x in pair) + f" = {sum(pair):.1f} GFLOP/s, "
+              f"{sum(pair) / single if single else 0:.2f}x one alone ({single:.1f}, before): "
+              f"the speedup {len(pair)} ranks could get from the cores at that moment")
     print(f"tokens/s: median over steps > {a.skip}, pooled over {runs[0]['rounds']} round(s); "
           "spread = range of the per-round medians / median")
     print("MFU = GFLOP/s per rank / SGEMM peak; vs mix = per rank / the rate of the model's GEMM "

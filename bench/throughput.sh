@@ -76,6 +76,11 @@ echo "== loom throughput benchmark: $(date -u '+%Y-%m-%d %H:%M UTC'), $ncores co
      "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== anchor (before)"
 "$bin/loom-sgemm-peak" | tee "$out/sgemm_before.txt" | tail -3
+echo "== anchor: 2 SGEMM processes at once (what 2 ranks can get from the cores right now)"
+"$bin/loom-sgemm-peak" -s 1024 -r 3 > "$out/sgemm_pair1.txt" &
+"$bin/loom-sgemm-peak" -s 1024 -r 3 > "$out/sgemm_pair2.txt"
+wait
+grep -h sgemm_model_mix "$out/sgemm_pair1.txt" "$out/sgemm_pair2.txt"
 echo "== training runs: $steps steps each, the first $skip skipped as warm-up"
 for r in $(seq 1 "$rounds"); do
   run 1rank-mb8 1 8 "$r"
@@ -94,6 +99,7 @@ files() { local f=() r; for r in $(seq 1 "$rounds"); do f+=("$out/$1.r$r.$2"); d
 spec() { echo "$1|$2|$3|$4|$(files "$1" jsonl)|$out/$1.r1.log|$(files "$1" time)"; }
 python3 "$root/bench/report.py" --skip "$skip" \
   --anchor "$out/sgemm_before.txt" --anchor "$out/sgemm_after.txt" \
+  --pair "$out/sgemm_pair1.txt" --pair "$out/sgemm_pair2.txt" \
   --title "loom throughput ($(basename "$config"), threads=1 per rank; $ncores cores, shared)" \
   --run "$(spec 1rank-mb8 1 8 1rank-mb8)" \
   --run "$(spec 2rank-mb8-weak 2 8 1rank-mb8)" \

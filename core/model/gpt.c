@@ -414,6 +414,11 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
 }
 
 int gpt_init(gpt_model *m, const gpt_config *cfg, loom_dev *dev, char *err, size_t errlen) {
+  return gpt_init_ex(m, cfg, dev, 0, err, errlen);
+}
+
+int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, char *err,
+                size_t errlen) {
   memset(m, 0, sizeof *m);
   if (err && errlen) err[0] = '\0';
   int rc = check_config(cfg, err, errlen);
@@ -452,12 +457,17 @@ int gpt_init(gpt_model *m, const gpt_config *cfg, loom_dev *dev, char *err, size
   m->unit_offset[m->n_units] = offset;
   m->num_parameters = offset;
 
-  m->params_memory = loom__dev_alloc(dev, offset * sizeof(float), LOOM_MEM_PARAMS);
-  m->grads_memory = loom__dev_alloc(dev, offset * sizeof(float), LOOM_MEM_GRADS);
-  if (!m->params_memory || !m->grads_memory) goto nomem;
-  for (int i = 0; i < m->n_params; i++) {
-    m->params[i].data = m->params_memory + m->params[i].offset;
-    m->params[i].grad = m->grads_memory + m->params[i].offset;
+  if (!(flags & GPT_NO_PARAM_STORAGE)) {
+    m->params_memory = loom__dev_alloc(dev, offset * sizeof(float), LOOM_MEM_PARAMS);
+    if (!m->params_memory) goto nomem;
+    for (int i = 0; i < m->n_params; i++)
+      m->params[i].data = m->params_memory + m->params[i].offset;
+  }
+  if (!(flags & GPT_NO_GRAD_STORAGE)) {
+    m->grads_memory = loom__dev_alloc(dev, offset * sizeof(float), LOOM_MEM_GRADS);
+    if (!m->grads_memory) goto nomem;
+    for (int i = 0; i < m->n_params; i++)
+      m->params[i].grad = m->grads_memory + m->params[i].offset;
   }
   return LOOM_OK;
 
@@ -480,28 +490,45 @@ void gpt_free(gpt_model *m) {
   memset(m, 0, sizeof *m);
 }
 
-void gpt_init_weights(gpt_model *m, uint64_t seed) {
+void gpt_init_weights_range(const gpt_model *m, uint64_t seed, size_t begin, size_t n,
+                            float *dst) {
   loom_rng rng;
   loom__rng_seed(&rng, seed);
   const float std = 0.02f, std_resid = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
   enum { CHUNK = 4096 };
-  float buf[CHUNK]; /* host staging: tensors go up in chunks, drawn in table order */
+  float buf[CHUNK]; /* host staging: values are drawn in table order, kept when in range */
+  size_t end = begin + n, staged = 0, staged_at = begin;
   for (int i = 0; i < m->n_params; i++) {
     const gpt_param *p = &m->params[i];
     gpt_init_kind kind = param_spec[p->role].init;
-    for (size_t done = 0; done < p->numel; done += CHUNK) {
-      size_t n = p->numel - done < CHUNK ? p->numel - done : CHUNK;
-      for (size_t j = 0; j < n; j++) {
-        switch (kind) {
-          case INIT_NORMAL: buf[j] = std * loom__rng_normal(&rng); break;
-          case INIT_RESID: buf[j] = std_resid * loom__rng_normal(&rng); break;
-          case INIT_ZERO: buf[j] = 0.0f; break;
-          case INIT_ONE: buf[j] = 1.0f; break;
-        }
+    if (p->offset >= end) break;
+    /* constant tensors draw nothing: skip them whole when they are out of range */
+    int draws = kind == INIT_NORMAL || kind == INIT_RESID;
+    if (!draws && p->offset + p->numel <= begin) continue;
+    for (size_t j = 0; j < p->numel; j++) {
+      float x;
+      switch (kind) {
+        case INIT_NORMAL: x = std * loom__rng_normal(&rng); break;
+        case INIT_RESID: x = std_resid * loom__rng_normal(&rng); break;
+        case INIT_ONE: x = 1.0f; break;
+        default: x = 0.0f; break;
       }
-      OPS->from_host(CTX, p->data + done, buf, n * sizeof(float));
+      size_t e = p->offset + j;
+      if (e < begin) continue;
+      if (e >= end) break;
+      buf[staged++] = x;
+      if (staged == CHUNK) {
+        OPS->from_host(CTX, dst + (staged_at - begin), buf, staged * sizeof(float));
+        staged_at += staged;
+        staged = 0;
+      }
     }
   }
+  if (staged) OPS->from_host(CTX, dst + (staged_at - begin), buf, staged * sizeof(float));
+}
+
+void gpt_init_weights(gpt_model *m, uint64_t seed) {
+  gpt_init_weights_range(m, seed, 0, m->num_parameters, m->params_memory);
 }
 
 /* 1 if every id is in [0, V). */
@@ -551,7 +578,8 @@ int gpt_backward(gpt_model *m, float dloss, const gpt_hooks *hooks) {
 }
 
 void gpt_zero_grad(gpt_model *m) {
-  OPS->memset_zero(CTX, m->grads_memory, m->num_parameters * sizeof(float));
+  if (m->grads_memory) /* else a plugin owns gradient storage and clears it */
+    OPS->memset_zero(CTX, m->grads_memory, m->num_parameters * sizeof(float));
 }
 
 void gpt_logits_row(const gpt_model *m, int row, float *host_out) {

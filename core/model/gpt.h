@@ -92,6 +92,13 @@ typedef struct gpt_model {
 /* Check `cfg` and build the parameter table; allocate parameters and gradients on `dev`.
  * Returns LOOM_OK or LOOM_INVALID_CONFIG / LOOM_NOMEM with a message in err. */
 int gpt_init(gpt_model *m, const gpt_config *cfg, loom_dev *dev, char *err, size_t errlen);
+/* Storage flags for gpt_init_ex: a parallel plugin that owns parameter or gradient storage
+ * (ZeRO-3, ZeRO-2) sets the tensor views itself; the flat buffer is then NULL. */
+#define GPT_NO_PARAM_STORAGE 1
+#define GPT_NO_GRAD_STORAGE 2
+int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, char *err,
+                size_t errlen);
+
 /* Free everything gpt_init and gpt_forward allocated. */
 void gpt_free(gpt_model *m);
 
@@ -99,6 +106,11 @@ void gpt_free(gpt_model *m);
  * projections (attn.proj, mlp.proj) N(0, 0.02/sqrt(2L)) (Radford et al. 2019, §2.3), biases 0,
  * LayerNorm weight 1 / bias 0, wte and wpe N(0, 0.02). */
 void gpt_init_weights(gpt_model *m, uint64_t seed);
+/* The same initial values for flat elements [begin, begin+n) only, written to dst (device,
+ * n floats): the random stream is replayed up to `begin`, so a shard gets exactly what a
+ * single-rank run would hold there, without the whole model in memory. */
+void gpt_init_weights_range(const gpt_model *m, uint64_t seed, size_t begin, size_t n,
+                            float *dst);
 
 /* Forward pass over a (B,T) batch of host token ids. targets may be NULL (logits only).
  * The activation pool (LOOM_MEM_ACTIVATIONS) grows when B*T exceeds what it was sized for and

@@ -161,6 +161,31 @@ static int host_barrier(loom_host *h, loom_comm *c) {
   return forward_error(h, COMM(h->rt)->barrier(h->rt->comm_ctx, c));
 }
 
+static int host_reduce_scatter_v(loom_host *h, loom_comm *c, const void *send, void *recv,
+                                 const size_t *counts, loom_dtype dt, loom_red_op op,
+                                 loom_request **req) {
+  loom_runtime *rt = h->rt;
+  int n = comm_size_of(rt, c);
+  if (n > 1) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += counts[i];
+    count(rt, (double)(n - 1) / n * (double)(total * loom_dtype_size(dt)));
+  }
+  return forward_error(h, COMM(rt)->reduce_scatter_v(rt->comm_ctx, c, send, recv, counts, dt,
+                                                     op, req));
+}
+static int host_all_gather_v(loom_host *h, loom_comm *c, const void *send, void *recv,
+                             const size_t *counts, loom_dtype dt, loom_request **req) {
+  loom_runtime *rt = h->rt;
+  int n = comm_size_of(rt, c);
+  if (n > 1) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += counts[i];
+    count(rt, (double)(n - 1) / n * (double)(total * loom_dtype_size(dt)));
+  }
+  return forward_error(h, COMM(rt)->all_gather_v(rt->comm_ctx, c, send, recv, counts, dt, req));
+}
+
 /* ---- device ---- */
 static void *host_alloc(loom_host *h, size_t bytes, loom_mem_category cat) {
   void *p = loom__dev_alloc(&h->rt->dev, bytes, cat);
@@ -203,6 +228,42 @@ static int host_adamw_range(loom_host *h, const loom_step_args_v1 *a, uint64_t b
   return LOOM_OK;
 }
 
+/* ---- ZeRO support ---- */
+static int host_set_partition(loom_host *h, const loom_partition_v1 *p) {
+  loom_runtime *rt = h->rt;
+  int me = (int)(h - rt->parallel_host);
+  if (me < 0 || me >= rt->n_parallel) {
+    snprintf(h->error, sizeof h->error, "set_partition: only parallel plugins may publish one");
+    return LOOM_INVALID_USAGE;
+  }
+  if (rt->partition_owner >= 0 && rt->partition_owner != me) {
+    snprintf(h->error, sizeof h->error, "set_partition: %s already published the partition",
+             rt->parallel_host[rt->partition_owner].label);
+    return LOOM_INVALID_USAGE;
+  }
+  if (!p || p->begin + p->count > rt->model_view.numel || (p->count && (!p->params || !p->grads))) {
+    snprintf(h->error, sizeof h->error, "set_partition: range or buffers invalid");
+    return LOOM_INVALID_USAGE;
+  }
+  memset(&rt->partition, 0, sizeof rt->partition);
+  memcpy(&rt->partition, p, p->struct_size < sizeof rt->partition ? p->struct_size
+                                                                  : sizeof rt->partition);
+  rt->partition.struct_size = sizeof rt->partition;
+  rt->partition_owner = me;
+  return LOOM_OK;
+}
+static const loom_partition_v1 *host_partition(loom_host *h) { return &h->rt->partition; }
+static int host_init_params_range(loom_host *h, uint64_t begin, uint64_t n, float *dst) {
+  loom_runtime *rt = h->rt;
+  if (begin + n > rt->model.num_parameters) {
+    snprintf(h->error, sizeof h->error, "init_params_range: [%llu, +%llu) outside the model",
+             (unsigned long long)begin, (unsigned long long)n);
+    return LOOM_INVALID_USAGE;
+  }
+  gpt_init_weights_range(&rt->model, rt->cfg->train.seed, begin, n, dst);
+  return LOOM_OK;
+}
+
 static const loom_host_api_v1 host_api = {
   .struct_size = sizeof(loom_host_api_v1),
   .abi_major = LOOM_ABI_MAJOR,
@@ -231,6 +292,11 @@ static const loom_host_api_v1 host_api = {
   .device = host_device,
   .model = host_model,
   .adamw_range = host_adamw_range,
+  .reduce_scatter_v = host_reduce_scatter_v,
+  .all_gather_v = host_all_gather_v,
+  .set_partition = host_set_partition,
+  .partition = host_partition,
+  .init_params_range = host_init_params_range,
 };
 
 const loom_host_api_v1 *loom__host_api(void) { return &host_api; }

@@ -55,7 +55,8 @@ static const required_slot required_comm[] = {
   REQ(loom_comm_v1, all_reduce), REQ(loom_comm_v1, reduce_scatter),
   REQ(loom_comm_v1, all_gather), REQ(loom_comm_v1, broadcast), REQ(loom_comm_v1, send),
   REQ(loom_comm_v1, recv), REQ(loom_comm_v1, test), REQ(loom_comm_v1, wait),
-  REQ(loom_comm_v1, barrier), REQ(loom_comm_v1, abort), {0, NULL}};
+  REQ(loom_comm_v1, barrier), REQ(loom_comm_v1, abort), REQ(loom_comm_v1, reduce_scatter_v),
+  REQ(loom_comm_v1, all_gather_v), {0, NULL}};
 static const required_slot required_device[] = {
   REQ(loom_device_v1, create), REQ(loom_device_v1, destroy), REQ(loom_device_v1, alloc),
   REQ(loom_device_v1, free), REQ(loom_device_v1, copy), REQ(loom_device_v1, matmul_forward),

@@ -8,18 +8,21 @@
 /* Roles this host version can run. Tensor and pipeline parallel (split-layers, schedule, axes
  * tp/pp) need core support that later versions add; refuse them clearly instead of running
  * them wrong. */
-#define HOST_PARALLEL_CAPS \
-  (LOOM_PAR_CAP_GRAD_SYNC | LOOM_PAR_CAP_OPTIMIZER | LOOM_PAR_CAP_AXIS_DP)
+#define HOST_PARALLEL_CAPS                                                                  \
+  (LOOM_PAR_CAP_GRAD_SYNC | LOOM_PAR_CAP_OPTIMIZER | LOOM_PAR_CAP_SHARD_PARAMS |           \
+   LOOM_PAR_CAP_SHARD_GRADS | LOOM_PAR_CAP_AXIS_DP)
 
 static const struct { uint64_t bit; const char *role; } roles[] = {
   {LOOM_PAR_CAP_GRAD_SYNC, "data-parallel gradient sync"},
   {LOOM_PAR_CAP_OPTIMIZER, "the optimizer step"},
   {LOOM_PAR_CAP_SCHEDULE, "the micro-batch schedule"},
+  {LOOM_PAR_CAP_SHARD_PARAMS, "parameter storage"},
+  {LOOM_PAR_CAP_SHARD_GRADS, "gradient storage"},
 };
 
 int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
   loom_config *cfg = rt->cfg;
-  rt->grad_sync_owner = rt->optimizer_owner = -1;
+  rt->grad_sync_owner = rt->optimizer_owner = rt->partition_owner = -1;
   for (int i = 0; i < cfg->n_parallel; i++) {
     loom_plugin_cfg *pc = &cfg->parallel[i];
     char e[1200];
@@ -63,6 +66,8 @@ int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
       return -1;
     }
     if (caps & LOOM_PAR_CAP_GRAD_SYNC) rt->grad_sync_owner = i;
+    if (caps & LOOM_PAR_CAP_SHARD_PARAMS) rt->shard_params = 1;
+    if (caps & LOOM_PAR_CAP_SHARD_GRADS) rt->shard_grads = 1;
     if (caps & LOOM_PAR_CAP_OPTIMIZER) rt->optimizer_owner = i;
   }
   char e[1200];

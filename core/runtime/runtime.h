@@ -69,7 +69,11 @@ struct loom_runtime {
   uint64_t *unit_offset;        /* model_view.unit_offset */
   float **tensor_data, **tensor_grad; /* storage of the views (point at gpt_param fields) */
 
-  float *optim_m, *optim_v;     /* host-owned AdamW state (NULL when a plugin owns it) */
+  loom_partition_v1 partition;  /* what this rank's optimizer steps (default: whole model) */
+  int partition_owner;          /* index of the plugin that published it, or -1 */
+  int shard_params, shard_grads;/* a plugin owns parameter / gradient storage */
+  float *optim_m, *optim_v;     /* host-owned AdamW state over the partition (NULL when a
+                                   plugin owns the optimizer step) */
 };
 
 /* Format an error for the user: "loom: LABEL: MESSAGE" (LABEL = plugin and config path). */

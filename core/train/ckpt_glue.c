@@ -20,16 +20,28 @@ static loom_ckpt_item_v1 flat_item(const char *name, uint64_t n, void *data, int
   return it;
 }
 
+/* A chunk of the partition: written by its rank when partitions are disjoint, else by data-
+ * parallel rank 0 only (the others hold the same values). */
+static loom_ckpt_item_v1 partition_item(loom_runtime *rt, const char *name, void *data) {
+  const loom_partition_v1 *p = &rt->partition;
+  loom_ckpt_item_v1 it = flat_item(name, rt->model.num_parameters, data,
+                                   p->sharded || rt->mesh.dp_rank == 0);
+  it.offset = p->begin;
+  it.count = p->count;
+  return it;
+}
+
 static int build_items(loom_trainer *tr, loom_ckpt_item_v1 *items, int *n) {
   loom_runtime *rt = &tr->rt;
   uint64_t N = rt->model.num_parameters;
-  /* replicated across data-parallel ranks: one writer */
-  int writer = rt->mesh.dp_rank == 0;
   int k = 0;
-  items[k++] = flat_item("params", N, rt->model.params_memory, writer);
+  if (rt->shard_params) /* each rank holds its partition of the parameters only */
+    items[k++] = partition_item(rt, "params", rt->partition.params);
+  else /* replicated across data-parallel ranks: one writer */
+    items[k++] = flat_item("params", N, rt->model.params_memory, rt->mesh.dp_rank == 0);
   if (rt->optimizer_owner < 0) {
-    items[k++] = flat_item("optim.m", N, rt->optim_m, writer);
-    items[k++] = flat_item("optim.v", N, rt->optim_v, writer);
+    items[k++] = partition_item(rt, "optim.m", rt->optim_m);
+    items[k++] = partition_item(rt, "optim.v", rt->optim_v);
   } else {
     int i = rt->optimizer_owner;
     const loom_parallel_v1 *p = &rt->parallel[i].u.parallel;

@@ -107,18 +107,30 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   gpt_config mc = {.vocab_size = cfg->model.vocab_size, .max_seq_len = cfg->model.context_length,
                    .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
                    .n_embd = cfg->model.n_embd};
-  if (gpt_init(&rt->model, &mc, &rt->dev, e, sizeof e) != LOOM_OK)
+  int flags = (rt->shard_params ? GPT_NO_PARAM_STORAGE : 0) |
+              (rt->shard_grads ? GPT_NO_GRAD_STORAGE : 0);
+  if (gpt_init_ex(&rt->model, &mc, &rt->dev, flags, e, sizeof e) != LOOM_OK)
     return fail(tr, "%s: model: %s", cfg->path, e);
-  /* same seed on every rank: replicas start identical without a broadcast */
-  gpt_init_weights(&rt->model, cfg->train.seed);
+  /* same seed on every rank: replicas start identical without a broadcast (a plugin that
+   * shards the parameters initialises its shard through init_params_range instead) */
+  if (!rt->shard_params) gpt_init_weights(&rt->model, cfg->train.seed);
   if (loom__model_view_build(rt) != 0) return fail(tr, "out of host memory (model view)");
+  /* the default partition: the whole model, replicated */
+  rt->partition = (loom_partition_v1){.struct_size = sizeof rt->partition, .begin = 0,
+                                      .count = rt->model.num_parameters,
+                                      .params = rt->model.params_memory,
+                                      .grads = rt->model.grads_memory, .sharded = 0};
+  if (loom__plugins_setup(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
+  if ((rt->shard_params || rt->shard_grads) && rt->partition_owner < 0)
+    return fail(tr, "%s: parallel: a plugin owns parameter or gradient storage but none "
+                "published the optimizer partition (set_partition in setup)", cfg->path);
   if (rt->optimizer_owner < 0) {
-    size_t bytes = rt->model.num_parameters * sizeof(float);
+    size_t bytes = rt->partition.count * sizeof(float);
     rt->optim_m = loom__dev_alloc(&rt->dev, bytes, LOOM_MEM_OPTIM);
     rt->optim_v = loom__dev_alloc(&rt->dev, bytes, LOOM_MEM_OPTIM);
-    if (!rt->optim_m || !rt->optim_v) return fail(tr, "out of memory (optimizer state)");
+    if (bytes && (!rt->optim_m || !rt->optim_v))
+      return fail(tr, "out of memory (optimizer state)");
   }
-  if (loom__plugins_setup(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
 
   if (loom_loader_open(&tr->train, cfg->data.train, tr->T, cfg->model.vocab_size, e, sizeof e))
     return fail(tr, "%s: data.train: %s", cfg->path, e);
@@ -198,7 +210,10 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
   if (dp_sum(tr, stats, 1) != 0) return -1;
   sm->loss = stats[0] / (double)(tr->accum * rt->mesh.dp);
 
-  double sq = dev->sum_squares(rt->dev.ctx, rt->model.grads_memory, rt->model.num_parameters);
+  /* the norm over the partition; disjoint partitions are summed over data-parallel ranks */
+  const loom_partition_v1 *part = &rt->partition;
+  double sq = dev->sum_squares(rt->dev.ctx, part->grads, part->count);
+  if (part->sharded && dp_sum(tr, &sq, 1) != 0) return -1;
   CALL_HOOKS(tr, grad_norm_sq, "grad_norm_sq", &sq);
   int finite = isfinite(sq);
   int skip = 0;
@@ -220,9 +235,8 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
       if (rt->parallel[i].u.parallel.optimizer_step(rt->parallel_ctx[i], &args) != LOOM_OK)
         return loom__hook_error(rt, i, "optimizer_step", tr->err, sizeof tr->err);
     } else {
-      loom__host_api()->adamw_range(&tr->core_host, &args, 0, rt->model.num_parameters,
-                                    rt->model.params_memory, rt->model.grads_memory,
-                                    rt->optim_m, rt->optim_v);
+      loom__host_api()->adamw_range(&tr->core_host, &args, part->begin, part->count,
+                                    part->params, part->grads, rt->optim_m, rt->optim_v);
     }
   }
   CALL_HOOKS(tr, end_step, "end_step", step);

@@ -11,7 +11,12 @@
 #include <string.h>
 
 struct loom_comm { MPI_Comm mpi; };
-struct loom_request { MPI_Request mpi; };
+/* An outstanding operation; the uneven collectives keep their int count/displacement arrays
+ * here because MPI reads them until completion. */
+struct loom_request {
+  MPI_Request mpi;
+  int *counts, *displs;
+};
 
 typedef struct mpi_ctx {
   const loom_host_api_v1 *api;
@@ -239,8 +244,102 @@ static int mpi_test(void *ctx, loom_request *req, int *done) {
 static int mpi_wait(void *ctx, loom_request *req) {
   mpi_ctx *c = ctx;
   int rc = MPI_Wait(&req->mpi, MPI_STATUS_IGNORE);
+  free(req->counts);
+  free(req->displs);
   free(req);
   if (rc != MPI_SUCCESS) return fail(c, rc, "MPI_Wait");
+  return LOOM_OK;
+}
+
+/* int counts and displacements (prefix sums) for the v-collectives; NULL on overflow. */
+static int make_counts(mpi_ctx *c, loom_comm *comm, const size_t *counts, int **out_counts,
+                       int **out_displs) {
+  int n;
+  MPI_Comm_size(comm->mpi, &n);
+  int *ic = malloc((size_t)n * sizeof *ic), *id = malloc((size_t)n * sizeof *id);
+  if (!ic || !id) {
+    free(ic);
+    free(id);
+    return LOOM_NOMEM;
+  }
+  size_t at = 0;
+  for (int i = 0; i < n; i++) {
+    if (counts[i] > (size_t)INT32_MAX || at > (size_t)INT32_MAX) {
+      free(ic);
+      free(id);
+      c->api->set_error(c->host, "uneven collective exceeds MPI's int counts");
+      return LOOM_UNSUPPORTED;
+    }
+    ic[i] = (int)counts[i];
+    id[i] = (int)at;
+    at += counts[i];
+  }
+  *out_counts = ic;
+  *out_displs = id;
+  return LOOM_OK;
+}
+
+static int mpi_reduce_scatter_v(void *ctx, loom_comm *comm, const void *send, void *recv,
+                                const size_t *counts, loom_dtype dt, loom_red_op op,
+                                loom_request **req) {
+  mpi_ctx *c = ctx;
+  int rc = check_args(c, dt, 0, 1);
+  int *ic = NULL, *id = NULL;
+  if (!rc) rc = make_counts(c, comm, counts, &ic, &id);
+  if (rc) return rc;
+  free(id);
+  if (!req) {
+    rc = MPI_Reduce_scatter(send, recv, ic, mpi_type(dt), mpi_op(op), comm->mpi);
+    free(ic);
+    return rc == MPI_SUCCESS ? LOOM_OK : fail(c, rc, "MPI_Reduce_scatter");
+  }
+  loom_request *r = new_request();
+  if (!r) {
+    free(ic);
+    return LOOM_NOMEM;
+  }
+  r->counts = ic;
+  rc = MPI_Ireduce_scatter(send, recv, ic, mpi_type(dt), mpi_op(op), comm->mpi, &r->mpi);
+  if (rc != MPI_SUCCESS) {
+    free(ic);
+    free(r);
+    return fail(c, rc, "MPI_Ireduce_scatter");
+  }
+  *req = r;
+  return LOOM_OK;
+}
+
+static int mpi_all_gather_v(void *ctx, loom_comm *comm, const void *send, void *recv,
+                            const size_t *counts, loom_dtype dt, loom_request **req) {
+  mpi_ctx *c = ctx;
+  int rc = check_args(c, dt, 0, 0), me;
+  int *ic = NULL, *id = NULL;
+  if (!rc) rc = make_counts(c, comm, counts, &ic, &id);
+  if (rc) return rc;
+  MPI_Comm_rank(comm->mpi, &me);
+  if (!req) {
+    rc = MPI_Allgatherv(send, ic[me], mpi_type(dt), recv, ic, id, mpi_type(dt), comm->mpi);
+    free(ic);
+    free(id);
+    return rc == MPI_SUCCESS ? LOOM_OK : fail(c, rc, "MPI_Allgatherv");
+  }
+  loom_request *r = new_request();
+  if (!r) {
+    free(ic);
+    free(id);
+    return LOOM_NOMEM;
+  }
+  r->counts = ic;
+  r->displs = id;
+  rc = MPI_Iallgatherv(send, ic[me], mpi_type(dt), recv, ic, id, mpi_type(dt), comm->mpi,
+                       &r->mpi);
+  if (rc != MPI_SUCCESS) {
+    free(ic);
+    free(id);
+    free(r);
+    return fail(c, rc, "MPI_Iallgatherv");
+  }
+  *req = r;
   return LOOM_OK;
 }
 
@@ -276,4 +375,6 @@ LOOM_EXPORT const loom_comm_v1 loom_plugin_v1 = {
   .wait = mpi_wait,
   .barrier = mpi_barrier,
   .abort = mpi_abort,
+  .reduce_scatter_v = mpi_reduce_scatter_v,
+  .all_gather_v = mpi_all_gather_v,
 };

@@ -51,6 +51,15 @@ typedef struct loom_comm_v1 {
   int (*wait)(void *ctx, loom_request *req);
   int (*barrier)(void *ctx, loom_comm *c);
 
+  /* Uneven variants (MPI_Reduce_scatter / MPI_Allgatherv): rank i's block has counts[i]
+   * elements; blocks are contiguous in rank order in the full buffer (send of reduce_scatter_v,
+   * recv of all_gather_v). counts has size(c) entries and must stay valid until completion. */
+  int (*reduce_scatter_v)(void *ctx, loom_comm *c, const void *send, void *recv,
+                          const size_t *counts, loom_dtype dt, loom_red_op op,
+                          loom_request **req);
+  int (*all_gather_v)(void *ctx, loom_comm *c, const void *send, void *recv,
+                      const size_t *counts, loom_dtype dt, loom_request **req);
+
   /* Bring the whole job down now (a rank failed): every other rank must exit promptly
    * instead of waiting in a collective. Does not return. */
   void (*abort)(void *ctx, int exit_code);

@@ -57,11 +57,26 @@ typedef struct loom_model_v1 {
   int n_units;               /* n_layer + 2 */
   const uint64_t *unit_offset; /* n_units + 1 entries: unit u = [unit_offset[u], unit_offset[u+1]) */
   uint64_t numel;            /* total parameters (Psi in the ZeRO paper) */
-  float *params;             /* device, numel: the flat parameter buffer */
-  float *grads;              /* device, numel: the flat gradient buffer */
+  float *params;             /* device, numel: the flat parameter buffer (NULL when a plugin
+                                with LOOM_PAR_CAP_SHARD_PARAMS owns parameter storage) */
+  float *grads;              /* device, numel: the flat gradient buffer (NULL when a plugin
+                                with LOOM_PAR_CAP_SHARD_GRADS owns gradient storage) */
   int n_tensors;
   loom_tensor_v1 *tensors;   /* n_tensors, in flat order; index with LOOM_TENSOR_AT */
 } loom_model_v1;
+
+/* The part of the flat parameter buffer this rank's optimizer steps (ZeRO's partition).
+ * Default: the whole model, replicated on every data-parallel rank. A plugin that shards the
+ * optimizer state publishes its own with set_partition() during setup(). */
+typedef struct loom_partition_v1 {
+  uint32_t struct_size;
+  uint64_t begin, count; /* flat element range [begin, begin + count) */
+  float *params;         /* device: the values of that range (count floats) */
+  float *grads;          /* device: its gradient, averaged over data-parallel ranks, final when
+                            the optimizer step runs (count floats) */
+  int sharded;           /* 1: ranks hold disjoint partitions (norms are summed over dp);
+                            0: every data-parallel rank holds the same range */
+} loom_partition_v1;
 
 /* What the optimizer step needs, handed to a plugin that owns the step. */
 typedef struct loom_step_args_v1 {
@@ -145,6 +160,25 @@ typedef struct loom_host_api_v1 {
    * model says (only where loom_tensor_v1.weight_decay is 1). */
   int (*adamw_range)(loom_host *h, const loom_step_args_v1 *a, uint64_t begin, uint64_t n,
                      float *param, const float *grad, float *m, float *v);
+
+  /* ---- uneven collectives (counted): see loom_comm_v1.reduce_scatter_v / all_gather_v ---- */
+  int (*reduce_scatter_v)(loom_host *h, loom_comm *c, const void *send, void *recv,
+                          const size_t *counts, loom_dtype dt, loom_red_op op,
+                          loom_request **req);
+  int (*all_gather_v)(loom_host *h, loom_comm *c, const void *send, void *recv,
+                      const size_t *counts, loom_dtype dt, loom_request **req);
+
+  /* ---- ZeRO support ---- */
+  /* Publish the partition this rank's optimizer steps (copied; call in setup()). The host then
+   * allocates the optimizer state for that range only, computes the gradient norm over it
+   * (summed over dp when sharded) and checkpoints it as chunks. One plugin may publish. */
+  int (*set_partition)(loom_host *h, const loom_partition_v1 *p);
+  /* The current partition (the whole model when nobody published one). */
+  const loom_partition_v1 *(*partition)(loom_host *h);
+  /* Write the initial values of flat elements [begin, begin + n) into dst (device memory) —
+   * exactly the values a single-rank run starts from, without materialising the whole model
+   * (what a plugin with LOOM_PAR_CAP_SHARD_PARAMS needs). */
+  int (*init_params_range)(loom_host *h, uint64_t begin, uint64_t n, float *dst);
 } loom_host_api_v1;
 
 /* True when the host's table is large enough to hold `slot`. */

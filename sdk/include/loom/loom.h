@@ -22,6 +22,7 @@ typedef loom_device_v1 loom_device;
 typedef loom_tensor_v1 loom_tensor;
 typedef loom_model_v1 loom_model;
 typedef loom_step_args_v1 loom_step_args;
+typedef loom_partition_v1 loom_partition;
 typedef loom_ckpt_item_v1 loom_ckpt_item;
 typedef loom_ckpt_state_v1 loom_ckpt_state;
 

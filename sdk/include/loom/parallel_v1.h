@@ -39,7 +39,14 @@ extern "C" {
 #define LOOM_PAR_CAP_OPTIMIZER (1u << 1)    /* owns the optimizer step and its state */
 #define LOOM_PAR_CAP_SCHEDULE (1u << 2)     /* drives the micro-batch schedule (pipeline) */
 #define LOOM_PAR_CAP_SPLIT_LAYERS (1u << 3) /* changes layer shapes (tensor parallel) */
-#define LOOM_PAR_CAP_SHARD_PARAMS (1u << 4) /* owns parameter storage between hooks (ZeRO-3) */
+#define LOOM_PAR_CAP_SHARD_PARAMS (1u << 4) /* owns parameter storage (ZeRO-3): the host
+                                               allocates no flat parameter buffer; the plugin
+                                               points the tensor views at gathered memory
+                                               around each unit's forward and backward */
+#define LOOM_PAR_CAP_SHARD_GRADS (1u << 5)  /* owns gradient storage (ZeRO-2/3): the host
+                                               allocates no flat gradient buffer; the plugin
+                                               points the gradient views at bucket memory from
+                                               pre_backward until its post_backward */
 /* The mesh axis the plugin works on (exactly one). */
 #define LOOM_PAR_CAP_AXIS_DP (1u << 16)
 #define LOOM_PAR_CAP_AXIS_TP (1u << 17)
