@@ -236,7 +236,8 @@ static void print_caps(FILE *out, const loom_plugin *p) {
     static const struct { uint64_t bit; const char *name; } names[] = {
       {LOOM_PAR_CAP_GRAD_SYNC, "grad-sync"}, {LOOM_PAR_CAP_OPTIMIZER, "optimizer"},
       {LOOM_PAR_CAP_SCHEDULE, "schedule"}, {LOOM_PAR_CAP_SPLIT_LAYERS, "split-layers"},
-      {LOOM_PAR_CAP_SHARD_PARAMS, "shard-params"}, {LOOM_PAR_CAP_AXIS_DP, "axis=dp"},
+      {LOOM_PAR_CAP_SHARD_PARAMS, "shard-params"}, {LOOM_PAR_CAP_SHARD_GRADS, "shard-grads"},
+      {LOOM_PAR_CAP_SHARD_OPTIM, "shard-optim"}, {LOOM_PAR_CAP_AXIS_DP, "axis=dp"},
       {LOOM_PAR_CAP_AXIS_TP, "axis=tp"}, {LOOM_PAR_CAP_AXIS_PP, "axis=pp"}};
     const char *sep = "";
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

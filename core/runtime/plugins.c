@@ -10,7 +10,7 @@
  * them wrong. */
 #define HOST_PARALLEL_CAPS                                                                  \
   (LOOM_PAR_CAP_GRAD_SYNC | LOOM_PAR_CAP_OPTIMIZER | LOOM_PAR_CAP_SHARD_PARAMS |           \
-   LOOM_PAR_CAP_SHARD_GRADS | LOOM_PAR_CAP_AXIS_DP)
+   LOOM_PAR_CAP_SHARD_GRADS | LOOM_PAR_CAP_SHARD_OPTIM | LOOM_PAR_CAP_AXIS_DP)
 
 static const struct { uint64_t bit; const char *role; } roles[] = {
   {LOOM_PAR_CAP_GRAD_SYNC, "data-parallel gradient sync"},
@@ -136,7 +136,10 @@ int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen) {
 }
 
 int loom__plugins_setup(loom_runtime *rt, char *err, size_t errlen) {
-  for (int i = 0; i < rt->n_parallel; i++) {
+  /* config order, but the optimizer owner last: it steps the partition the others publish */
+  for (int k = 0; k < rt->n_parallel; k++) {
+    int last = rt->optimizer_owner >= 0 ? rt->optimizer_owner : rt->n_parallel - 1;
+    int i = k < last ? k : (k == rt->n_parallel - 1 ? last : k + 1);
     const loom_parallel_v1 *p = &rt->parallel[i].u.parallel;
     if (!p->setup) continue;
     int rc = p->setup(rt->parallel_ctx[i]);

@@ -192,6 +192,11 @@ static int mpi_all_gather(void *ctx, loom_comm *comm, const void *send, void *re
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, send_count, 0);
   if (rc) return rc;
+  int me;
+  MPI_Comm_rank(comm->mpi, &me);
+  /* this rank's block already in place: MPI forbids aliasing send and recv otherwise */
+  if (send == (const char *)recv + (size_t)me * send_count * loom_dtype_size(dt))
+    send = MPI_IN_PLACE;
   RUN_OR_START(c, req,
                MPI_Allgather(send, (int)send_count, mpi_type(dt), recv, (int)send_count,
                              mpi_type(dt), comm->mpi),
@@ -317,6 +322,7 @@ static int mpi_all_gather_v(void *ctx, loom_comm *comm, const void *send, void *
   if (!rc) rc = make_counts(c, comm, counts, &ic, &id);
   if (rc) return rc;
   MPI_Comm_rank(comm->mpi, &me);
+  if (send == (const char *)recv + (size_t)id[me] * loom_dtype_size(dt)) send = MPI_IN_PLACE;
   if (!req) {
     rc = MPI_Allgatherv(send, ic[me], mpi_type(dt), recv, ic, id, mpi_type(dt), comm->mpi);
     free(ic);

@@ -34,7 +34,8 @@ typedef struct loom_comm_v1 {
   int (*split)(void *ctx, loom_comm *parent, int color, int key, loom_comm **out);
   void (*comm_free)(void *ctx, loom_comm *c);
 
-  /* Operations: semantics as in host_v1.h; req == NULL means blocking. */
+  /* Operations: semantics as in host_v1.h; req == NULL means blocking. An all-gather whose
+   * send buffer is this rank's own block inside recv is in place (MPI_IN_PLACE). */
   int (*all_reduce)(void *ctx, loom_comm *c, void *buf, size_t count, loom_dtype dt,
                     loom_red_op op, loom_request **req);
   int (*reduce_scatter)(void *ctx, loom_comm *c, const void *send, void *recv,

@@ -129,7 +129,8 @@ typedef struct loom_host_api_v1 {
    * size(c) * recv_count elements, block i for rank i. */
   int (*reduce_scatter)(loom_host *h, loom_comm *c, const void *send, void *recv,
                         size_t recv_count, loom_dtype dt, loom_red_op op, loom_request **req);
-  /* recv (size(c) * send_count elements) gets every rank's send block in rank order. */
+  /* recv (size(c) * send_count elements) gets every rank's send block in rank order. In place
+   * when send is this rank's block inside recv (also for all_gather_v). */
   int (*all_gather)(loom_host *h, loom_comm *c, const void *send, void *recv,
                     size_t send_count, loom_dtype dt, loom_request **req);
   int (*broadcast)(loom_host *h, loom_comm *c, void *buf, size_t count, loom_dtype dt,

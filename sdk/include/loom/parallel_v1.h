@@ -47,6 +47,8 @@ extern "C" {
                                                allocates no flat gradient buffer; the plugin
                                                points the gradient views at bucket memory from
                                                pre_backward until its post_backward */
+#define LOOM_PAR_CAP_SHARD_OPTIM (1u << 6)   /* publishes a sharded optimizer partition
+                                               (ZeRO-1 and up): optimizer state is 1/dp */
 /* The mesh axis the plugin works on (exactly one). */
 #define LOOM_PAR_CAP_AXIS_DP (1u << 16)
 #define LOOM_PAR_CAP_AXIS_TP (1u << 17)
@@ -62,7 +64,9 @@ typedef struct loom_parallel_v1 {
   /* Release everything (device memory through api->free). */
   void (*destroy)(void *ctx);
 
-  /* The model and its buffers exist (api->model()); allocate buckets, shards, state. */
+  /* The model and its buffers exist (api->model()); allocate buckets, shards, state; publish
+   * the optimizer partition (api->set_partition) if the plugin shards it. The plugin that owns
+   * the optimizer step is set up last, so it sees the partition the others published. */
   int (*setup)(void *ctx);
 
   int (*begin_step)(void *ctx, int step);
