@@ -5,8 +5,9 @@
 double loom_lr_at(int step, int steps, int warmup, double lr, double min_lr, int cosine) {
   if (warmup > 0 && step <= warmup) return lr * (double)step / (double)warmup;
   if (!cosine) return lr;
-  int span = steps - warmup;
-  double p = span > 0 ? (double)(step - warmup) / (double)span : 1.0;
+  /* the first step after warm-up runs at the peak, the last one at min_lr */
+  int span = steps - warmup - 1;
+  double p = span > 0 ? (double)(step - warmup - 1) / (double)span : 0.0;
   if (p < 0) p = 0;
   if (p > 1) p = 1;
   return min_lr + 0.5 * (1.0 + cos(M_PI * p)) * (lr - min_lr);

@@ -4,8 +4,9 @@
 
 /* Learning rate of optimizer step `step` (1-based) of `steps`:
  *   step <= warmup:   lr * step / warmup
- *   cosine:           min_lr + 0.5 (1 + cos(pi * p)) (lr - min_lr), p = (step - warmup) /
- *                     (steps - warmup) in [0, 1] (Loshchilov & Hutter 2017, SGDR, without restarts)
+ *   cosine:           min_lr + 0.5 (1 + cos(pi * p)) (lr - min_lr), p = (step - warmup - 1) /
+ *                     (steps - warmup - 1) in [0, 1]: the first step after warm-up runs at lr,
+ *                     the last at min_lr (Loshchilov & Hutter 2017, SGDR, without restarts)
  *   constant:         lr */
 double loom_lr_at(int step, int steps, int warmup, double lr, double min_lr, int cosine);
 

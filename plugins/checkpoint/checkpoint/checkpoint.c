@@ -120,6 +120,33 @@ static int rm_tree(const char *path) {
   return rmdir(path);
 }
 
+/* The step of a "step-%08d" directory name, or -1. */
+static int step_of(const char *name) {
+  int step;
+  char tail;
+  return sscanf(name, "step-%d%c", &step, &tail) == 1 && step >= 0 ? step : -1;
+}
+
+static int has_manifest(ckpt *c, const char *name) {
+  char p[PATH_MAX];
+  path_fmt(p, sizeof p, "%s/%s/manifest.json", c->dir, name);
+  return access(p, R_OK) == 0;
+}
+
+/* The newest step with a complete (published) checkpoint in the directory, or 0. */
+static int newest_complete_step(ckpt *c) {
+  DIR *d = opendir(c->dir);
+  if (!d) return 0;
+  int best = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int step = step_of(e->d_name);
+    if (step > best && has_manifest(c, e->d_name)) best = step;
+  }
+  closedir(d);
+  return best;
+}
+
 /* ---- collectives helpers ---- */
 /* 1 if every rank says ok, else 0 (an all-reduce MIN of the flags). */
 static int all_ok(ckpt *c, int ok) {
@@ -147,7 +174,8 @@ static int ckpt_create(const loom_host_api_v1 *api, loom_host *host, const loom_
     rc = LOOM_INVALID_CONFIG;
   }
   if (!rc && !c->dir[0]) {
-    api->set_error(host, "option 'dir' is required: the directory to keep checkpoints in");
+    api->set_error(host, "option 'dir' is required: the directory to keep checkpoints in, "
+                   "e.g. \"dir\": \"runs/NAME/ckpt\"");
     rc = LOOM_INVALID_CONFIG;
   }
   if (rc) {
@@ -157,10 +185,20 @@ static int ckpt_create(const loom_host_api_v1 *api, loom_host *host, const loom_
   c->rank = api->rank(host, LOOM_AXIS_WORLD);
   c->world = api->size(host, LOOM_AXIS_WORLD);
   c->comm = api->comm(host, LOOM_AXIS_WORLD);
-  if (mkdirs(c->dir) != 0) {
-    api->set_error(host, "cannot create checkpoint dir %s: %s", c->dir, strerror(errno));
+  struct stat sb;
+  if (mkdirs(c->dir) != 0 || stat(c->dir, &sb) != 0 || !S_ISDIR(sb.st_mode) ||
+      access(c->dir, W_OK | X_OK) != 0) {
+    api->set_error(host, "option 'dir': %s is not a writable directory: %s", c->dir,
+                   strerror(errno ? errno : ENOTDIR));
     free(c);
     return LOOM_IO;
+  }
+  int newest = c->resume ? 0 : newest_complete_step(c);
+  if (newest > 0) {
+    api->set_error(host, "option 'dir': %s already holds checkpoints (newest step %d) and "
+                   "'resume' is false: use an empty directory, or resume", c->dir, newest);
+    free(c);
+    return LOOM_INVALID_CONFIG;
   }
   *out = c;
   return LOOM_OK;
@@ -236,14 +274,17 @@ static json_t *write_shard(ckpt *c, const char *dir, const loom_ckpt_state_v1 *s
                    (json_int_t)at, "blob_bytes", (json_int_t)st->rank_blob_bytes);
 }
 
-static void prune(ckpt *c) {
+/* Keep the checkpoint just saved and the newest keep-1 older ones of this run. Checkpoints
+ * with a higher step than the current one are never touched. */
+static void prune(ckpt *c, int current) {
   if (c->keep <= 0) return;
   struct dirent **ents;
-  int n = scandir(c->dir, &ents, NULL, alphasort);
+  int n = scandir(c->dir, &ents, NULL, alphasort); /* %08d names sort by step */
   if (n < 0) return;
-  int steps = 0;
+  int kept = 0;
   for (int i = n - 1; i >= 0; i--) {
-    if (!strncmp(ents[i]->d_name, "step-", 5) && ++steps > c->keep) {
+    int step = step_of(ents[i]->d_name);
+    if (step >= 0 && step <= current && ++kept > c->keep) {
       char p[PATH_MAX];
       path_fmt(p, sizeof p, "%s/%s", c->dir, ents[i]->d_name);
       rm_tree(p);
@@ -315,7 +356,7 @@ static int ckpt_save(void *ctx, const loom_ckpt_state_v1 *st) {
     path_fmt(latest, sizeof latest, "%s/latest", c->dir);
     if (ok && (write_file_atomic(latest, name) != 0 || fsync_path(c->dir) != 0))
       ok = io_fail(c, "updating %s: %s", latest, strerror(errno));
-    if (ok) prune(c);
+    if (ok) prune(c, st->step);
   }
   if (!all_ok(c, ok)) {
     if (ok) c->api->set_error(c->host, "rank 0 failed to publish the checkpoint");
@@ -325,6 +366,8 @@ static int ckpt_save(void *ctx, const loom_ckpt_state_v1 *st) {
 }
 
 /* Rank 0 decides; every rank gets the same step. */
+/* Rank 0 decides; every rank gets the same step. `latest` names the checkpoint; without it
+ * (deleted, or a crash before the first publish) the newest complete one is used. */
 static int ckpt_resume_step(void *ctx, int *step) {
   ckpt *c = ctx;
   int32_t s = 0;
@@ -333,15 +376,19 @@ static int ckpt_resume_step(void *ctx, int *step) {
     path_fmt(p, sizeof p, "%s/latest", c->dir);
     FILE *f = fopen(p, "r");
     if (f) {
-      if (fgets(buf, sizeof buf, f) && sscanf(buf, "step-%d", &s) != 1) s = -1;
+      if (!fgets(buf, sizeof buf, f) || (s = step_of(buf)) <= 0) s = -1;
       fclose(f);
+    } else if ((s = newest_complete_step(c)) > 0) {
+      c->api->log(c->host, LOOM_LOG_WARN, "%s/latest is missing: resuming from the newest "
+                  "complete checkpoint, step-%08d", c->dir, s);
     }
   }
   if (c->world > 1 &&
       c->api->broadcast(c->host, c->comm, &s, 1, LOOM_I32, 0, NULL) != LOOM_OK)
     return LOOM_REMOTE;
   if (s < 0) {
-    c->api->set_error(c->host, "%s/latest does not name a step-N directory", c->dir);
+    c->api->set_error(c->host, "%s/latest does not name a step-N directory (empty or "
+                      "damaged): fix or delete it", c->dir);
     return LOOM_CORRUPT;
   }
   *step = s;
