@@ -1,6 +1,7 @@
 /* loom — command line.
  *   loom train CONFIG [--set PATH=VALUE]...   train (under mpirun/srun for several ranks)
  *   loom check CONFIG [--set PATH=VALUE]...   validate the config and open its plugins
+ *   loom estimate CONFIG [--set ...] [--world N] [--json]   per-rank memory and traffic
  *   loom plugins                              list the plugins on the search path
  *   loom version */
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include "config/config.h"
 #include "runtime/loader.h"
 #include "runtime/plugins.h"
+#include "train/estimate.h"
 #include "train/trainer.h"
 
 #ifndef LOOM_VERSION
@@ -20,6 +22,9 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: loom train CONFIG [--set PATH=VALUE]...   train a GPT as CONFIG says\n"
           "       loom check CONFIG [--set PATH=VALUE]...   validate CONFIG and its plugins\n"
+          "       loom estimate CONFIG [--set ...] [--world N] [--json]\n"
+          "                                                 per-rank memory by category and\n"
+          "                                                 bytes sent per step on N ranks\n"
           "       loom plugins                              list plugins (LOOM_PLUGIN_PATH)\n"
           "       loom version\n"
           "Several ranks: mpirun -np N loom train CONFIG. Docs: docs/config.md, docs/abi.md\n");
@@ -53,9 +58,10 @@ static int cmd_train(int argc, char **argv) {
   if (!tr) return 1;
   if (loom_trainer_init(tr, argv[2], overrides, n) != 0 || loom_trainer_run(tr) != 0)
     loom_trainer_fail(tr, 1); /* prints, takes every rank down, exits */
+  int rc = tr->stopped ? 130 : 0; /* 128 + SIGINT, as a shell reports an interrupted job */
   loom_trainer_free(tr);
   free(tr);
-  return 0;
+  return rc;
 }
 
 static int cmd_check(int argc, char **argv) {
@@ -83,17 +89,67 @@ static int cmd_check(int argc, char **argv) {
   return rc;
 }
 
+/* loom estimate CONFIG [--set ...] [--world N] [--json]: --world and --json are taken out, the
+ * rest are overrides. */
+static int cmd_estimate(int argc, char **argv) {
+  const char *overrides[64];
+  char *rest[2 * 64 + 3];
+  int nrest = 0, world = 1, json = 0;
+  for (int i = 3; i < argc; i++) {
+    const char *v = NULL;
+    if (!strcmp(argv[i], "--json")) {
+      json = 1;
+      continue;
+    }
+    if (!strcmp(argv[i], "--world") && i + 1 < argc) v = argv[++i];
+    else if (!strncmp(argv[i], "--world=", 8)) v = argv[i] + 8;
+    if (v) {
+      char *end;
+      long w = strtol(v, &end, 10);
+      if (*v == '\0' || *end != '\0' || w < 1 || w > 1 << 20) {
+        fprintf(stderr, "loom: --world: expected a number of ranks >= 1, got '%s'\n", v);
+        return 2;
+      }
+      world = (int)w;
+      continue;
+    }
+    if (nrest == (int)(sizeof rest / sizeof rest[0])) {
+      fprintf(stderr, "loom: too many arguments\n");
+      return 2;
+    }
+    rest[nrest++] = argv[i];
+  }
+  int n = parse_overrides(nrest, rest, 0, overrides, 64);
+  if (n < 0) return 2;
+  loom_estimate e;
+  char err[2048];
+  if (loom_estimate_compute(argv[2], overrides, n, world, &e, err, sizeof err) != 0) {
+    fprintf(stderr, "loom: error: %s\n", err);
+    return 1;
+  }
+  if (json) {
+    if (loom_estimate_print_json(stdout, &e) != 0) {
+      fprintf(stderr, "loom: error: out of memory\n");
+      return 1;
+    }
+  } else {
+    loom_estimate_print(stdout, &e);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
     return 2;
   }
   const char *cmd = argv[1];
-  if (!strcmp(cmd, "train") || !strcmp(cmd, "check")) {
+  if (!strcmp(cmd, "train") || !strcmp(cmd, "check") || !strcmp(cmd, "estimate")) {
     if (argc < 3) {
       usage(stderr);
       return 2;
     }
+    if (!strcmp(cmd, "estimate")) return cmd_estimate(argc, argv);
     return !strcmp(cmd, "train") ? cmd_train(argc, argv) : cmd_check(argc, argv);
   }
   if (!strcmp(cmd, "plugins")) return loom__plugin_list(stdout) > 0 ? 0 : 1;

@@ -345,7 +345,8 @@ static int load_data(ctx *c) {
 static int load_train(ctx *c) {
   static const char *const keys[] = {"micro_batch_size", "seq_len",       "grad_accum_steps",
                                      "global_batch_size", "steps",        "eval_interval",
-                                     "eval_batches",      "seed",         NULL};
+                                     "eval_batches",      "seed",         "timeout_s",
+                                     NULL};
   loom_options o;
   if (section(c, "train", keys, &o)) return -1;
   loom_config *cfg = c->cfg;
@@ -362,6 +363,7 @@ static int load_train(ctx *c) {
       get_int(c, &o, "steps", 100, 1, INT_MAX, &cfg->train.steps) ||
       get_int(c, &o, "eval_interval", 0, 0, INT_MAX, &cfg->train.eval_interval) ||
       get_int(c, &o, "eval_batches", 8, 1, INT_MAX, &cfg->train.eval_batches) ||
+      get_int(c, &o, "timeout_s", 600, 0, INT_MAX, &cfg->train.timeout_s) ||
       loom_opt_int(&o, "seed", 1337, 0, INT64_MAX, &seed, c->err, c->errlen))
     return -1;
   cfg->train.seed = (uint64_t)seed;

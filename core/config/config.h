@@ -48,6 +48,9 @@ typedef struct loom_config {
     int eval_interval;     /* steps between evals, 0 = only at the end; default 0 */
     int eval_batches;      /* micro-batches per rank per eval, default 8 */
     uint64_t seed;         /* default 1337 */
+    int timeout_s;         /* no progress (a step, an eval, a save) for this long brings the
+                              job down: a stalled rank or a hung collective; 0 = never;
+                              default 600 */
   } train;
 
   struct {

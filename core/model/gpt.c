@@ -200,6 +200,12 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   return off;
 }
 
+/* The one size of the activation pool: acts_layout's count, which acts_ensure allocates. */
+size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T) {
+  gpt_acts probe;
+  return acts_layout(&probe, NULL, cfg, B, T) * sizeof(float);
+}
+
 static void acts_free(gpt_model *m) {
   if (m->acts) {
     loom__dev_free(m->dev, m->acts->pool);
@@ -218,8 +224,7 @@ static void acts_free(gpt_model *m) {
 static int acts_ensure(gpt_model *m, int B, int T) {
   if (m->acts && m->B == B && m->T == T) return LOOM_OK;
   size_t N = (size_t)B * T;
-  gpt_acts probe;
-  size_t floats = acts_layout(&probe, NULL, &m->cfg, B, T);
+  size_t floats = gpt_activation_bytes(&m->cfg, B, T) / sizeof(float);
   if (!m->acts || floats > m->acts->pool_floats || N > m->acts->tokens_cap) {
     acts_free(m);
     gpt_acts *a = calloc(1, sizeof *a);

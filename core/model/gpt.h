@@ -99,6 +99,12 @@ int gpt_init(gpt_model *m, const gpt_config *cfg, loom_dev *dev, char *err, size
 int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, char *err,
                 size_t errlen);
 
+/* Bytes of the activation pool (LOOM_MEM_ACTIVATIONS) a forward/backward at (B,T) allocates:
+ * everything forward saves for backward plus backward's scratch, 64-byte aligned pieces — the
+ * exact size acts_ensure asks the device for (`loom estimate` reports it). The token buffers
+ * (2 * B*T int32, LOOM_MEM_OTHER) are not included. */
+size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
+
 /* Free everything gpt_init and gpt_forward allocated. */
 void gpt_free(gpt_model *m);
 

@@ -22,10 +22,43 @@ static void make_parent_dirs(const char *path) {
     }
 }
 
+/* A run resumed at `step` keeps the records of steps <= step and drops the later ones (they
+ * were logged after the checkpoint and are about to be logged again). Atomic: tmp + rename. */
+static int truncate_after(const char *path, int step, char *err, size_t errlen) {
+  FILE *in = fopen(path, "r");
+  if (!in) return 0; /* nothing logged yet */
+  char tmp[LOOM_PATH_MAX + 8];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *out = fopen(tmp, "w");
+  if (!out) {
+    fclose(in);
+    snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    return -1;
+  }
+  char line[4096];
+  while (fgets(line, sizeof line, in)) {
+    int s;
+    if (sscanf(line, "{\"step\":%d", &s) == 1 && s > step) continue;
+    fputs(line, out);
+  }
+  fclose(in);
+  int bad = ferror(out);
+  if (fclose(out) != 0 || bad || rename(tmp, path) != 0) {
+    snprintf(err, errlen, "cannot rewrite %s: %s", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
 int loom_metrics_open(loom_trainer *tr) {
   const char *path = tr->cfg.logging.metrics;
   if (!path[0]) return 0;
   make_parent_dirs(path);
+  char e[1024];
+  if (tr->step > 0 && truncate_after(path, tr->step, e, sizeof e) != 0) {
+    snprintf(tr->err, sizeof tr->err, "%s: logging.metrics: %s", tr->cfg.path, e);
+    return -1;
+  }
   /* a resumed run appends, a fresh run starts the file over */
   tr->metrics = fopen(path, tr->step > 0 ? "a" : "w");
   if (!tr->metrics) {
@@ -60,11 +93,19 @@ void loom_metrics_start(loom_trainer *tr) {
   fflush(stdout);
 }
 
-void loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m) {
+/* A failed write to the metrics file is an error: the file is what runs are compared by. */
+static int check_written(loom_trainer *tr) {
+  if (fflush(tr->metrics) == 0 && !ferror(tr->metrics)) return 0;
+  snprintf(tr->err, sizeof tr->err, "%s: logging.metrics: writing %s failed: %s", tr->cfg.path,
+           tr->cfg.logging.metrics, strerror(errno));
+  return -1;
+}
+
+int loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m) {
   loom_runtime *rt = &tr->rt;
   uint64_t bytes = rt->comm_stats.bytes_sent - tr->comm_bytes_prev;
   tr->comm_bytes_prev = rt->comm_stats.bytes_sent;
-  if (!is_rank0(tr)) return;
+  if (!is_rank0(tr)) return 0;
   const loom_config *c = &tr->cfg;
   double tokens = (double)tr->G * tr->T;
   double tps = m->seconds > 0 ? tokens / m->seconds : 0;
@@ -93,18 +134,20 @@ void loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m) {
       fprintf(tr->metrics, "%s\"%s\":%zu", k ? "," : "",
               loom__mem_category_name((loom_mem_category)k), rt->dev.bytes_peak[k]);
     fprintf(tr->metrics, ",\"total\":%zu}}\n", rt->dev.total_peak);
-    fflush(tr->metrics);
+    return check_written(tr);
   }
+  return 0;
 }
 
-void loom_metrics_eval(loom_trainer *tr, int step, double val_loss) {
-  if (!is_rank0(tr)) return;
+int loom_metrics_eval(loom_trainer *tr, int step, double val_loss) {
+  if (!is_rank0(tr)) return 0;
   printf("step %5d/%d | val loss %.4f\n", step, tr->cfg.train.steps, val_loss);
   fflush(stdout);
   if (tr->metrics) {
     fprintf(tr->metrics, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
-    fflush(tr->metrics);
+    return check_written(tr);
   }
+  return 0;
 }
 
 void loom_metrics_end(loom_trainer *tr) {

@@ -17,10 +17,13 @@ typedef struct loom_step_metrics {
   int skipped;      /* the precision plugin skipped the update */
 } loom_step_metrics;
 
-int loom_metrics_open(loom_trainer *tr);   /* rank 0: open logging.metrics (0 or -1 + err) */
+/* rank 0: open logging.metrics (0 or -1 + err); a resumed run first drops the records logged
+ * after its checkpoint, so each step appears once. */
+int loom_metrics_open(loom_trainer *tr);
 void loom_metrics_start(loom_trainer *tr); /* header line */
-void loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m);
-void loom_metrics_eval(loom_trainer *tr, int step, double val_loss);
+/* Log a step / an eval on rank 0. -1 with tr->err when the metrics file cannot be written. */
+int loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m);
+int loom_metrics_eval(loom_trainer *tr, int step, double val_loss);
 void loom_metrics_end(loom_trainer *tr);   /* summary: peak memory per category, throughput */
 void loom_metrics_close(loom_trainer *tr);
 

@@ -87,6 +87,7 @@ int loom_trainer_sample(loom_trainer *tr) {
     int next = sample_token(logits, probs, V, c->sample.temperature, c->sample.top_k,
                             &tr->sample_rng);
     toks[len++] = next;
+    loom_watchdog_beat(&tr->watchdog, tr->step);
     if (rank0) {
       char buf[16];
       int k = loom_tokenizer_decode(&tr->tok, next, buf, sizeof buf);

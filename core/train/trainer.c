@@ -6,6 +6,7 @@
 #include "trainer.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,11 @@ static double now_s(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+/* SIGINT / SIGTERM (Ctrl-C, scancel, a scheduler's preemption): finish the step, agree with
+ * the other ranks, save a checkpoint, exit. */
+static volatile sig_atomic_t stop_signal = 0;
+static void on_stop_signal(int sig) { stop_signal = sig; }
 
 static int fail(loom_trainer *tr, const char *fmt, ...) {
   va_list ap;
@@ -64,6 +70,44 @@ static int dp_sum(loom_trainer *tr, double *vals, int n) {
   return 0;
 }
 
+/* Every rank must run the same configuration (file and --set overrides): different seeds or
+ * step counts would silently train different replicas or hang in a collective. Compare a
+ * hash of the canonical JSON across the world (control traffic, not counted). */
+static int check_same_config(loom_trainer *tr) {
+  loom_runtime *rt = &tr->rt;
+  if (rt->mesh.world_size <= 1) return 0;
+  char *text = json_dumps(tr->cfg.root, JSON_COMPACT | JSON_SORT_KEYS);
+  if (!text) return fail(tr, "out of memory (config hash)");
+  uint64_t h = 1469598103934665603ull; /* FNV-1a, 64 bit */
+  for (const char *c = text; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  free(text);
+  int64_t v[2] = {(int64_t)(h >> 1), -(int64_t)(h >> 1)}; /* max of both = max and -min */
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_WORLD], v, 2, LOOM_I64, LOOM_OP_MAX,
+                    NULL) != LOOM_OK)
+    return fail(tr, "comparing the configuration across ranks failed: %s",
+                rt->comm_host.error);
+  if (v[0] != -v[1])
+    return fail(tr, "%s: the ranks were started with different configurations (config file "
+                "or --set overrides differ between ranks): every rank must run the same one",
+                tr->cfg.path);
+  return 0;
+}
+
+/* 1 on every rank when any rank got a stop signal (one small all-reduce per step). */
+static int stop_requested(loom_trainer *tr, int *stop) {
+  loom_runtime *rt = &tr->rt;
+  int32_t v = stop_signal != 0;
+  if (rt->mesh.world_size > 1) {
+    const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+    if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_WORLD], &v, 1, LOOM_I32,
+                      LOOM_OP_MAX, NULL) != LOOM_OK)
+      return fail(tr, "agreeing on a stop signal failed: %s", rt->comm_host.error);
+  }
+  *stop = v;
+  return 0;
+}
+
 gpt_hooks loom__forward_hooks(loom_trainer *tr) {
   gpt_hooks h = make_hooks(tr);
   h.pre_backward = h.post_backward = NULL;
@@ -86,6 +130,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   if (loom__plugins_open(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
   if (loom__mesh_init(rt, 1, 1, e, sizeof e) != 0) return fail(tr, "%s", e);
   loom__host_init(&tr->core_host, rt, "core", cfg->path, "", NULL);
+  if (check_same_config(tr) != 0) return -1;
   if (rt->mesh.dp > 1 && rt->grad_sync_owner < 0)
     return fail(tr, "%s: parallel: %d data-parallel ranks but no plugin owns gradient sync: "
                 "the replicas would drift apart (add {\"plugin\": \"ddp\"})", cfg->path,
@@ -274,6 +319,14 @@ int loom_trainer_run(loom_trainer *tr) {
   int start = tr->start_step = tr->step;
   tr->t0 = now_s();
   loom_metrics_start(tr);
+  if (start >= steps && rt->mesh.world_rank == 0)
+    printf("loom: the checkpoint is at step %d of train.steps = %d: nothing left to train "
+           "(raise train.steps, or remove %s to start over)\n", start, steps,
+           rt->has_checkpoint ? "the checkpoint dir" : "it");
+  if (loom_watchdog_start(&tr->watchdog, cfg->train.timeout_s, rt->mesh.world_rank) != 0)
+    return fail(tr, "cannot start the watchdog thread");
+  signal(SIGINT, on_stop_signal);
+  signal(SIGTERM, on_stop_signal);
   for (int step = start + 1; step <= steps; step++) {
     double t = now_s();
     double lr = loom_lr_at(step, steps, cfg->lr_schedule.warmup_steps, cfg->optimizer.lr,
@@ -282,18 +335,30 @@ int loom_trainer_run(loom_trainer *tr) {
     if (train_step(tr, step, lr, &sm) != 0) return -1;
     tr->step = step;
     sm.seconds = now_s() - t;
-    loom_metrics_step(tr, &sm);
+    if (loom_metrics_step(tr, &sm) != 0) return -1;
     int last = step == steps;
+    loom_watchdog_beat(&tr->watchdog, step);
     if (tr->has_val && ((cfg->train.eval_interval > 0 && step % cfg->train.eval_interval == 0) ||
                         last)) {
       double vl;
       if (loom_trainer_eval(tr, &vl) != 0) return -1;
-      loom_metrics_eval(tr, step, vl);
+      loom_watchdog_beat(&tr->watchdog, step);
+      if (loom_metrics_eval(tr, step, vl) != 0) return -1;
     }
+    int stop = 0;
+    if (stop_requested(tr, &stop) != 0) return -1;
     if (rt->has_checkpoint &&
-        rt->checkpoint.u.checkpoint.should_save(rt->checkpoint_ctx, step, last) &&
+        (stop || rt->checkpoint.u.checkpoint.should_save(rt->checkpoint_ctx, step, last)) &&
         loom__ckpt_save(tr) != 0)
       return -1;
+    loom_watchdog_beat(&tr->watchdog, step);
+    if (stop) { /* every rank agreed: a clean exit, not an abort */
+      if (rt->mesh.world_rank == 0)
+        printf("loom: stopped by a signal after step %d%s\n", step,
+               rt->has_checkpoint ? "; checkpoint saved, run again to resume" : "");
+      tr->stopped = 1;
+      return 0;
+    }
   }
   loom_metrics_end(tr);
   if (cfg->sample.tokens > 0 && loom_trainer_sample(tr) != 0) return -1;
@@ -306,6 +371,7 @@ void loom_trainer_fail(loom_trainer *tr, int code) {
 
 void loom_trainer_free(loom_trainer *tr) {
   loom_runtime *rt = &tr->rt;
+  loom_watchdog_stop(&tr->watchdog);
   loom_metrics_close(tr);
   free(tr->inputs);
   free(tr->targets);

@@ -10,6 +10,7 @@
 #include "../data/tokenizer.h"
 #include "../runtime/runtime.h"
 #include "../util/rng.h"
+#include "watchdog.h"
 
 typedef struct loom_trainer {
   loom_config cfg;
@@ -28,6 +29,8 @@ typedef struct loom_trainer {
   FILE *metrics;
   double t0;               /* wall clock at start of training, seconds */
   uint64_t comm_bytes_prev;
+  int stopped;             /* training ended early on SIGINT/SIGTERM (checkpoint saved) */
+  loom_watchdog watchdog;  /* ends the job when no progress is made for train.timeout_s */
   char err[2048];          /* the message of the first failure */
 } loom_trainer;
 
@@ -36,7 +39,9 @@ typedef struct loom_trainer {
  * must still call loom_trainer_fail or loom_trainer_free. */
 int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *const *overrides,
                       int n_overrides);
-/* Run the remaining steps (evals, checkpoints, progress), then the sample. 0 or -1 + err. */
+/* Run the remaining steps (evals, checkpoints, progress), then the sample. 0 or -1 + err.
+ * On SIGINT/SIGTERM every rank stops after the same step, saves a checkpoint, and returns 0
+ * with tr->stopped set. */
 int loom_trainer_run(loom_trainer *tr);
 /* Mean validation loss over eval_batches micro-batches per data-parallel rank. */
 int loom_trainer_eval(loom_trainer *tr, double *val_loss);

@@ -3,18 +3,24 @@
 #  1. a rank returns an error mid-run (LOOM_FAULT=1:3:error)
 #  2. a rank dies abruptly mid-run (LOOM_FAULT=1:3:exit)
 #  3. a rank is killed with SIGKILL from outside while the others are in a collective
+#  4. a rank stalls (SIGSTOP): the others' watchdogs (train.timeout_s) end the job
+#  5. a rank gets SIGTERM (preemption): every rank stops after the same step, a checkpoint is
+#     saved, the job exits 130, and a rerun resumes from it
 . "$(dirname "$0")/lib.sh"
 make_data
 LIMIT=30 # seconds; a hang would run until the 300 s timeout
 
-start_job() { # start_job NAME [env...]: 2 ranks, many steps, in the background
+start_job() { # start_job NAME [env...] [-- loom args]: 2 ranks, many steps, in the background
   local name=$1
   shift
+  local envs=() args=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  [ "${1:-}" = "--" ] && { shift; args=("$@"); }
   mkdir -p "$WORK/$name"
-  env "$@" timeout 300 mpirun -np 2 --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+  env "${envs[@]}" timeout 300 mpirun -np 2 --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
     --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
     --set "data.vocab=$WORK/data/vocab.json" --set train.steps=100000 \
-    --set lr_schedule.warmup_steps=0 --set train.eval_interval=0 \
+    --set lr_schedule.warmup_steps=0 --set train.eval_interval=0 "${args[@]}" \
     >"$WORK/$name/out.log" 2>&1 &
   JOB=$!
 }
@@ -42,15 +48,44 @@ start_job exit LOOM_FAULT=1:3:exit
 wait_job exit
 grep -qi "exit" "$WORK/exit/out.log" || { cat "$WORK/exit/out.log"; die "exit: no message"; }
 
+rank1_pid() { # rank1_pid NAME: wait until training runs, print world rank 1's pid
+  local name=$1 p
+  for _ in $(seq 100); do grep -q "^step" "$WORK/$name/out.log" && break; sleep 0.2; done
+  for p in $(pgrep -f "$LOOM train"); do
+    grep -qz '^OMPI_COMM_WORLD_RANK=1$' "/proc/$p/environ" 2>/dev/null && { echo "$p"; return; }
+  done
+  cat "$WORK/$name/out.log" >&2
+  die "$name: could not find rank 1"
+}
+
 start_job kill
-# wait until training runs, then SIGKILL world rank 1
-for _ in $(seq 100); do grep -q "^step" "$WORK/kill/out.log" && break; sleep 0.2; done
-victim=""
-for p in $(pgrep -f "$LOOM train"); do
-  grep -qz '^OMPI_COMM_WORLD_RANK=1$' "/proc/$p/environ" 2>/dev/null && victim=$p
-done
-[ -n "$victim" ] || { cat "$WORK/kill/out.log"; die "kill: could not find rank 1"; }
-kill -9 "$victim"
+kill -9 "$(rank1_pid kill)"
 wait_job kill
 grep -qiE "signal 9|killed" "$WORK/kill/out.log" || { cat "$WORK/kill/out.log"; die "kill: no message"; }
+start_job stall -- --set train.timeout_s=3
+victim=$(rank1_pid stall)
+kill -STOP "$victim"
+LIMIT=20 wait_job stall
+kill -9 "$victim" 2>/dev/null || true
+grep -q "error: no progress for" "$WORK/stall/out.log" ||
+  { cat "$WORK/stall/out.log"; die "stall: no watchdog message"; }
+
+ck="{\"plugin\":\"checkpoint\",\"dir\":\"$WORK/term/ckpt\",\"every\":0}"
+start_job term -- --set "checkpoint=$ck"
+kill -TERM "$(rank1_pid term)"
+t0=$SECONDS
+while kill -0 "$JOB" 2>/dev/null && [ $((SECONDS - t0)) -lt $LIMIT ]; do sleep 0.2; done
+wait "$JOB"
+rc=$?
+[ "$rc" -eq 130 ] || { cat "$WORK/term/out.log"; die "term: expected exit 130, got $rc"; }
+grep -q "stopped by a signal after step" "$WORK/term/out.log" || die "term: no message"
+saved=$(cat "$WORK/term/ckpt/latest")
+echo "term: job exited 130 after a SIGTERM, checkpoint $saved"
+timeout 120 mpirun -np 2 --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+  --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
+  --set "data.vocab=$WORK/data/vocab.json" --set train.steps=$((10#${saved#step-} + 2)) \
+  --set lr_schedule.warmup_steps=0 --set train.eval_interval=0 --set "checkpoint=$ck" \
+  >"$WORK/term/resume.log" 2>&1 || { cat "$WORK/term/resume.log"; die "term: resume failed"; }
+grep -q "resumed at step $((10#${saved#step-}))" "$WORK/term/resume.log" ||
+  { cat "$WORK/term/resume.log"; die "term: did not resume from $saved"; }
 echo "rank failures: every job came down with a message"

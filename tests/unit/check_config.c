@@ -323,7 +323,7 @@ static const err_case ERR_CASES[] = {
     /* unknown keys (comments are fine) */
     {"{\"_c\": 1, \"train\": {\"_c\": 2, \"stpes\": 3}}",
      "t.json: train.stpes: unknown key (expected one of: micro_batch_size, seq_len, "
-     "grad_accum_steps, global_batch_size, steps, eval_interval, eval_batches, seed)"},
+     "grad_accum_steps, global_batch_size, steps, eval_interval, eval_batches, seed, timeout_s)"},
     {"{\"modle\": {}}",
      "t.json: modle: unknown key (expected one of: model, data, train, optimizer, lr_schedule, "
      "device, comm, parallel, precision, checkpoint, logging, sample)"},

@@ -1,0 +1,76 @@
+/* `loom estimate`: per-rank memory by category and communication volume per step for a config,
+ * before anything runs (no MPI, no training, no tensor allocated).
+ *
+ * The accounting is the ZeRO paper's (Rajbhandari et al. 2020, §3 and §5, Table 1) for fp32
+ * training: parameters 4Ψ, gradients 4Ψ, Adam's optimizer state K·Ψ with K = 8 (m and v; in
+ * fp32 the parameters are their own master copy). What is sharded is decided by the ROLES (caps)
+ * the configured parallel plugins declare, never by their names:
+ *   no sharding role                 params 4Ψ      grads 4Ψ      optim 8Ψ        (DDP)
+ *   LOOM_PAR_CAP_SHARD_OPTIM         params 4Ψ      grads 4Ψ      optim 8Ψ/N      (ZeRO-1, P_os)
+ *   + LOOM_PAR_CAP_SHARD_GRADS       params 4Ψ      grads 4Ψ/N    optim 8Ψ/N      (ZeRO-2, P_os+g)
+ *   + LOOM_PAR_CAP_SHARD_PARAMS      params 4Ψ/N + the gathered working set       (ZeRO-3)
+ *   an OPTIMIZER owner with no other role (cpu_offload): optim 0 on the device; host memory
+ *   16 bytes per partition element (m, v, fp32 master copy, gradient staging).
+ * Ψ/N is the partition of data-parallel rank 0, ceil(Ψ/N) (the largest). ZeRO-3's gathered
+ * working set is the largest unit (the head counted with the tied wte it reads), or with
+ * prefetch (the sharding plugin's "prefetch" option, on unless false) the largest pair of
+ * neighbouring units. Activations are the exact pool gpt.c allocates for (micro_batch_size,
+ * seq_len) (gpt_activation_bytes), "other" the two token buffers. Communication buffers are an
+ * approximation of the sharding plugin's working set: ZeRO-1's reduce-scatter scratch (4Ψ/N),
+ * ZeRO-2/3's gradient buckets of whole units (reduce_bucket_size, default 2^20 elements).
+ *
+ * Communication per optimizer step per rank (S = 4Ψ bytes; the host counts algorithmic bytes:
+ * ring all-reduce 2(N-1)/N, reduce-scatter and all-gather (N-1)/N), A = grad_accum_steps:
+ *   DDP, ZeRO-1   2(N-1)/N·S           (gradients synced once per step: no_sync on accumulation)
+ *   ZeRO-2        (A+1)(N-1)/N·S       (reduce-scatter every micro-step, all-gather once)
+ *   ZeRO-3        A(N-1)/N·4(3Ψ + wte − head)
+ *                 the paper's 3Ψ (§7: gather for forward, gather for backward, reduce-scatter)
+ *                 plus the tied embedding gathered again with the head, minus the head's own
+ *                 gather, kept from its forward to its backward; the paper's value is reported
+ *                 alongside (comm_bytes_paper). */
+#ifndef LOOM_CORE_ESTIMATE_H
+#define LOOM_CORE_ESTIMATE_H
+
+#include <loom/loom.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../config/config.h"
+
+typedef struct loom_estimate {
+  char config[LOOM_PATH_MAX];
+  int world;                /* N = data-parallel ranks (tp = pp = 1) */
+  int n_plugins;
+  struct { char name[64]; uint64_t caps; } plugins[LOOM_MAX_PARALLEL];
+  /* roles found among the plugins */
+  int grad_sync, shard_optim, shard_grads, shard_params, offload;
+  int stage;                /* 0 (none/DDP), 1, 2, 3: the highest sharding role */
+  char strategy[128];       /* "ZeRO-2 (P_os+g) + optimizer offload", ... */
+  /* model and batch */
+  int n_layer, n_head, n_embd, vocab_size, context_length;
+  int micro_batch, seq_len, accum;
+  uint64_t psi;             /* parameters */
+  uint64_t part;            /* elements of rank 0's optimizer partition */
+  uint64_t gathered;        /* ZeRO-3: elements of the largest gathered unit (0 otherwise) */
+  /* bytes per rank, indexed by loom_mem_category, and the total */
+  uint64_t bytes[LOOM_MEM__COUNT];
+  uint64_t total;
+  uint64_t model_states;    /* params + grads + optim + host */
+  char formula[LOOM_MEM__COUNT][64];
+  uint64_t comm_bytes;      /* per optimizer step per rank */
+  uint64_t comm_bytes_paper; /* the same by the paper's formula (no tied-embedding terms) */
+  char comm_formula[64];
+} loom_estimate;
+
+/* Load `config_path` with the overrides, open its plugins (roles only: nothing is created) and
+ * compute the estimate for `world` ranks. Returns 0, or -1 with one line in err (the same
+ * messages `loom check` and `loom train` print for a bad config or plugin). */
+int loom_estimate_compute(const char *config_path, const char *const *overrides, int n_overrides,
+                          int world, loom_estimate *e, char *err, size_t errlen);
+
+/* A compact table (human) or one JSON object whose "bytes" keys are the metrics file's
+ * mem_peak_bytes keys (params, grads, optim, activations, comm, host, other, total). */
+void loom_estimate_print(FILE *out, const loom_estimate *e);
+int loom_estimate_print_json(FILE *out, const loom_estimate *e);
+
+#endif
