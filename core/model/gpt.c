@@ -477,7 +477,10 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
   return LOOM_OK;
 
 nomem:
-  if (err && errlen)
+  if (err && errlen && m->num_parameters == 0)
+    snprintf(err, errlen, "model: out of host memory for the table of %d tensors (n_layer %d)",
+             m->n_params, cfg->n_layer);
+  else if (err && errlen)
     snprintf(err, errlen, "model: out of memory for %zu parameters (%.1f MiB each for params "
              "and grads)", m->num_parameters, (double)m->num_parameters * 4.0 / 1048576.0);
   gpt_free(m);

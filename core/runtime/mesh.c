@@ -9,7 +9,8 @@
 
 int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) {
   loom_config *cfg = rt->cfg;
-  if (loom__plugin_open(&rt->comm_plugin, cfg->comm.name, LOOM_KIND_COMM, err, errlen) != 0)
+  if (!rt->comm_plugin.handle && /* loom__plugins_open normally opened it already */
+      loom__plugin_open(&rt->comm_plugin, cfg->comm.name, LOOM_KIND_COMM, err, errlen) != 0)
     return -1;
   snprintf(rt->comm_label, sizeof rt->comm_label, "%s (%s)", cfg->comm.name,
            cfg->comm.json_path);

@@ -23,6 +23,11 @@ static const struct { uint64_t bit; const char *role; } roles[] = {
 int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
   loom_config *cfg = rt->cfg;
   rt->grad_sync_owner = rt->optimizer_owner = rt->partition_owner = -1;
+  char ce[1200];
+  if (loom__plugin_open(&rt->comm_plugin, cfg->comm.name, LOOM_KIND_COMM, ce, sizeof ce) != 0) {
+    snprintf(err, errlen, "%s: %s: %s", cfg->path, cfg->comm.json_path, ce);
+    return -1;
+  }
   for (int i = 0; i < cfg->n_parallel; i++) {
     loom_plugin_cfg *pc = &cfg->parallel[i];
     char e[1200];
@@ -96,6 +101,12 @@ static char *label_for(const loom_plugin_cfg *pc) {
 
 static int plugin_error(loom_runtime *rt, const loom_plugin *p, const loom_host *h, int rc,
                         const char *what, char *err, size_t errlen) {
+  size_t n = strlen(rt->cfg->path);
+  if (rc == LOOM_INVALID_CONFIG && strncmp(h->error, rt->cfg->path, n) == 0 &&
+      h->error[n] == ':') { /* an option getter's message already names file and JSON path */
+    snprintf(err, errlen, "%s (plugin %s)", h->error, p->path);
+    return -1;
+  }
   snprintf(err, errlen, "%s: plugin %s [%s]: %s failed (%s): %s", rt->cfg->path, h->label,
            p->path, what,
            rc == LOOM_INVALID_CONFIG ? "invalid config" : "error",
@@ -150,6 +161,7 @@ int loom__plugins_setup(loom_runtime *rt, char *err, size_t errlen) {
 }
 
 void loom__plugins_destroy(loom_runtime *rt) {
+  if (!rt->comm_ctx) loom__plugin_close(&rt->comm_plugin); /* opened, never joined a job */
   if (rt->has_checkpoint) {
     if (rt->checkpoint_ctx) rt->checkpoint.u.checkpoint.destroy(rt->checkpoint_ctx);
     loom__plugin_close(&rt->checkpoint);

@@ -4,7 +4,7 @@
 
 #include "runtime.h"
 
-/* dlopen and check every plugin the config names; refuse conflicting roles (two owners of
+/* dlopen and check every plugin the config names (comm included); refuse conflicting roles (two owners of
  * gradient sync, of the optimizer step, of the schedule) and capabilities this host cannot
  * run. Returns 0 or -1 with one line in err. Needs no communication (runs before the mesh). */
 int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen);

@@ -86,6 +86,27 @@ int loom__ckpt_save(loom_trainer *tr) {
   return 0;
 }
 
+/* Resuming with a different seed, global batch or data is allowed (an elastic restart may
+ * change the batch) but never silent: rank 0 says what changed. */
+static void warn_changes(loom_trainer *tr, json_t *saved, int step) {
+  if (!saved || tr->rt.mesh.world_rank != 0) return;
+  static const char *const keys[][2] = {{"train", "seed"},
+                                        {"train", "micro_batch_size"},
+                                        {"train", "grad_accum_steps"},
+                                        {"data", "train"}};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    json_t *a = json_object_get(json_object_get(saved, keys[i][0]), keys[i][1]);
+    json_t *b = json_object_get(json_object_get(tr->cfg.root, keys[i][0]), keys[i][1]);
+    if (a && b && !json_equal(a, b)) {
+      char *sa = json_dumps(a, JSON_ENCODE_ANY), *sb = json_dumps(b, JSON_ENCODE_ANY);
+      fprintf(stderr, "loom[0] warning: resuming step %d with %s.%s = %s (the checkpoint was "
+              "trained with %s)\n", step, keys[i][0], keys[i][1], sb ? sb : "?", sa ? sa : "?");
+      free(sa);
+      free(sb);
+    }
+  }
+}
+
 int loom__ckpt_resume(loom_trainer *tr) {
   loom_runtime *rt = &tr->rt;
   const loom_checkpoint_v1 *ck = &rt->checkpoint.u.checkpoint;
@@ -121,6 +142,7 @@ int loom__ckpt_resume(loom_trainer *tr) {
   }
   tr->step = step;
   tr->train.cursor = (uint64_t)json_integer_value(json_object_get(meta, "data_cursor"));
+  warn_changes(tr, json_object_get(meta, "config"), step);
   int saved_world = (int)json_integer_value(json_object_get(meta, "world_size"));
   if (saved_world == rt->mesh.world_size) {
     tr->rank_rng = blob.rank_rng;

@@ -59,22 +59,32 @@ static json_t *role_option(const loom_config *cfg, const loom_estimate *e, uint6
 }
 
 /* ZeRO-2/3 gradient buckets: whole units from the head down, merged while they stay within
- * reduce_bucket_size elements. The working set of the comm category is the bucket holding unit
- * 0 (the head adds into the tied wte's gradient, so it is held through the whole backward),
- * plus the largest other bucket being filled, plus its received block (<= the partition). */
-static uint64_t grad_bucket_set(const gpt_model *m, uint64_t cap, uint64_t shard) {
+ * reduce_bucket_size elements; each is handed out zeroed for its units' backward, then
+ * reduce-scattered into a received block (rank 0's part of it, at least one element) and both
+ * are freed when that completes. The bucket holding unit 0 is held through the whole backward
+ * (the head adds into the tied wte's gradient). Blocking (one rank, or overlap_comm false): the
+ * peak is unit 0's bucket + the largest other bucket + its block. Overlapped, a bucket lives
+ * until its reduce-scatter is found complete: bounded by every bucket and block at once. */
+static uint64_t grad_bucket_set(const gpt_model *m, uint64_t cap, uint64_t N, uint64_t shard,
+                                int overlap) {
   const size_t *off = m->unit_offset;
-  uint64_t b0 = 0, other = 0;
-  for (int u = m->n_units - 1; u >= 0;) {
-    int lo = u;
-    while (lo > 0 && off[u + 1] - off[lo - 1] <= cap) lo--;
-    uint64_t n = off[u + 1] - off[lo];
-    if (lo == 0) b0 = n;
-    else if (n > other) other = n;
-    u = lo - 1;
-  }
-  uint64_t biggest = other > b0 ? other : b0;
-  return b0 + other + (shard < biggest ? shard : biggest);
+  uint64_t b0 = 0, all = 0, peak = 0;
+  for (int pass = 0; pass < 2; pass++) /* pass 0 finds unit 0's bucket, pass 1 the peak */
+    for (int u = m->n_units - 1; u >= 0;) {
+      int lo = u;
+      while (lo > 0 && off[u + 1] - off[lo - 1] <= cap) lo--;
+      uint64_t a = off[lo], b = off[u + 1];
+      uint64_t recv = N == 1 ? b - a : (a < shard ? (b < shard ? b : shard) - a : 0);
+      if (recv == 0) recv = 1;
+      if (pass == 0 && lo == 0) b0 = b - a;
+      if (pass == 1) {
+        uint64_t live = (lo == 0 ? 0 : b0) + (b - a) + recv;
+        if (live > peak) peak = live;
+        all += (b - a) + recv;
+      }
+      u = lo - 1;
+    }
+  return overlap && N > 1 ? all : peak;
 }
 
 static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m) {
@@ -137,8 +147,12 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   if (e->shard_grads) {
     json_t *rb = role_option(cfg, e, LOOM_PAR_CAP_SHARD_GRADS, "reduce_bucket_size");
     double cap = json_is_number(rb) ? json_number_value(rb) : (double)(1u << 20);
-    e->bytes[LOOM_MEM_COMM] = 4 * grad_bucket_set(m, cap >= 1 ? (uint64_t)cap : 1, shard);
-    snprintf(e->formula[LOOM_MEM_COMM], 64, "~ grad buckets (wte's + largest + block)");
+    int overlap = !json_is_false(role_option(cfg, e, LOOM_PAR_CAP_SHARD_GRADS, "overlap_comm"));
+    e->bytes[LOOM_MEM_COMM] =
+        4 * grad_bucket_set(m, cap >= 1 ? (uint64_t)cap : 1, N, shard, overlap);
+    snprintf(e->formula[LOOM_MEM_COMM], 64, overlap && N > 1
+                 ? "<= every grad bucket in flight + blocks"
+                 : "grad buckets: wte's + largest + block");
   } else if (e->shard_optim && N > 1) {
     e->bytes[LOOM_MEM_COMM] = 4 * shard;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "4Psi/N reduce-scatter scratch");

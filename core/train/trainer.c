@@ -155,7 +155,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   int flags = (rt->shard_params ? GPT_NO_PARAM_STORAGE : 0) |
               (rt->shard_grads ? GPT_NO_GRAD_STORAGE : 0);
   if (gpt_init_ex(&rt->model, &mc, &rt->dev, flags, e, sizeof e) != LOOM_OK)
-    return fail(tr, "%s: model: %s", cfg->path, e);
+    return fail(tr, "%s: %s", cfg->path, e);
   /* same seed on every rank: replicas start identical without a broadcast (a plugin that
    * shards the parameters initialises its shard through init_params_range instead) */
   if (!rt->shard_params) gpt_init_weights(&rt->model, cfg->train.seed);
@@ -186,7 +186,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
     uint64_t need = (uint64_t)cfg->train.eval_batches * tr->B * rt->mesh.dp;
     if (need > tr->val.n_seqs)
       return fail(tr, "%s: train.eval_batches: %d batches x %d sequences x dp %d = %llu "
-                  "validation sequences, but data.val holds only %zu of %d tokens",
+                  "validation sequences, but data.val holds only %zu sequences of %d tokens",
                   cfg->path, cfg->train.eval_batches, tr->B, rt->mesh.dp,
                   (unsigned long long)need, tr->val.n_seqs, tr->T);
   }
@@ -223,6 +223,16 @@ static int injected_fault(loom_trainer *tr, int step) {
   return fail(tr, "fault injected by LOOM_FAULT=%s at step %d", f, step);
 }
 
+/* The message for a failed forward/backward that did not come from a plugin hook. */
+static int pass_failed(loom_trainer *tr, const char *pass, int rc) {
+  if (tr->err[0]) return -1; /* a hook already said what went wrong */
+  if (rc == LOOM_NOMEM)
+    return fail(tr, "%s: out of memory allocating activations for micro_batch_size %d x "
+                "seq_len %d (lower train.micro_batch_size and raise grad_accum_steps)", pass,
+                tr->B, tr->T);
+  return fail(tr, "%s failed: %s", pass, rc == LOOM_INVALID_USAGE ? "invalid input" : "error");
+}
+
 /* One optimizer step over accum micro-steps. */
 static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *sm) {
   loom_runtime *rt = &tr->rt;
@@ -245,10 +255,10 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
     CALL_HOOKS(tr, begin_micro, "begin_micro", micro, tr->accum);
     float loss;
     int rc = gpt_forward(&rt->model, tr->inputs, tr->targets, tr->B, tr->T, &hooks, &loss);
-    if (rc != LOOM_OK) return tr->err[0] ? -1 : fail(tr, "forward failed (%d)", rc);
+    if (rc != LOOM_OK) return pass_failed(tr, "forward", rc);
     loss_sum += loss;
     rc = gpt_backward(&rt->model, dloss, &hooks);
-    if (rc != LOOM_OK) return tr->err[0] ? -1 : fail(tr, "backward failed (%d)", rc);
+    if (rc != LOOM_OK) return pass_failed(tr, "backward", rc);
     CALL_HOOKS(tr, end_backward, "end_backward", micro, tr->accum);
   }
   double stats[1] = {loss_sum};
@@ -302,7 +312,7 @@ int loom_trainer_eval(loom_trainer *tr, double *val_loss) {
                      tr->targets);
     float loss;
     int rc = gpt_forward(&rt->model, tr->inputs, tr->targets, tr->B, tr->T, &hooks, &loss);
-    if (rc != LOOM_OK) return tr->err[0] ? -1 : fail(tr, "eval forward failed (%d)", rc);
+    if (rc != LOOM_OK) return pass_failed(tr, "eval forward", rc);
     sum += loss;
   }
   tr->val.cursor = saved;

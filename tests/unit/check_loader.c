@@ -347,6 +347,8 @@ static void config_with(const char *const *parallel, int n, const char *precisio
   }
   snprintf(cfg.precision.name, sizeof cfg.precision.name, "%s", precision);
   snprintf(cfg.precision.json_path, sizeof cfg.precision.json_path, "precision");
+  snprintf(cfg.comm.name, sizeof cfg.comm.name, "mpi");
+  snprintf(cfg.comm.json_path, sizeof cfg.comm.json_path, "comm");
   setenv("LOOM_PLUGIN_PATH", PLUGINS ":" FIXTURES, 1);
 }
 

@@ -438,7 +438,8 @@ static int load_item(ckpt *c, const char *dir, json_t *shards, loom_ckpt_item_v1
       if (gn != it->global_numel || dt != (int)it->dtype) {
         c->api->set_error(c->host,
                           "%s: item '%s' has %llu elements of dtype %d, this run needs %llu of "
-                          "dtype %d (a different model config?)",
+                          "dtype %d: the checkpoint was made for a different model (compare "
+                          "the model section with meta.config.model in its manifest.json)",
                           dir, it->name, (unsigned long long)gn, dt,
                           (unsigned long long)it->global_numel, (int)it->dtype);
         return LOOM_CORRUPT;

@@ -26,8 +26,8 @@ static int fp32_after_backward(void *ctx, int step, int finite, int *skip) {
   *skip = 0;
   if (finite) return LOOM_OK;
   p->api->set_error(p->host,
-                    "non-finite gradients at step %d: training diverged (lower optimizer.lr, "
-                    "set optimizer.grad_clip, or add warm-up)", step);
+                    "non-finite gradients at step %d: training diverged (lower optimizer.lr or "
+                    "optimizer.weight_decay, set optimizer.grad_clip, or add warm-up)", step);
   return LOOM_INVALID_USAGE;
 }
 

@@ -1,0 +1,101 @@
+/* zero2.so — ZeRO stage 2: optimizer state and gradient partitioning (Rajbhandari et al. 2020,
+ * §5.2, P_os+g).
+ *
+ * The host keeps the full parameters but allocates NO gradient buffer (SHARD_GRADS): per rank
+ * 4Ψ params + 4Ψ/N gradient partition + 8Ψ/N optimizer state = 4Ψ + 12Ψ/N, plus transient
+ * bucket memory (LOOM_MEM_COMM).
+ *
+ *   - begin_step: the partition gradient (LOOM_MEM_GRADS, this rank's range only) is zeroed.
+ *   - pre_backward(u): unit u's gradient views point at a zeroed bucket buffer (LOOM_MEM_COMM)
+ *     covering its bucket of whole units (units merged from the head down up to
+ *     reduce_bucket_size). The head also adds into the tied wte's gradient (unit 0), so unit
+ *     0's bucket is handed out at pre_backward(head) and held until post_backward(0); unit 0
+ *     is therefore always a bucket of its own.
+ *   - post_backward(u), when u is the lowest unit of its bucket: the views go back to NULL and
+ *     the bucket is reduce-scattered (uneven: each rank receives the sum of its range ∩ bucket);
+ *     when that completes, sum/N is ADDED into the partition gradient and the bucket and its
+ *     scratch are freed. So no rank ever holds the full gradient, only the buckets in flight.
+ *   - Gradient accumulation: this happens on EVERY micro-step, accumulating in the partition
+ *     gradient buffer (DeepSpeed's ZeRO-2 behaviour: there is no full-size buffer to
+ *     accumulate in, so there is no no_sync; communication grows with the number of
+ *     micro-steps).
+ *   - end_step: the host's AdamW updated this rank's partition of the full parameter buffer;
+ *     all-gather the partitions in place, in buckets (as zero1).
+ *
+ * Options (DeepSpeed's names):
+ *   reduce_bucket_size     elements: units are merged into one gradient bucket up to this size
+ *                          (a larger unit is a bucket of its own); default 1048576 = 2^20
+ *   allgather_bucket_size  elements per parameter all-gather bucket (default 2^20)
+ *   overlap_comm           true (default): reduce-scatters are non-blocking, completed as they
+ *                          finish, when a third one is launched (at most 2 in flight, as
+ *                          DeepSpeed's double-buffered reduction) and at end_backward; false:
+ *                          blocking, in post_backward */
+#include "zero_common.h"
+
+static int z2_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                     void **out) {
+  static const char *const keys[] = {"reduce_bucket_size", "allgather_bucket_size",
+                                     "overlap_comm", NULL};
+  if (api->opt_check_keys(host, opts, keys)) return LOOM_INVALID_CONFIG;
+  zero *z;
+  int rc = zc_create(api, host, "zero2", &z);
+  if (rc) return rc;
+  rc = zc_opt_elems(z, opts, "reduce_bucket_size", ZC_DEFAULT_BUCKET, &z->reduce_bucket);
+  if (!rc)
+    rc = zc_opt_elems(z, opts, "allgather_bucket_size", ZC_DEFAULT_BUCKET, &z->allgather_bucket);
+  if (!rc) rc = api->opt_bool(host, opts, "overlap_comm", 1, &z->overlap);
+  if (rc) {
+    zc_destroy(z);
+    return rc;
+  }
+  *out = z;
+  return LOOM_OK;
+}
+
+static void z2_destroy(void *ctx) { zc_destroy(ctx); }
+
+static int z2_setup(void *ctx) {
+  zero *z = ctx;
+  int rc = zc_setup(z, 1, 0);
+  if (rc) return rc;
+  float *grads = zc_alloc(z, z->count, LOOM_MEM_GRADS);
+  if (!grads) return LOOM_NOMEM;
+  z->own_part_grads = 1;
+  z->part_grads = grads;
+  rc = zc_publish(z, z->model->params + z->begin, grads);
+  if (!rc) rc = zc_gb_build(z);
+  if (!rc) rc = zc_flat_build(z, z->allgather_bucket, 0, &z->ag, &z->n_ag);
+  if (rc) return rc;
+  z->api->log(z->host, LOOM_LOG_DEBUG,
+              "partition [%llu, %llu) of %llu; %d gradient buckets, %d all-gather buckets",
+              (unsigned long long)z->begin, (unsigned long long)(z->begin + z->count),
+              (unsigned long long)z->numel, z->n_gb, z->n_ag);
+  return LOOM_OK;
+}
+
+static int z2_begin_step(void *ctx, int step) { return zc_gb_begin_step(ctx); }
+static int z2_pre_backward(void *ctx, int unit) { return zc_gb_pre_backward(ctx, unit); }
+static int z2_post_backward(void *ctx, int unit) { return zc_gb_post_backward(ctx, unit); }
+static int z2_end_backward(void *ctx, int micro, int n_micro) { return zc_gb_end_backward(ctx); }
+
+static int z2_end_step(void *ctx, int step) {
+  zero *z = ctx;
+  return z->dp > 1 ? zc_allgather_params(z, z->model->params) : LOOM_OK;
+}
+
+LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
+  .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_PARALLEL, "zero2", "1.0.0",
+                                 "ZeRO stage 2: optimizer state and gradients partitioned over "
+                                 "data-parallel ranks; per-bucket reduce-scatter during backward",
+                                 LOOM_PAR_CAP_GRAD_SYNC | LOOM_PAR_CAP_SHARD_OPTIM |
+                                     LOOM_PAR_CAP_SHARD_GRADS | LOOM_PAR_CAP_AXIS_DP,
+                                 loom_parallel_v1),
+  .create = z2_create,
+  .destroy = z2_destroy,
+  .setup = z2_setup,
+  .begin_step = z2_begin_step,
+  .pre_backward = z2_pre_backward,
+  .post_backward = z2_post_backward,
+  .end_backward = z2_end_backward,
+  .end_step = z2_end_step,
+};

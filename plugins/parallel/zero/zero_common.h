@@ -1,0 +1,134 @@
+/* What zero1.so, zero2.so and zero3.so share (Rajbhandari et al. 2020, "ZeRO", §5): the
+ * partition of the flat parameter buffer, the bookkeeping of uneven reduce-scatter / all-gather
+ * over flat element ranges, the post-step parameter all-gather (stages 1 and 2) and the
+ * per-unit gradient buckets handed to the layer code and released after their reduce-scatter
+ * (stages 2 and 3). Each plugin compiles this file into its own .so (hidden visibility), so
+ * nothing here is part of any ABI.
+ *
+ * Partition: data-parallel size N, rank r, S = ceil(numel / N); rank r owns the flat range
+ * [min(r*S, numel), min((r+1)*S, numel)). Uneven sizes need no padding: every collective is a
+ * v-collective whose counts are each rank's range intersected with the bucket. */
+#ifndef LOOM_ZERO_COMMON_H
+#define LOOM_ZERO_COMMON_H
+
+#include <loom/loom.h>
+
+/* One uneven collective over the flat element range [lo, hi): rank i's block is its partition
+ * intersected with [lo, hi); blocks lie in rank order, contiguous, because partitions do. */
+typedef struct zc_span {
+  uint64_t lo, hi;
+  size_t *counts;  /* dp entries (stay valid until the collective completes: owned here) */
+  uint64_t my_lo;  /* first flat element of this rank's block: clamp(begin, lo, hi) */
+  size_t my_n;     /* counts[rank] */
+} zc_span;
+
+/* A flat bucket: ZeRO-1's gradient reduce-scatter, ZeRO-1/2's parameter all-gather. */
+typedef struct zc_flat {
+  zc_span s;
+  float *recv;       /* reduce-scatter destination scratch (LOOM_MEM_COMM) while in flight */
+  loom_request *req; /* outstanding operation, or NULL */
+} zc_flat;
+
+/* ZeRO-2/3: a gradient bucket of whole units [ulo, uhi] (flat range s.lo .. s.hi). */
+enum { ZC_IDLE = 0, ZC_HELD = 1, ZC_REDUCING = 2 };
+typedef struct zc_gbucket {
+  int ulo, uhi;
+  zc_span s;
+  float *buf;        /* the bucket's gradient (LOOM_MEM_COMM): the layer code's grad views point
+                        here from acquire until launch; freed when the reduce-scatter is done */
+  float *recv;       /* this rank's block of the reduced bucket (LOOM_MEM_COMM) */
+  loom_request *req;
+  int state;         /* ZC_IDLE, ZC_HELD (views set), ZC_REDUCING (launched) */
+} zc_gbucket;
+
+typedef struct zero {
+  const loom_host_api_v1 *api;
+  loom_host *host;
+  const char *name;        /* "zero1", ... for messages */
+  const loom_device_v1 *dev;
+  void *dctx;
+  const loom_model_v1 *model;
+  loom_comm *comm;
+  int dp, rank;
+  uint64_t numel;
+  uint64_t *bound;         /* dp + 1 entries: rank i owns [bound[i], bound[i+1]) */
+  uint64_t begin, count;   /* this rank's partition */
+  float inv_dp;            /* 1 / dp: the data-parallel average */
+  int *t_first;            /* n_units + 1: unit u's tensors are [t_first[u], t_first[u+1]) */
+  int wte;                 /* index of the tied embedding "wte" (unit 0, read by the head) */
+
+  /* options (not every stage reads every one) */
+  uint64_t reduce_bucket;    /* reduce_bucket_size, elements */
+  uint64_t allgather_bucket; /* allgather_bucket_size, elements */
+  int overlap;               /* overlap_comm */
+  int prefetch;              /* prefetch (ZeRO-3) */
+
+  /* the partition's storage as published with set_partition */
+  float *part_params, *part_grads;
+  int own_part_params, own_part_grads; /* allocated by the plugin (freed in destroy) */
+
+  /* ZeRO-1/2: parameter all-gather after the optimizer step */
+  zc_flat *ag;
+  int n_ag;
+
+  /* ZeRO-2/3: gradient buckets, [0] = the highest units (reduced first) */
+  zc_gbucket *gb;
+  int n_gb;
+  int *bucket_of;          /* n_units: the bucket of each unit */
+} zero;
+
+/* Default bucket sizes (elements) when the config gives none: 2^20 = 4 MiB of fp32. DeepSpeed's
+ * default (5e8) targets billion-parameter models on GPUs; on the models loom trains it would be
+ * one bucket for the whole model, i.e. no overlap and (ZeRO-2/3) the full gradient held at once.
+ * 2^20 keeps one transformer block of the ~3M-parameter fortunes model per bucket. */
+#define ZC_DEFAULT_BUCKET (1u << 20)
+
+/* ZeRO-2/3 with overlap_comm: gradient reduce-scatters in flight at once; launching one more
+ * first completes the oldest. */
+#define ZC_MAX_INFLIGHT 2
+
+/* Allocate the context and keep api/host. */
+int zc_create(const loom_host_api_v1 *api, loom_host *host, const char *name, zero **out);
+/* Read a size in elements (a JSON integer, or a whole number such as DeepSpeed's 5e8). */
+int zc_opt_elems(zero *z, const loom_options *o, const char *key, uint64_t dflt,
+                 uint64_t *out);
+/* Wait for whatever is still outstanding and free everything. */
+void zc_destroy(zero *z);
+
+/* Setup, first part: the model, device, mesh; the partition bounds; the unit -> tensor map.
+ * Checks that the host allocated (1) / did not allocate (0) the flat params and grads as the
+ * stage's caps say. */
+int zc_setup(zero *z, int want_params, int want_grads);
+/* Allocate count floats of category cat (at least one, so empty partitions have a pointer). */
+float *zc_alloc(zero *z, uint64_t count, loom_mem_category cat);
+/* Publish [begin, begin+count) with the given storage (sharded). */
+int zc_publish(zero *z, float *params, float *grads);
+
+/* Fill a span over [lo, hi). */
+int zc_span_init(zero *z, zc_span *s, uint64_t lo, uint64_t hi);
+void zc_span_free(zc_span *s);
+
+/* Flat buckets over [0, numel) of `size` elements; bucket 0 is the highest range when
+ * from_top (the order backward finishes gradients), else the lowest. */
+int zc_flat_build(zero *z, uint64_t size, int from_top, zc_flat **out, int *n);
+void zc_flat_free(zero *z, zc_flat *b, int n);
+
+/* ZeRO-1/2: all-gather the updated parameters in place into the full flat buffer `params`
+ * (each rank's block is its partition, already there), one v-collective per bucket, all
+ * launched then waited. */
+int zc_allgather_params(zero *z, float *params);
+
+/* ---- ZeRO-2/3 gradient buckets ---- */
+int zc_gb_build(zero *z);
+/* begin_step: the partition gradient starts at zero (it accumulates over micro-steps). */
+int zc_gb_begin_step(zero *z);
+/* pre_backward(u): hand unit u's tensors a zeroed gradient buffer (and unit 0's as well when
+ * u is the head, which adds into the tied wte's gradient). */
+int zc_gb_pre_backward(zero *z, int u);
+/* post_backward(u): when u closes its bucket, release the views and start the reduce-scatter
+ * (blocking and completed at once without overlap_comm); then complete finished ones. */
+int zc_gb_post_backward(zero *z, int u);
+/* end_backward: complete every reduce-scatter of this micro-step. */
+int zc_gb_end_backward(zero *z);
+
+#endif
