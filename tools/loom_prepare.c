@@ -57,6 +57,7 @@ static const char *usage_text =
     "                      0 = no val split)\n"
     "  --shard-tokens N    tokens per shard (default 10000000; the last shard of a split holds\n"
     "                      between N/2 and 1.5 N)\n"
+    "  -v, --verbose       list every skipped file (default: the first 3, then counts)\n"
     "  -h, --help          show this help\n"
     "\n"
     "Prints a summary with the unigram baseline: the val loss (nats/token) of the train unigram\n"
@@ -65,6 +66,26 @@ static const char *usage_text =
 /* ---- messages ---- */
 
 static void note(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("loom-prepare: note: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+/* Per-file skip notes: the first few, then only the counts in the summary (a corpus such as
+ * the fortunes has dozens of index files and symlinks) unless --verbose. */
+#define SKIP_NOTES_SHOWN 3
+static int verbose = 0;
+static size_t skip_notes = 0;
+static void skip_note(const char *fmt, ...) {
+  if (!verbose && ++skip_notes > SKIP_NOTES_SHOWN) {
+    if (skip_notes == SKIP_NOTES_SHOWN + 1)
+      fputs("loom-prepare: note: more files skipped (--verbose lists them; counts below)\n",
+            stderr);
+    return;
+  }
   va_list ap;
   va_start(ap, fmt);
   fputs("loom-prepare: note: ", stderr);
@@ -191,7 +212,7 @@ static int walk_path(walk *w, const char *path) {
   }
   const char *first = seen_add(&w->seen, st.st_dev, st.st_ino, path);
   if (first) {
-    note("%s: same %s as %s, read once", path, S_ISDIR(st.st_mode) ? "directory" : "file", first);
+    skip_note("%s: same %s as %s, read once", path, S_ISDIR(st.st_mode) ? "directory" : "file", first);
     w->n_dups++;
     return 0;
   }
@@ -416,6 +437,10 @@ int main(int argc, char **argv) {
       opts_done = 1;
       continue;
     }
+    if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+      verbose = 1;
+      continue;
+    }
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       fputs(usage_text, stdout);
       free(paths);
@@ -506,7 +531,7 @@ int main(int argc, char **argv) {
     size_t len = 0;
     if (read_file(w.files[f], &text, &len) != 0) goto done;
     if (memchr(text, '\0', len)) {
-      note("%s: holds a NUL byte, not text: skipped", w.files[f]);
+      skip_note("%s: holds a NUL byte, not text: skipped", w.files[f]);
       n_binary++;
       free(text);
       text = NULL;

@@ -105,8 +105,11 @@ check "small input: unigram_val_loss null" \
 # ---- Debian's fortunes, when installed: .dat indexes skipped, .u8 symlinks read once ----
 fort=/usr/share/games/fortunes
 if [ -d "$fort" ] && [ -n "$(ls "$fort"/*.dat 2>/dev/null)" ]; then
-  "$BIN" --out "$tmp/fortunes" "$fort" > "$tmp/fstdout" 2> "$tmp/fstderr"
+  "$BIN" --out "$tmp/fortunes" "$fort" > "$tmp/fstdout" 2> "$tmp/fquiet"
   check "fortunes: exits 0" [ $? -eq 0 ]
+  check "fortunes: skip notes capped without --verbose" \
+    [ "$(grep -c 'note:' "$tmp/fquiet")" -le 4 ]
+  "$BIN" --verbose --out "$tmp/fortunes" "$fort" > "$tmp/fstdout" 2> "$tmp/fstderr"
   check "fortunes: .dat index files skipped as not text" \
     grep -q '\.dat: holds a NUL byte' "$tmp/fstderr"
   u8=$(ls "$fort"/*.u8 2>/dev/null | head -n 1)
