@@ -26,10 +26,11 @@
  *   reduce_bucket_size     elements: units are merged into one gradient bucket up to this size
  *                          (a larger unit is a bucket of its own); default 1048576 = 2^20
  *   allgather_bucket_size  elements per parameter all-gather bucket (default 2^20)
- *   overlap_comm           true (default): reduce-scatters are non-blocking, completed as they
- *                          finish, when a third one is launched (at most 2 in flight, as
- *                          DeepSpeed's double-buffered reduction) and at end_backward; false:
- *                          blocking, in post_backward */
+ *   overlap_comm           true (default): a bucket's reduce-scatter is non-blocking and runs
+ *                          while backward fills the next bucket (DeepSpeed's double buffering:
+ *                          at most one in flight; it is completed when it has finished, when
+ *                          the next one is launched, or at end_backward); false: blocking, in
+ *                          post_backward */
 #include "zero_common.h"
 
 static int z2_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,

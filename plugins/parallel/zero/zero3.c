@@ -31,8 +31,9 @@
  * Options (DeepSpeed's names):
  *   reduce_bucket_size  elements: units are merged into one gradient bucket up to this size
  *                       (a larger unit is a bucket of its own); default 1048576 = 2^20
- *   overlap_comm        true (default): gradient reduce-scatters are non-blocking (at most 2
- *                       in flight); false: blocking
+ *   overlap_comm        true (default): a gradient bucket's reduce-scatter is non-blocking
+ *                       and runs while backward fills the next one (at most one in flight);
+ *                       false: blocking
  *   prefetch            false (default): gather each unit when it is needed. true: start the
  *                       next unit's all-gather (non-blocking) before the current unit computes,
  *                       which holds two gathered units at once (beyond ZeRO's 16Ψ/N + one

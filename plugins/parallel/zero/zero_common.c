@@ -274,9 +274,9 @@ static int gb_complete(zero *z, zc_gbucket *b) {
 }
 
 static int gb_launch(zero *z, zc_gbucket *b) {
-  /* at most ZC_MAX_INFLIGHT buckets in flight (DeepSpeed's double-buffered reduction): MPI
-   * progresses non-blocking collectives only inside MPI calls, so without a bound every
-   * bucket could still be alive at end_backward, i.e. the full gradient */
+  /* at most ZC_MAX_INFLIGHT buckets in flight (DeepSpeed's double buffering: one reduced while
+   * the next is filled): MPI progresses non-blocking collectives only inside MPI calls, so
+   * without a bound every bucket could still be alive at end_backward, i.e. the full gradient */
   int inflight = 0, oldest = -1;
   for (int i = 0; i < z->n_gb; i++)
     if (z->gb[i].state == ZC_REDUCING && inflight++ == 0) oldest = i;

@@ -84,8 +84,9 @@ typedef struct zero {
 #define ZC_DEFAULT_BUCKET (1u << 20)
 
 /* ZeRO-2/3 with overlap_comm: gradient reduce-scatters in flight at once; launching one more
- * first completes the oldest. */
-#define ZC_MAX_INFLIGHT 2
+ * first completes the oldest. 1 = DeepSpeed's double buffering: one bucket is reduced while
+ * the next one is filled by backward. */
+#define ZC_MAX_INFLIGHT 1
 
 /* Allocate the context and keep api/host. */
 int zc_create(const loom_host_api_v1 *api, loom_host *host, const char *name, zero **out);
