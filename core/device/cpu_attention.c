@@ -14,6 +14,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "cpu_kernels.h"
 
@@ -36,15 +37,16 @@ void loom__cpu_attention_forward(void *ctx, float *out, float *att, const float 
       for (int t = 0; t < T; t++) {
         float *row = p + (size_t)t * T;
         float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
         for (int s = 0; s <= t; s++) maxv = row[s] > maxv ? row[s] : maxv;
+        for (int s = 0; s <= t; s++) row[s] = expf(row[s] - maxv);
         float sum = 0.0f;
-        for (int s = 0; s <= t; s++) {
-          row[s] = expf(row[s] - maxv);
-          sum += row[s];
-        }
+#pragma omp simd reduction(+ : sum)
+        for (int s = 0; s <= t; s++) sum += row[s];
         float inv = 1.0f / sum;
+#pragma omp simd
         for (int s = 0; s <= t; s++) row[s] *= inv;
-        for (int s = t + 1; s < T; s++) row[s] = 0.0f;
+        memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
       }
       /* out (T,HS) = P (T,T) @ V (T,HS) */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, v, C3, 0.0f,
@@ -79,9 +81,11 @@ void loom__cpu_attention_backward(void *ctx, float *dqkv, float *datt, const flo
         const float *prow = p + (size_t)t * T;
         float *drow = dp + (size_t)t * T;
         float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
         for (int s = 0; s <= t; s++) dot += prow[s] * drow[s];
+#pragma omp simd
         for (int s = 0; s <= t; s++) drow[s] = prow[s] * (drow[s] - dot) * scale;
-        for (int s = t + 1; s < T; s++) drow[s] = 0.0f;
+        memset(drow + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
       }
       /* dQ (T,HS) += dS (T,T) @ K (T,HS);  dK (T,HS) += dS^T @ Q */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, dp, T, k, C3, 1.0f,

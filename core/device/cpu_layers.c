@@ -1,6 +1,7 @@
-/* CPU kernels of the GPT layers other than attention: encoder, layernorm, matmul (OpenBLAS
- * sgemm), GELU, residual, softmax cross-entropy. Argument order and semantics are those of
- * loom/device_v1.h (llm.c's): outputs, saved stats, inputs, weights, dims.
+/* CPU kernels of the GPT layers other than attention and GELU (cpu_attention.c, cpu_gelu.c):
+ * encoder, layernorm, matmul (OpenBLAS sgemm), residual, softmax cross-entropy. Argument order
+ * and semantics are those of loom/device_v1.h (llm.c's): outputs, saved stats, inputs, weights,
+ * dims.
  *
  * Legend: B = batch, T = time, C = channels, N = B*T rows, OC = output channels, V = vocab.
  *
@@ -16,12 +17,11 @@
 #include <cblas.h>
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "cpu_kernels.h"
 
 #define LN_EPS 1e-5f
-#define GELU_SCALING 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_COEF 0.044715f
 
 /* ---- encoder ---- */
 
@@ -35,6 +35,7 @@ void loom__cpu_encoder_forward(void *ctx, float *out, const int32_t *inp, const 
       float *o = out + bt * C;
       const float *we = wte + (size_t)inp[bt] * C;
       const float *pe = wpe + (size_t)t * C;
+#pragma omp simd
       for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
     }
   }
@@ -53,6 +54,7 @@ void loom__cpu_encoder_backward(void *ctx, float *dwte, float *dwpe, const float
     for (size_t bt = 0; bt < BT; bt++) {
       float *dw = dwte + (size_t)inp[bt] * C;
       const float *d = dout + bt * C;
+#pragma omp simd
       for (int c = c0; c < c1; c++) dw[c] += d[c];
     }
   }
@@ -62,6 +64,7 @@ void loom__cpu_encoder_backward(void *ctx, float *dwte, float *dwpe, const float
     float *dp = dwpe + (size_t)t * C;
     for (int b = 0; b < B; b++) {
       const float *d = dout + ((size_t)b * T + t) * C;
+#pragma omp simd
       for (int c = 0; c < C; c++) dp[c] += d[c];
     }
   }
@@ -78,15 +81,18 @@ void loom__cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd
     const float *x = inp + (size_t)n * C;
     float *o = out + (size_t)n * C;
     float m = 0.0f;
+#pragma omp simd reduction(+ : m)
     for (int c = 0; c < C; c++) m += x[c];
     m /= (float)C;
     float v = 0.0f;
+#pragma omp simd reduction(+ : v)
     for (int c = 0; c < C; c++) {
       float xm = x[c] - m;
       v += xm * xm;
     }
     v /= (float)C;
     float s = 1.0f / sqrtf(v + LN_EPS);
+#pragma omp simd
     for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
     mean[n] = m;
     rstd[n] = s;
@@ -105,6 +111,7 @@ void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float 
     float *di = dinp + (size_t)n * C;
     const float m = mean[n], s = rstd[n];
     float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
     for (int c = 0; c < C; c++) {
       float norm = (x[c] - m) * s;
       float dnorm = weight[c] * d[c];
@@ -113,6 +120,7 @@ void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float 
     }
     dnorm_mean /= (float)C;
     dnorm_norm_mean /= (float)C;
+#pragma omp simd
     for (int c = 0; c < C; c++) {
       float norm = (x[c] - m) * s;
       float dnorm = weight[c] * d[c];
@@ -129,6 +137,7 @@ void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float 
       const float *x = inp + (size_t)n * C;
       const float *d = dout + (size_t)n * C;
       const float m = mean[n], s = rstd[n];
+#pragma omp simd
       for (int c = c0; c < c1; c++) {
         dweight[c] += (x[c] - m) * s * d[c];
         dbias[c] += d[c];
@@ -144,10 +153,7 @@ void loom__cpu_matmul_forward(void *ctx, float *out, const float *inp, const flo
   (void)ctx;
   if (bias) {
 #pragma omp parallel for schedule(static) if ((size_t)N * OC > LOOM_CPU_PAR_MIN)
-    for (int n = 0; n < N; n++) {
-      float *o = out + (size_t)n * OC;
-      for (int oc = 0; oc < OC; oc++) o[oc] = bias[oc];
-    }
+    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
   }
   /* out (N,OC) = inp (N,C) @ weight (OC,C)^T [+ out] */
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
@@ -174,40 +180,14 @@ void loom__cpu_matmul_backward(void *ctx, float *dinp, float *dweight, float *db
       int o1 = o0 + LOOM_CPU_COL_BLOCK < OC ? o0 + LOOM_CPU_COL_BLOCK : OC;
       for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * OC;
+#pragma omp simd
         for (int o = o0; o < o1; o++) dbias[o] += d[o];
       }
     }
   }
 }
 
-/* ---- GELU (tanh approximation) ---- */
-
-void loom__cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n) {
-  (void)ctx;
-  ptrdiff_t len = (ptrdiff_t)n;
-#pragma omp parallel for schedule(static) if (n > LOOM_CPU_PAR_MIN)
-  for (ptrdiff_t i = 0; i < len; i++) {
-    float x = inp[i];
-    float cube = GELU_COEF * x * x * x;
-    out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALING * (x + cube)));
-  }
-}
-
-void loom__cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const float *dout,
-                             size_t n) {
-  (void)ctx;
-  ptrdiff_t len = (ptrdiff_t)n;
-#pragma omp parallel for schedule(static) if (n > LOOM_CPU_PAR_MIN)
-  for (ptrdiff_t i = 0; i < len; i++) {
-    float x = inp[i];
-    float cube = GELU_COEF * x * x * x;
-    float th = tanhf(GELU_SCALING * (x + cube));
-    float sech2 = 1.0f - th * th;
-    float local = 0.5f * (1.0f + th) +
-                  x * 0.5f * sech2 * GELU_SCALING * (1.0f + 3.0f * GELU_COEF * x * x);
-    dinp[i] += local * dout[i];
-  }
-}
+/* ---- GELU: cpu_gelu.c ---- */
 
 /* ---- residual ---- */
 
@@ -229,13 +209,14 @@ void loom__cpu_crossentropy_forward(void *ctx, float *losses, float *probs, cons
     const float *l = logits + (size_t)n * V;
     float *p = probs + (size_t)n * V;
     float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
     for (int v = 0; v < V; v++) maxv = l[v] > maxv ? l[v] : maxv;
+    for (int v = 0; v < V; v++) p[v] = expf(l[v] - maxv);
     double sum = 0.0;
-    for (int v = 0; v < V; v++) {
-      p[v] = expf(l[v] - maxv);
-      sum += p[v];
-    }
+#pragma omp simd reduction(+ : sum)
+    for (int v = 0; v < V; v++) sum += p[v];
     float inv = (float)(1.0 / sum);
+#pragma omp simd
     for (int v = 0; v < V; v++) p[v] *= inv;
     int32_t t = targets[n];
     /* -log softmax computed as logsumexp - logit: exact even when probs[t] underflows */
@@ -252,9 +233,10 @@ void loom__cpu_crossentropy_backward(void *ctx, float *dlogits, const float *pro
     float *d = dlogits + (size_t)n * V;
     int32_t t = targets[n];
     if (t < 0) {
-      for (int v = 0; v < V; v++) d[v] = 0.0f;
+      memset(d, 0, (size_t)V * sizeof(float));
       continue;
     }
+#pragma omp simd
     for (int v = 0; v < V; v++) d[v] = p[v] * dloss;
     d[t] = (p[t] - 1.0f) * dloss;
   }

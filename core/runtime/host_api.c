@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../config/config_internal.h"
 #include "runtime.h"
 
 void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const char *file,
@@ -60,6 +61,48 @@ static int host_opt_string(loom_host *h, const loom_options *o, const char *key,
 static int host_opt_check_keys(loom_host *h, const loom_options *o, const char *const *allowed) {
   return loom_opt_check_keys(o, allowed, h->error, sizeof h->error) ? LOOM_INVALID_CONFIG
                                                                     : LOOM_OK;
+}
+
+/* A nested options object handed to a plugin; lives until the plugin's handle is released. */
+struct loom_sub_options {
+  struct loom_sub_options *next;
+  loom_options opts;
+  char where[256];
+};
+
+static int host_opt_object(loom_host *h, const loom_options *o, const char *key,
+                           const loom_options **out) {
+  *out = NULL;
+  json_t *v = o && o->obj ? json_object_get(o->obj, key) : NULL;
+  if (!v) return LOOM_OK;
+  if (!json_is_object(v)) {
+    char got[96];
+    loom__json_repr(v, got, sizeof got);
+    loom__opt_error(o, key, h->error, sizeof h->error, "expected an object, got %s", got);
+    return LOOM_INVALID_CONFIG;
+  }
+  struct loom_sub_options *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(h->error, sizeof h->error, "out of memory");
+    return LOOM_NOMEM;
+  }
+  snprintf(s->where, sizeof s->where, "%s%s%s", o->where && *o->where ? o->where : "",
+           o->where && *o->where ? "." : "", key);
+  s->opts.file = o->file;
+  s->opts.where = s->where;
+  s->opts.obj = v;
+  s->next = h->subs;
+  h->subs = s;
+  *out = &s->opts;
+  return LOOM_OK;
+}
+
+void loom__host_release(loom_host *h) {
+  while (h->subs) {
+    struct loom_sub_options *next = h->subs->next;
+    free(h->subs);
+    h->subs = next;
+  }
 }
 
 /* ---- mesh ---- */
@@ -297,6 +340,7 @@ static const loom_host_api_v1 host_api = {
   .set_partition = host_set_partition,
   .partition = host_partition,
   .init_params_range = host_init_params_range,
+  .opt_object = host_opt_object,
 };
 
 const loom_host_api_v1 *loom__host_api(void) { return &host_api; }

@@ -66,6 +66,7 @@ void loom__mesh_free(loom_runtime *rt) {
   memset(rt->mesh.axis, 0, sizeof rt->mesh.axis);
   c->destroy(rt->comm_ctx);
   rt->comm_ctx = NULL;
+  loom__host_release(&rt->comm_host);
   loom__plugin_close(&rt->comm_plugin);
 }
 

@@ -165,16 +165,19 @@ void loom__plugins_destroy(loom_runtime *rt) {
   if (rt->has_checkpoint) {
     if (rt->checkpoint_ctx) rt->checkpoint.u.checkpoint.destroy(rt->checkpoint_ctx);
     loom__plugin_close(&rt->checkpoint);
+    loom__host_release(&rt->checkpoint_host);
     free((char *)rt->checkpoint_host.label);
   }
   if (rt->precision.handle) {
     if (rt->precision_ctx) rt->precision.u.precision.destroy(rt->precision_ctx);
     loom__plugin_close(&rt->precision);
+    loom__host_release(&rt->precision_host);
     free((char *)rt->precision_host.label);
   }
   for (int i = rt->n_parallel - 1; i >= 0; i--) {
     if (rt->parallel_ctx[i]) rt->parallel[i].u.parallel.destroy(rt->parallel_ctx[i]);
     loom__plugin_close(&rt->parallel[i]);
+    loom__host_release(&rt->parallel_host[i]);
     free((char *)rt->parallel_host[i].label);
   }
   rt->n_parallel = 0;

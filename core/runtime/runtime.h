@@ -17,6 +17,7 @@ struct loom_host {
   loom_runtime *rt;
   const char *label;     /* "ddp (parallel[0])" — used to prefix logs and errors */
   loom_options opts;     /* the plugin's options with the config file and JSON path */
+  struct loom_sub_options *subs; /* nested option objects handed out (opt_object), owned */
   char error[1024];      /* last message from set_error */
 };
 
@@ -79,6 +80,9 @@ struct loom_runtime {
 /* Format an error for the user: "loom: LABEL: MESSAGE" (LABEL = plugin and config path). */
 void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const char *file,
                      const char *where, json_t *options);
+
+/* Free what a plugin's handle accumulated (nested options). */
+void loom__host_release(loom_host *h);
 
 /* The host API table (static, one for all plugins). */
 const loom_host_api_v1 *loom__host_api(void);

@@ -48,8 +48,7 @@ static void decide_roles(loom_estimate *e) {
            e->offload ? " + optimizer offload to host" : "");
 }
 
-/* An option of a plugin with the given role (the first one that has it): a bool, or an element
- * count (a whole JSON number). Absent or of another type: dflt. */
+/* The option `key` of the first plugin that has `role` (borrowed), or NULL when absent. */
 static json_t *role_option(const loom_config *cfg, const loom_estimate *e, uint64_t role,
                            const char *key) {
   for (int i = 0; i < e->n_plugins; i++)
@@ -58,33 +57,33 @@ static json_t *role_option(const loom_config *cfg, const loom_estimate *e, uint6
   return NULL;
 }
 
-/* ZeRO-2/3 gradient buckets: whole units from the head down, merged while they stay within
- * reduce_bucket_size elements; each is handed out zeroed for its units' backward, then
- * reduce-scattered into a received block (rank 0's part of it, at least one element) and both
- * are freed when that completes. The bucket holding unit 0 is held through the whole backward
- * (the head adds into the tied wte's gradient). Blocking (one rank, or overlap_comm false): the
- * peak is unit 0's bucket + the largest other bucket + its block. Overlapped, a bucket lives
- * until its reduce-scatter is found complete: bounded by every bucket and block at once. */
+/* ZeRO-2/3 gradient buckets (LOOM_MEM_COMM), as zero_common.c hands them out: unit 0 alone
+ * (the head adds into the tied wte's gradient, so unit 0's bucket is held through the whole
+ * backward), the other units merged from the head down while a bucket stays within
+ * reduce_bucket_size elements. A bucket is filled by its units' backward, then reduce-scattered
+ * into a received block (rank 0's part of it, at least one element); both are freed when that
+ * completes. With overlap (N > 1 and overlap_comm) one reduce-scatter stays in flight while
+ * the next bucket fills (double buffering; launching the next completes it first): the bound
+ * assumes it is still in flight then. Returns the peak, in elements. */
 static uint64_t grad_bucket_set(const gpt_model *m, uint64_t cap, uint64_t N, uint64_t shard,
                                 int overlap) {
   const size_t *off = m->unit_offset;
-  uint64_t b0 = 0, all = 0, peak = 0;
-  for (int pass = 0; pass < 2; pass++) /* pass 0 finds unit 0's bucket, pass 1 the peak */
-    for (int u = m->n_units - 1; u >= 0;) {
-      int lo = u;
-      while (lo > 0 && off[u + 1] - off[lo - 1] <= cap) lo--;
-      uint64_t a = off[lo], b = off[u + 1];
-      uint64_t recv = N == 1 ? b - a : (a < shard ? (b < shard ? b : shard) - a : 0);
-      if (recv == 0) recv = 1;
-      if (pass == 0 && lo == 0) b0 = b - a;
-      if (pass == 1) {
-        uint64_t live = (lo == 0 ? 0 : b0) + (b - a) + recv;
-        if (live > peak) peak = live;
-        all += (b - a) + recv;
-      }
-      u = lo - 1;
-    }
-  return overlap && N > 1 ? all : peak;
+  const uint64_t b0 = off[1] - off[0];
+  uint64_t peak = 0, inflight = 0;
+  for (int u = m->n_units - 1; u >= 0;) {
+    int lo = u;
+    while (lo > 1 && off[u + 1] - off[lo - 1] <= cap) lo--;
+    uint64_t a = off[lo], b = off[u + 1], n = b - a;
+    uint64_t recv = N == 1 ? n : (a < shard ? (b < shard ? b : shard) - a : 0);
+    if (recv == 0) recv = 1;
+    uint64_t held = lo == 0 ? 0 : b0; /* unit 0's bucket, besides this one */
+    uint64_t filling = held + n + inflight, launched = held + n + recv;
+    if (filling > peak) peak = filling;
+    if (launched > peak) peak = launched;
+    inflight = overlap && N > 1 ? n + recv : 0;
+    u = lo - 1;
+  }
+  return peak;
 }
 
 static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m) {
@@ -100,9 +99,9 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   if (e->shard_params) {
     /* the largest set of parameters gathered at once: a unit, the head with the tied wte it
      * reads (gpt.h: the head uses unit 0's wte); with prefetch (the sharding plugin's
-     * "prefetch" option, on unless false) the next unit's gather is in flight as well */
+     * "prefetch" option, off unless true) the next unit's gather is in flight as well */
     json_t *pf = role_option(cfg, e, LOOM_PAR_CAP_SHARD_PARAMS, "prefetch");
-    int prefetch = !json_is_false(pf);
+    int prefetch = json_is_true(pf);
     uint64_t g = 0, prev = 0;
     for (int u = 0; u < m->n_units; u++) {
       uint64_t n = m->unit_offset[u + 1] - m->unit_offset[u];
@@ -151,8 +150,8 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     e->bytes[LOOM_MEM_COMM] =
         4 * grad_bucket_set(m, cap >= 1 ? (uint64_t)cap : 1, N, shard, overlap);
     snprintf(e->formula[LOOM_MEM_COMM], 64, overlap && N > 1
-                 ? "<= every grad bucket in flight + blocks"
-                 : "grad buckets: wte's + largest + block");
+                 ? "<= unit 0's + 2 grad buckets + blocks"
+                 : "grad buckets: unit 0's + largest + block");
   } else if (e->shard_optim && N > 1) {
     e->bytes[LOOM_MEM_COMM] = 4 * shard;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "4Psi/N reduce-scatter scratch");
@@ -175,11 +174,13 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     e->comm_bytes = 0;
     snprintf(e->comm_formula, sizeof e->comm_formula, "0 (one rank)");
   } else if (e->stage == 3) {
-    /* per micro-step: every unit gathered for forward (the head with the tied wte again),
-     * every unit but the head gathered for backward (the head's gather is kept from its
-     * forward), every gradient reduce-scattered: (3Psi + wte - head) elements */
-    e->comm_bytes = A * (N - 1) * 4 * (3 * psi + wte - head) / N;
-    snprintf(e->comm_formula, sizeof e->comm_formula, "%s(N-1)/N*4(3Psi + wte - head)",
+    /* per micro-step: every unit gathered for forward (the head with the tied wte again);
+     * for backward every unit but the head (its gather is kept from its forward) and unit 0
+     * (the embedding's backward reads no parameter); every gradient reduce-scattered:
+     * 3Psi + wte - unit 0 - head = 3Psi - wpe - head elements */
+    const uint64_t unit0 = m->unit_offset[1] - m->unit_offset[0];
+    e->comm_bytes = A * (N - 1) * 4 * (3 * psi + wte - unit0 - head) / N;
+    snprintf(e->comm_formula, sizeof e->comm_formula, "%s(N-1)/N*4(3Psi - wpe - head)",
              A > 1 ? "A" : "");
   } else if (e->stage == 2) {
     e->comm_bytes = (A + 1) * (N - 1) * S / N;
@@ -300,12 +301,13 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   }
   fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "model states", "params+grads+optim+host",
           (unsigned long long)e->model_states, (double)e->model_states / 1048576.0);
-  fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "total", "", (unsigned long long)e->total,
+  fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "total", "sum of the rows (>= the peak total)",
+          (unsigned long long)e->total,
           (double)e->total / 1048576.0);
   fprintf(out, "communication per step per rank: %s = %llu bytes (%.2f MiB)", e->comm_formula,
           (unsigned long long)e->comm_bytes, (double)e->comm_bytes / 1048576.0);
   if (e->comm_bytes_paper != e->comm_bytes)
-    fprintf(out, "; ZeRO paper (no tied embedding): %llu", (unsigned long long)e->comm_bytes_paper);
+    fprintf(out, "; the ZeRO paper's formula: %llu", (unsigned long long)e->comm_bytes_paper);
   fprintf(out, "\n");
 }
 
@@ -338,7 +340,8 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
       (json_int_t)e->model_states, "comm_bytes_per_step", (json_int_t)e->comm_bytes,
       "comm_formula", e->comm_formula);
   if (doc)
-    json_object_set_new(doc, "comm_bytes_per_step_paper", json_integer((json_int_t)e->comm_bytes_paper));
+    json_object_set_new(doc, "comm_bytes_per_step_paper",
+                        json_integer((json_int_t)e->comm_bytes_paper));
   if (!doc) return -1;
   char *s = json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
   json_decref(doc);

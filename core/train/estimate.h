@@ -13,21 +13,23 @@
  *   16 bytes per partition element (m, v, fp32 master copy, gradient staging).
  * Ψ/N is the partition of data-parallel rank 0, ceil(Ψ/N) (the largest). ZeRO-3's gathered
  * working set is the largest unit (the head counted with the tied wte it reads), or with
- * prefetch (the sharding plugin's "prefetch" option, on unless false) the largest pair of
+ * prefetch (the sharding plugin's "prefetch" option, off unless true) the largest pair of
  * neighbouring units. Activations are the exact pool gpt.c allocates for (micro_batch_size,
- * seq_len) (gpt_activation_bytes), "other" the two token buffers. Communication buffers are an
- * approximation of the sharding plugin's working set: ZeRO-1's reduce-scatter scratch (4Ψ/N),
- * ZeRO-2/3's gradient buckets of whole units (reduce_bucket_size, default 2^20 elements).
+ * seq_len) (gpt_activation_bytes), "other" the two token buffers. Communication buffers follow
+ * the sharding plugin's working set: ZeRO-1's reduce-scatter scratch (4Ψ/N), ZeRO-2/3's
+ * gradient buckets of whole units (reduce_bucket_size, default 2^20 elements; exact when the
+ * reductions block, an upper bound when one overlaps the next bucket's backward).
  *
  * Communication per optimizer step per rank (S = 4Ψ bytes; the host counts algorithmic bytes:
  * ring all-reduce 2(N-1)/N, reduce-scatter and all-gather (N-1)/N), A = grad_accum_steps:
  *   DDP, ZeRO-1   2(N-1)/N·S           (gradients synced once per step: no_sync on accumulation)
  *   ZeRO-2        (A+1)(N-1)/N·S       (reduce-scatter every micro-step, all-gather once)
- *   ZeRO-3        A(N-1)/N·4(3Ψ + wte − head)
+ *   ZeRO-3        A(N-1)/N·4(3Ψ − wpe − head)
  *                 the paper's 3Ψ (§7: gather for forward, gather for backward, reduce-scatter)
- *                 plus the tied embedding gathered again with the head, minus the head's own
- *                 gather, kept from its forward to its backward; the paper's value is reported
- *                 alongside (comm_bytes_paper). */
+ *                 corrected for this model: the head's gather carries the tied wte again and
+ *                 is kept from its forward to its backward, and unit 0's backward (the
+ *                 embedding's) reads no parameter, so it is not gathered (+wte − head − wte −
+ *                 wpe); the paper's value is reported alongside (comm_bytes_paper). */
 #ifndef LOOM_CORE_ESTIMATE_H
 #define LOOM_CORE_ESTIMATE_H
 

@@ -12,7 +12,7 @@
 . "$(dirname "$0")/lib.sh"
 make_data
 WD=(--set optimizer.weight_decay=0.1) # exercise per-tensor weight decay in the host loop
-OFF='{"plugin":"cpu_offload","offload_optimizer":"cpu"}'
+OFF='{"plugin":"cpu_offload","offload_optimizer":{"device":"cpu"}}'  # DeepSpeed's spelling
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
 
 run 1 ref --set train.micro_batch_size=8 "${WD[@]}"
@@ -106,6 +106,7 @@ refused() { # refused NAME EXPECTED_TEXT OPTIONS_JSON
 refused opt_none 'remove {"plugin": "cpu_offload"}' ',"offload_optimizer":"none"'
 refused param_cpu 'offload_param: "cpu"' ',"offload_param":"cpu"'
 refused bad_device 'expected "cpu" or "none", got "nvme"' ',"offload_optimizer":"nvme"'
-refused object_form 'nested plugin options' ',"offload_optimizer":{"device":"cpu"}'
+refused sub_key 'unknown key (expected one of: device, pin_memory)' ',"offload_optimizer":{"devic":"cpu"}'
+refused string_form_bad 'expected {"device": "cpu"}' ',"offload_optimizer":3'
 refused unknown_key 'offload_optimiser' ',"offload_optimiser":"cpu"'
 echo "equivalence_offload: all runs match"

@@ -10,7 +10,7 @@
 . "$(dirname "$0")/lib.sh"
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
-OFF='{"plugin":"cpu_offload","offload_optimizer":"cpu"}'
+OFF='{"plugin":"cpu_offload","offload_optimizer":{"device":"cpu"}}'
 RUNS=()
 for strat in ddp zero1 zero2 zero3; do
   if [ ! -f "$PLUGINS/$strat.so" ]; then
@@ -39,15 +39,22 @@ for strat in ddp zero1 zero2 zero3; do
   done
 done
 
-# zero3 with prefetch: two gathered units (N = 2)
-if [ -f "$PLUGINS/zero3.so" ]; then
-  args=(--set train.steps=3 --set train.micro_batch_size=2 --set train.eval_interval=0
-        --set checkpoint=null --set 'parallel=[{"plugin":"zero3","prefetch":true}]')
-  run 2 zero3pf_n2 "${args[@]}"
+# variants on 2 ranks: zero3 prefetching (two gathered units); zero2 and zero3 with gradient
+# accumulation (they reduce on every micro-step: the traffic grows with A)
+extra() { # extra NAME STRATEGY[+prefetch] PARALLEL_JSON [--set ...]
+  local name=$1 label=$2 par=$3
+  shift 3
+  [ -f "$PLUGINS/${label%+prefetch}.so" ] || return 0
+  local args=(--set train.steps=3 --set train.micro_batch_size=2 --set train.eval_interval=0
+              --set checkpoint=null --set "parallel=$par" "$@")
+  run 2 "$name" "${args[@]}"
   "$LOOM" estimate "$LOOM_SRC/configs/tiny.json" --world 2 --json "${args[@]}" \
-    >"$WORK/zero3pf_n2/estimate.json" || die "loom estimate failed for zero3pf_n2"
-  RUNS+=("zero3pf_n2:zero3+prefetch:0:2")
-fi
+    >"$WORK/$name/estimate.json" || die "loom estimate failed for $name"
+  RUNS+=("$name:$label:0:2")
+}
+extra zero3pf_n2 zero3+prefetch '[{"plugin":"zero3","prefetch":true}]'
+extra zero2acc2_n2 zero2 '[{"plugin":"zero2"}]' --set train.grad_accum_steps=2
+extra zero3acc2_n2 zero3 '[{"plugin":"zero3"}]' --set train.grad_accum_steps=2
 
 /usr/bin/python3 - "$WORK" "$LOOM_SRC/configs/tiny.json" "${RUNS[@]}" <<'EOF'
 import json, math, sys

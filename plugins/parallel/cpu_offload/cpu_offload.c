@@ -26,13 +26,13 @@
  * offloading resumes either way, on any world size the checkpoint plugin can reshard to.
  *
  * Options (DeepSpeed's names; the whole plugin *is* the optimizer offload):
- *   "offload_optimizer": "cpu" (default) | "none"   "none" is refused: remove the plugin instead
+ *   "offload_optimizer": {"device": "cpu" (default) | "none", "pin_memory": bool}
+ *                                                   "none" is refused: remove the plugin instead
  *   "pin_memory": false                             accepted; a no-op on the CPU device
  *   "offload_param": "none" (default) | "cpu"       "cpu" (ZeRO-3 parameter offload) is refused:
  *                                                   not supported yet
- * DeepSpeed writes these as objects ({"device": "cpu", "pin_memory": true}); the ABI 1.0 host
- * table has no getter for a nested option object, so this plugin takes the device as a string
- * and pin_memory at the top level, and refuses the object form with a message saying so.
+ * DeepSpeed writes these as objects ({"device": "cpu", "pin_memory": true}), read through the
+ * host's opt_object; the plain string form ("offload_optimizer": "cpu") works too.
  *
  * Host memory: the buffers come from api->alloc(LOOM_MEM_HOST). That is host memory on a
  * host-addressable device (the CPU one). On a device whose memory is not host-addressable the
@@ -66,23 +66,26 @@ typedef struct offload {
 
 /* ---- options ---- */
 
-/* A device option: a string "cpu" / "none". The object form is DeepSpeed's but needs a nested
- * option getter the 1.0 host does not have: explain instead of guessing. */
+/* A device option, in DeepSpeed's object form {"device": "cpu", "pin_memory": true} or as the
+ * plain string "cpu" / "none". */
 static int device_option(offload *o, const loom_options *opts, const char *key,
                          const char *dflt, const char **out) {
   const loom_host_api_v1 *api = o->api;
-  int rc = api->opt_string(o->host, opts, key, dflt, out);
-  if (rc != LOOM_OK) {
-    api->set_error(o->host,
-                   "%s: expected \"cpu\" or \"none\". DeepSpeed's object form {\"device\": "
-                   "\"cpu\", \"pin_memory\": ...} needs nested plugin options, which this "
-                   "loom's host API cannot hand to a plugin yet: write \"%s\": \"cpu\" (and "
-                   "\"pin_memory\": true|false next to it)", key, key);
+  const loom_options *sub = NULL;
+  int rc = LOOM_HOST_HAS(api, opt_object) ? api->opt_object(o->host, opts, key, &sub) : 1;
+  if (rc == LOOM_OK && sub) {
+    static const char *const keys[] = {"device", "pin_memory", NULL};
+    rc = api->opt_check_keys(o->host, sub, keys);
+    if (!rc) rc = api->opt_string(o->host, sub, "device", dflt, out);
+    if (!rc) rc = api->opt_bool(o->host, sub, "pin_memory", o->pin_memory, &o->pin_memory);
+    if (rc) return rc;
+  } else if (api->opt_string(o->host, opts, key, dflt, out) != LOOM_OK) {
+    api->set_error(o->host, "%s: expected {\"device\": \"cpu\"} or \"cpu\" / \"none\"", key);
     return LOOM_INVALID_CONFIG;
   }
   if (strcmp(*out, "cpu") != 0 && strcmp(*out, "none") != 0) {
-    api->set_error(o->host, "%s: expected \"cpu\" or \"none\", got \"%s\" (this plugin "
-                   "offloads to host memory only; NVMe is not supported)", key, *out);
+    api->set_error(o->host, "%s.device: expected \"cpu\" or \"none\", got \"%s\" (this "
+                   "plugin offloads to host memory only; NVMe is not supported)", key, *out);
     return LOOM_INVALID_CONFIG;
   }
   return LOOM_OK;
@@ -101,9 +104,9 @@ static int off_create(const loom_host_api_v1 *api, loom_host *host, const loom_o
   o->api = api;
   o->host = host;
   const char *optim_dev = NULL, *param_dev = NULL;
-  rc = device_option(o, opts, "offload_optimizer", "cpu", &optim_dev);
+  rc = api->opt_bool(host, opts, "pin_memory", 0, &o->pin_memory); /* the nested one wins */
+  if (!rc) rc = device_option(o, opts, "offload_optimizer", "cpu", &optim_dev);
   if (!rc) rc = device_option(o, opts, "offload_param", "none", &param_dev);
-  if (!rc) rc = api->opt_bool(host, opts, "pin_memory", 0, &o->pin_memory);
   if (!rc && strcmp(optim_dev, "none") == 0) {
     api->set_error(host, "offload_optimizer: \"none\" keeps the optimizer on the device, which "
                    "is what leaving this plugin out does: remove {\"plugin\": \"cpu_offload\"} "

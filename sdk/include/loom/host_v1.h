@@ -180,6 +180,14 @@ typedef struct loom_host_api_v1 {
    * exactly the values a single-rank run starts from, without materialising the whole model
    * (what a plugin with LOOM_PAR_CAP_SHARD_PARAMS needs). */
   int (*init_params_range)(loom_host *h, uint64_t begin, uint64_t n, float *dst);
+
+  /* ---- nested options ---- */
+  /* The sub-object at `key` as options of its own (errors then name "WHERE.KEY.SUBKEY"):
+   * *out = NULL when the key is absent; LOOM_INVALID_CONFIG when it is not an object. The
+   * returned options live as long as the plugin. DeepSpeed-style settings such as
+   * "offload_optimizer": {"device": "cpu"} read this way. */
+  int (*opt_object)(loom_host *h, const loom_options *o, const char *key,
+                    const loom_options **out);
 } loom_host_api_v1;
 
 /* True when the host's table is large enough to hold `slot`. */
