@@ -5,7 +5,8 @@
 # and 4, must give the same per-step loss and grad norm and the same final parameters within
 # 1e-5 relative, over 30 steps. 3 ranks split the tiny model's 35712 parameters unevenly; the
 # variants also cover small buckets (several per unit, crossing partition boundaries), blocking
-# reduce-scatters (overlap_comm=false) and ZeRO-3 without prefetch.
+# reduce-scatters (overlap_comm=false) and ZeRO-3 without prefetch. Then ddp and every stage
+# with cpu_offload on 2, 3 and 4 ranks, accumulation 1 and 4.
 . "$(dirname "$0")/lib.sh"
 make_data
 G=48
@@ -36,6 +37,25 @@ for z in zero1 zero2 zero3; do
 done
 zrun zero3 3 1 zero3_n3_noprefetch "$small3,\"prefetch\":false"
 zrun zero3 4 4 zero3_n4_acc4_noprefetch "\"prefetch\":false"
+
+# ddp, and ddp / each stage with the optimizer offloaded (cpu_offload), on 2, 3 and 4 ranks
+# with accumulation 1 and 4: the whole matrix of issue #3.
+OFF='{"plugin":"cpu_offload","offload_optimizer":{"device":"cpu"}}'
+prun() { # prun NRANKS ACCUM NAME 'PLUGINS JSON ARRAY'
+  local n=$1 a=$2 name=$3 plugins=$4
+  run "$n" "$name" --set train.steps=$STEPS --set train.grad_accum_steps="$a" \
+    --set train.micro_batch_size=$((G / (n * a))) --set "parallel=$plugins"
+  names+=("$name")
+}
+for n in 2 3 4; do
+  for a in 1 4; do
+    prun $n $a ddp_n${n}_acc$a '[{"plugin":"ddp"}]'
+    prun $n $a ddp_offload_n${n}_acc$a "[{\"plugin\":\"ddp\"},$OFF]"
+    for z in zero1 zero2 zero3; do
+      prun $n $a ${z}_offload_n${n}_acc$a "[{\"plugin\":\"$z\"},$OFF]"
+    done
+  done
+done
 for r in "${names[@]}"; do
   echo "== $r vs ref"
   compare "$r" ref --rtol 1e-5
