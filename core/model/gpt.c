@@ -65,6 +65,22 @@ static const gpt_param_spec param_spec[] = {
 #undef GPT__SPEC
 };
 
+/* Megatron's placement per role: column-parallel qkv and mlp.fc split their output rows (qkv as
+ * three blocks q, k, v, so a rank holds its heads' rows of each), row-parallel attn.proj and
+ * mlp.proj split their input columns; everything else (embeddings, LayerNorms, the row-parallel
+ * biases) is replicated. */
+static void role_split(gpt_param_role role, int *dim, int *parts) {
+  *parts = 1;
+  switch (role) {
+    case GPT_QKV_W: case GPT_QKV_B: *dim = 0; *parts = 3; break;
+    case GPT_FC_W: case GPT_FC_B: *dim = 0; break;
+    case GPT_ATTPROJ_W: case GPT_FCPROJ_W: *dim = 1; break;
+    default: *dim = -1; break;
+  }
+}
+
+static int cfg_tp(const gpt_config *c) { return c->tp_size > 1 ? c->tp_size : 1; }
+
 enum {
   N_EMB_PARAMS = GPT_WPE - GPT_WTE + 1,
   N_BLOCK_PARAMS = GPT_FCPROJ_B - GPT_LN1_W + 1,
@@ -115,12 +131,12 @@ struct gpt_acts {
   float *pool;
   float *encoded;                     /* (B,T,C) wte[inp] + wpe */
   float *ln1, *ln1_mean, *ln1_rstd;   /* (L,B,T,C), (L,B,T), (L,B,T) */
-  float *qkv;                         /* (L,B,T,3C) */
-  float *atty;                        /* (L,B,T,C) attention output before the projection */
-  float *att;                         /* (L,B,NH,T,T) softmax probabilities */
+  float *qkv;                         /* (L,B,T,3C/tp) this rank's heads' q, k, v */
+  float *atty;                        /* (L,B,T,C/tp) attention output before the projection */
+  float *att;                         /* (L,B,NH/tp,T,T) softmax probabilities */
   float *residual2;                   /* (L,B,T,C) residual + attention branch */
   float *ln2, *ln2_mean, *ln2_rstd;   /* (L,B,T,C), (L,B,T), (L,B,T) */
-  float *fch, *fch_gelu;              /* (L,B,T,4C) */
+  float *fch, *fch_gelu;              /* (L,B,T,4C/tp) */
   float *residual3;                   /* (L,B,T,C) residual2 + MLP branch: the block's output */
   float *lnf, *lnf_mean, *lnf_rstd;   /* (B,T,C), (B,T), (B,T) */
   float *logits;                      /* (B,T,V) */
@@ -146,17 +162,18 @@ typedef struct block_scratch {
 /* Carve a block's gradient scratch from `base` (NULL: just count); returns floats used. */
 static size_t block_scratch_layout(block_scratch *s, float *base, const gpt_config *c, int B,
                                    int T) {
-  size_t N = (size_t)B * T, C = (size_t)c->n_embd, off = 0;
+  /* local widths under tensor parallel: Cl = C/tp attention channels, NH/tp heads */
+  size_t N = (size_t)B * T, Cl = (size_t)c->n_embd / cfg_tp(c), off = 0;
 #define CARVE(field, count)                   \
   do {                                        \
     s->field = base ? base + off : NULL;      \
     off += round16(count);                    \
   } while (0)
-  CARVE(dfch_gelu, N * 4 * C);
-  CARVE(dfch, N * 4 * C);
-  CARVE(dqkv, N * 3 * C);
-  CARVE(datty, N * C);
-  CARVE(datt, (size_t)B * c->n_head * T * T);
+  CARVE(dfch_gelu, N * 4 * Cl);
+  CARVE(dfch, N * 4 * Cl);
+  CARVE(dqkv, N * 3 * Cl);
+  CARVE(datty, N * Cl);
+  CARVE(datt, (size_t)B * (c->n_head / cfg_tp(c)) * T * T);
 #undef CARVE
   return off;
 }
@@ -165,6 +182,8 @@ static size_t block_scratch_layout(block_scratch *s, float *base, const gpt_conf
 static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, int T) {
   size_t N = (size_t)B * T, C = (size_t)c->n_embd, L = (size_t)c->n_layer;
   size_t V = (size_t)c->vocab_size, off = 0;
+  /* tensor parallel: qkv, attention and the MLP hidden layer hold this rank's part only */
+  size_t Cl = C / (size_t)cfg_tp(c), NHl = (size_t)(c->n_head / cfg_tp(c));
   block_scratch bs;
   size_t scratch = block_scratch_layout(&bs, NULL, c, B, T);
   if (round16(N * V) > scratch) scratch = round16(N * V);
@@ -177,15 +196,15 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   CARVE(ln1, L * N * C);
   CARVE(ln1_mean, L * N);
   CARVE(ln1_rstd, L * N);
-  CARVE(qkv, L * N * 3 * C);
-  CARVE(atty, L * N * C);
-  CARVE(att, L * B * c->n_head * T * T);
+  CARVE(qkv, L * N * 3 * Cl);
+  CARVE(atty, L * N * Cl);
+  CARVE(att, L * B * NHl * T * T);
   CARVE(residual2, L * N * C);
   CARVE(ln2, L * N * C);
   CARVE(ln2_mean, L * N);
   CARVE(ln2_rstd, L * N);
-  CARVE(fch, L * N * 4 * C);
-  CARVE(fch_gelu, L * N * 4 * C);
+  CARVE(fch, L * N * 4 * Cl);
+  CARVE(fch_gelu, L * N * 4 * Cl);
   CARVE(residual3, L * N * C);
   CARVE(lnf, N * C);
   CARVE(lnf_mean, N);
@@ -261,75 +280,108 @@ static float *block_input(const gpt_model *m, int l) {
   return l == 0 ? m->acts->encoded : m->acts->residual3 + (size_t)(l - 1) * NC;
 }
 
-static void block_forward(gpt_model *m, int u) {
+/* Call the tensor-parallel region hook (Megatron's f / g) when the model is split. */
+static int region(gpt_model *m, const gpt_hooks *h, int which, int backward, float *buf,
+                  size_t n) {
+  if (cfg_tp(&m->cfg) == 1 || !h || !h->region) return LOOM_OK;
+  return h->region(h->ud, which, backward, buf, n);
+}
+
+/* One block. Under tensor parallel (tp > 1) this rank computes NH/tp heads and 4C/tp hidden
+ * units: qkv and mlp.fc are column-parallel (f before them), attn.proj and mlp.proj are
+ * row-parallel (g after them, which sums the ranks' partial outputs); the row-parallel biases
+ * are added by tp rank 0 only, so the sum holds them once. */
+static int block_forward(gpt_model *m, int u, const gpt_hooks *h) {
   gpt_acts *a = m->acts;
-  const int l = u - 1, B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head;
+  const int tp = cfg_tp(&m->cfg), rank0 = m->cfg.tp_rank == 0;
+  const int l = u - 1, B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head / tp;
+  const int Cl = C / tp; /* this rank's attention channels (NH/tp heads x HS) */
+  const int HS = m->cfg.n_embd / m->cfg.n_head;
   const int N = B * T;
-  const size_t NC = (size_t)N * C;
+  const size_t NC = (size_t)N * C, NCl = (size_t)N * Cl;
   const float *res_in = block_input(m, l);
   float *ln1 = a->ln1 + l * NC, *ln1_mean = a->ln1_mean + (size_t)l * N;
   float *ln1_rstd = a->ln1_rstd + (size_t)l * N;
-  float *qkv = a->qkv + l * NC * 3, *atty = a->atty + l * NC;
+  float *qkv = a->qkv + l * NCl * 3, *atty = a->atty + l * NCl;
   float *att = a->att + (size_t)l * B * NH * T * T;
   float *res2 = a->residual2 + l * NC;
   float *ln2 = a->ln2 + l * NC, *ln2_mean = a->ln2_mean + (size_t)l * N;
   float *ln2_rstd = a->ln2_rstd + (size_t)l * N;
-  float *fch = a->fch + l * NC * 4, *fch_gelu = a->fch_gelu + l * NC * 4;
+  float *fch = a->fch + l * NCl * 4, *fch_gelu = a->fch_gelu + l * NCl * 4;
   float *res3 = a->residual3 + l * NC;
+  int rc;
 
   OPS->layernorm_forward(CTX, ln1, ln1_mean, ln1_rstd, res_in, W(GPT_LN1_W), W(GPT_LN1_B), N, C);
-  OPS->matmul_forward(CTX, qkv, ln1, W(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * C);
-  OPS->attention_forward(CTX, atty, att, qkv, B, T, NH, C / NH);
-  OPS->matmul_forward(CTX, res2, atty, W(GPT_ATTPROJ_W), W(GPT_ATTPROJ_B), N, C, C);
+  if ((rc = region(m, h, GPT_REGION_F, 0, ln1, NC)) != LOOM_OK) return rc;
+  OPS->matmul_forward(CTX, qkv, ln1, W(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * Cl);
+  OPS->attention_forward(CTX, atty, att, qkv, B, T, NH, HS);
+  OPS->matmul_forward(CTX, res2, atty, W(GPT_ATTPROJ_W), rank0 ? W(GPT_ATTPROJ_B) : NULL, N, Cl,
+                      C);
+  if ((rc = region(m, h, GPT_REGION_G, 0, res2, NC)) != LOOM_OK) return rc;
   OPS->residual_forward(CTX, res2, res2, res_in, NC);
   OPS->layernorm_forward(CTX, ln2, ln2_mean, ln2_rstd, res2, W(GPT_LN2_W), W(GPT_LN2_B), N, C);
-  OPS->matmul_forward(CTX, fch, ln2, W(GPT_FC_W), W(GPT_FC_B), N, C, 4 * C);
-  OPS->gelu_forward(CTX, fch_gelu, fch, NC * 4);
-  OPS->matmul_forward(CTX, res3, fch_gelu, W(GPT_FCPROJ_W), W(GPT_FCPROJ_B), N, 4 * C, C);
+  if ((rc = region(m, h, GPT_REGION_F, 0, ln2, NC)) != LOOM_OK) return rc;
+  OPS->matmul_forward(CTX, fch, ln2, W(GPT_FC_W), W(GPT_FC_B), N, C, 4 * Cl);
+  OPS->gelu_forward(CTX, fch_gelu, fch, NCl * 4);
+  OPS->matmul_forward(CTX, res3, fch_gelu, W(GPT_FCPROJ_W), rank0 ? W(GPT_FCPROJ_B) : NULL, N,
+                      4 * Cl, C);
+  if ((rc = region(m, h, GPT_REGION_G, 0, res3, NC)) != LOOM_OK) return rc;
   OPS->residual_forward(CTX, res3, res3, res2, NC);
+  return LOOM_OK;
 }
 
-/* Entry: a->dres = d(block output). Exit: a->dres = d(block input). */
-static void block_backward(gpt_model *m, int u) {
+/* Entry: a->dres = d(block output). Exit: a->dres = d(block input). Under tensor parallel the
+ * row-parallel biases' gradients are computed (identically) on every rank, and the input
+ * gradient of each column-parallel matmul is summed over tp at f before its LayerNorm. */
+static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   gpt_acts *a = m->acts;
-  const int l = u - 1, B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head;
+  const int tp = cfg_tp(&m->cfg);
+  const int l = u - 1, B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head / tp;
+  const int Cl = C / tp, HS = m->cfg.n_embd / m->cfg.n_head;
   const int N = B * T;
-  const size_t NC = (size_t)N * C;
+  const size_t NC = (size_t)N * C, NCl = (size_t)N * Cl;
   const float *res_in = block_input(m, l);
   const float *ln1 = a->ln1 + l * NC, *ln1_mean = a->ln1_mean + (size_t)l * N;
   const float *ln1_rstd = a->ln1_rstd + (size_t)l * N;
-  const float *qkv = a->qkv + l * NC * 3, *atty = a->atty + l * NC;
+  const float *qkv = a->qkv + l * NCl * 3, *atty = a->atty + l * NCl;
   const float *att = a->att + (size_t)l * B * NH * T * T;
   const float *res2 = a->residual2 + l * NC;
   const float *ln2 = a->ln2 + l * NC, *ln2_mean = a->ln2_mean + (size_t)l * N;
   const float *ln2_rstd = a->ln2_rstd + (size_t)l * N;
-  const float *fch = a->fch + l * NC * 4, *fch_gelu = a->fch_gelu + l * NC * 4;
+  const float *fch = a->fch + l * NCl * 4, *fch_gelu = a->fch_gelu + l * NCl * 4;
   float *dres = a->dres, *dln = a->dln;
   block_scratch s;
   block_scratch_layout(&s, a->dscratch, &m->cfg, B, T);
+  int rc;
 
   /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); d(fcproj out) = dres */
-  OPS->memset_zero(CTX, s.dfch_gelu, NC * 4 * sizeof(float));
+  if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
+  OPS->memset_zero(CTX, s.dfch_gelu, NCl * 4 * sizeof(float));
   OPS->matmul_backward(CTX, s.dfch_gelu, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), dres, fch_gelu,
-                       W(GPT_FCPROJ_W), N, 4 * C, C);
-  OPS->memset_zero(CTX, s.dfch, NC * 4 * sizeof(float));
-  OPS->gelu_backward(CTX, s.dfch, fch, s.dfch_gelu, NC * 4);
+                       W(GPT_FCPROJ_W), N, 4 * Cl, C);
+  OPS->memset_zero(CTX, s.dfch, NCl * 4 * sizeof(float));
+  OPS->gelu_backward(CTX, s.dfch, fch, s.dfch_gelu, NCl * 4);
   OPS->memset_zero(CTX, dln, NC * sizeof(float));
-  OPS->matmul_backward(CTX, dln, G(GPT_FC_W), G(GPT_FC_B), s.dfch, ln2, W(GPT_FC_W), N, C, 4 * C);
+  OPS->matmul_backward(CTX, dln, G(GPT_FC_W), G(GPT_FC_B), s.dfch, ln2, W(GPT_FC_W), N, C,
+                       4 * Cl);
+  if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
   /* dres becomes d(res2): the skip path (already in dres) plus the branch */
   OPS->layernorm_backward(CTX, dres, G(GPT_LN2_W), G(GPT_LN2_B), dln, res2, W(GPT_LN2_W),
                           ln2_mean, ln2_rstd, N, C);
   /* attention branch: res2 = res_in + proj(attn(qkv(ln1(res_in)))) */
-  OPS->memset_zero(CTX, s.datty, NC * sizeof(float));
+  if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
+  OPS->memset_zero(CTX, s.datty, NCl * sizeof(float));
   OPS->matmul_backward(CTX, s.datty, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dres, atty,
-                       W(GPT_ATTPROJ_W), N, C, C);
-  OPS->memset_zero(CTX, s.dqkv, NC * 3 * sizeof(float));
-  OPS->attention_backward(CTX, s.dqkv, s.datt, s.datty, qkv, att, B, T, NH, C / NH);
+                       W(GPT_ATTPROJ_W), N, Cl, C);
+  OPS->memset_zero(CTX, s.dqkv, NCl * 3 * sizeof(float));
+  OPS->attention_backward(CTX, s.dqkv, s.datt, s.datty, qkv, att, B, T, NH, HS);
   OPS->memset_zero(CTX, dln, NC * sizeof(float));
   OPS->matmul_backward(CTX, dln, G(GPT_QKV_W), G(GPT_QKV_B), s.dqkv, ln1, W(GPT_QKV_W), N, C,
-                       3 * C);
+                       3 * Cl);
+  if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
   OPS->layernorm_backward(CTX, dres, G(GPT_LN1_W), G(GPT_LN1_B), dln, res_in, W(GPT_LN1_W),
                           ln1_mean, ln1_rstd, N, C);
+  return LOOM_OK;
 }
 
 static int head_forward(gpt_model *m, int u) {
@@ -363,27 +415,25 @@ static void head_backward(gpt_model *m, int u, float dloss) {
                           N, C);
 }
 
-static int unit_forward(gpt_model *m, int u) {
+static int unit_forward(gpt_model *m, int u, const gpt_hooks *h) {
   if (u == 0) {
     OPS->encoder_forward(CTX, m->acts->encoded, m->inputs, W(GPT_WTE), W(GPT_WPE), m->B, m->T,
                          m->cfg.n_embd);
     return LOOM_OK;
   }
-  if (u <= m->cfg.n_layer) {
-    block_forward(m, u);
-    return LOOM_OK;
-  }
+  if (u <= m->cfg.n_layer) return block_forward(m, u, h);
   return head_forward(m, u);
 }
 
-static void unit_backward(gpt_model *m, int u, float dloss) {
+static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
   if (u == 0)
     OPS->encoder_backward(CTX, G(GPT_WTE), G(GPT_WPE), m->acts->dres, m->inputs, m->B, m->T,
                           m->cfg.n_embd);
   else if (u <= m->cfg.n_layer)
-    block_backward(m, u);
+    return block_backward(m, u, h);
   else
     head_backward(m, u, dloss);
+  return LOOM_OK;
 }
 
 #undef W
@@ -410,6 +460,18 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
                c->n_head);
     return LOOM_INVALID_CONFIG;
   }
+  if (c->tp_size < 0 || c->tp_rank < 0 || c->tp_rank >= cfg_tp(c)) {
+    if (err)
+      snprintf(err, errlen, "model: tensor-parallel rank %d is outside [0, %d)", c->tp_rank,
+               cfg_tp(c));
+    return LOOM_INVALID_CONFIG;
+  }
+  if (c->n_head % cfg_tp(c) != 0) {
+    if (err)
+      snprintf(err, errlen, "model: n_head (%d) must be divisible by the tensor-parallel size "
+               "(%d): each rank computes n_head/tp heads", c->n_head, cfg_tp(c));
+    return LOOM_INVALID_CONFIG;
+  }
   if (c->n_embd > INT_MAX / 4) { /* 4C (the MLP width) is an int in the kernels */
     if (err)
       snprintf(err, errlen, "model: n_embd %d is too large (max %d)", c->n_embd, INT_MAX / 4);
@@ -429,6 +491,7 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
   int rc = check_config(cfg, err, errlen);
   if (rc != LOOM_OK) return rc;
   m->cfg = *cfg;
+  m->cfg.tp_size = cfg_tp(cfg);
   m->dev = dev;
   m->mean_loss = -1.0f;
   const int L = cfg->n_layer;
@@ -454,7 +517,11 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
       p->ndim = s->cols == D_NONE ? 1 : 2;
       p->shape[0] = dim_value(cfg, s->rows);
       p->shape[1] = s->cols == D_NONE ? 0 : dim_value(cfg, s->cols);
-      p->numel = (size_t)p->shape[0] * (size_t)(p->ndim == 2 ? p->shape[1] : 1);
+      role_split(role, &p->split_dim, &p->split_parts);
+      p->lshape[0] = p->shape[0];
+      p->lshape[1] = p->shape[1];
+      if (p->split_dim >= 0) p->lshape[p->split_dim] /= m->cfg.tp_size;
+      p->numel = (size_t)p->lshape[0] * (size_t)(p->ndim == 2 ? p->lshape[1] : 1);
       p->offset = offset;
       offset += p->numel;
     }
@@ -498,11 +565,27 @@ void gpt_free(gpt_model *m) {
   memset(m, 0, sizeof *m);
 }
 
+/* Where global element (r, c) of p lives in this rank's local tensor, or -1 when another
+ * tensor-parallel rank holds it. Local indices grow with (r, c) in row-major order. */
+static int64_t local_index(const gpt_param *p, int tp, int tp_rank, int64_t r, int64_t c) {
+  int64_t lcols = p->ndim == 2 ? p->lshape[1] : 1;
+  if (tp == 1 || p->split_dim < 0) return r * lcols + c;
+  if (p->split_dim == 0) {
+    int64_t per_part = p->shape[0] / p->split_parts, lrows = per_part / tp;
+    int64_t part = r / per_part, rr = r % per_part;
+    if (rr / lrows != tp_rank) return -1;
+    return (part * lrows + rr % lrows) * lcols + c;
+  }
+  if (c / lcols != tp_rank) return -1;
+  return r * lcols + c % lcols;
+}
+
 void gpt_init_weights_range(const gpt_model *m, uint64_t seed, size_t begin, size_t n,
                             float *dst) {
   loom_rng rng;
   loom__rng_seed(&rng, seed);
   const float std = 0.02f, std_resid = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
+  const int tp = m->cfg.tp_size > 1 ? m->cfg.tp_size : 1, tp_rank = m->cfg.tp_rank;
   enum { CHUNK = 4096 };
   float buf[CHUNK]; /* host staging: values are drawn in table order, kept when in range */
   size_t end = begin + n, staged = 0, staged_at = begin;
@@ -513,22 +596,33 @@ void gpt_init_weights_range(const gpt_model *m, uint64_t seed, size_t begin, siz
     /* constant tensors draw nothing: skip them whole when they are out of range */
     int draws = kind == INIT_NORMAL || kind == INIT_RESID;
     if (!draws && p->offset + p->numel <= begin) continue;
-    for (size_t j = 0; j < p->numel; j++) {
-      float x;
-      switch (kind) {
-        case INIT_NORMAL: x = std * loom__rng_normal(&rng); break;
-        case INIT_RESID: x = std_resid * loom__rng_normal(&rng); break;
-        case INIT_ONE: x = 1.0f; break;
-        default: x = 0.0f; break;
-      }
-      size_t e = p->offset + j;
-      if (e < begin) continue;
-      if (e >= end) break;
-      buf[staged++] = x;
-      if (staged == CHUNK) {
-        OPS->from_host(CTX, dst + (staged_at - begin), buf, staged * sizeof(float));
-        staged_at += staged;
-        staged = 0;
+    /* every rank draws the GLOBAL tensor in the single-rank order and keeps its slice, so a
+     * tensor-parallel run starts from exactly the single-rank weights */
+    const int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
+    int done = 0;
+    for (int64_t r = 0; r < rows && !done; r++) {
+      for (int64_t c = 0; c < cols; c++) {
+        float x;
+        switch (kind) {
+          case INIT_NORMAL: x = std * loom__rng_normal(&rng); break;
+          case INIT_RESID: x = std_resid * loom__rng_normal(&rng); break;
+          case INIT_ONE: x = 1.0f; break;
+          default: x = 0.0f; break;
+        }
+        int64_t li = local_index(p, tp, tp_rank, r, c);
+        if (li < 0) continue;
+        size_t e = p->offset + (size_t)li;
+        if (e < begin) continue;
+        if (e >= end) {
+          done = 1;
+          break;
+        }
+        buf[staged++] = x;
+        if (staged == CHUNK) {
+          OPS->from_host(CTX, dst + (staged_at - begin), buf, staged * sizeof(float));
+          staged_at += staged;
+          staged = 0;
+        }
       }
     }
   }
@@ -565,7 +659,7 @@ int gpt_forward(gpt_model *m, const int32_t *inputs_host, const int32_t *targets
 
   for (int u = 0; u < m->n_units; u++) {
     if (hooks && hooks->pre_forward && (rc = hooks->pre_forward(hooks->ud, u)) != 0) return rc;
-    if ((rc = unit_forward(m, u)) != LOOM_OK) return rc;
+    if ((rc = unit_forward(m, u, hooks)) != LOOM_OK) return rc;
     if (hooks && hooks->post_forward && (rc = hooks->post_forward(hooks->ud, u)) != 0) return rc;
   }
   m->acts->forward_done = 1;
@@ -578,7 +672,7 @@ int gpt_backward(gpt_model *m, float dloss, const gpt_hooks *hooks) {
   int rc;
   for (int u = m->n_units - 1; u >= 0; u--) {
     if (hooks && hooks->pre_backward && (rc = hooks->pre_backward(hooks->ud, u)) != 0) return rc;
-    unit_backward(m, u, dloss);
+    if ((rc = unit_backward(m, u, dloss, hooks)) != LOOM_OK) return rc;
     if (hooks && hooks->post_backward && (rc = hooks->post_backward(hooks->ud, u)) != 0)
       return rc;
   }

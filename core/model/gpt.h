@@ -35,6 +35,11 @@ typedef struct gpt_config {
   int n_layer;     /* L */
   int n_head;      /* NH; n_embd % n_head == 0 */
   int n_embd;      /* C */
+  /* Tensor parallel (Megatron-LM, Shoeybi et al. 2019, §3): this rank holds 1/tp_size of every
+   * block's qkv, attn.proj, mlp.fc and mlp.proj (heads [tp_rank*NH/tp, (tp_rank+1)*NH/tp) and
+   * the matching 4C/tp hidden units); 0 means 1 (no split). n_head % tp_size == 0. */
+  int tp_size;
+  int tp_rank;
 } gpt_config;
 
 /* What a parameter is, so plugins (tensor parallel, weight decay) can treat it by role. */
@@ -52,8 +57,12 @@ typedef struct gpt_param {
   int unit;           /* 0 embedding, 1..L block, L+1 head */
   gpt_param_role role;
   int ndim;           /* 1 or 2 */
-  int64_t shape[2];   /* (rows, cols) for 2-D, (n) for 1-D */
-  size_t numel;
+  int64_t shape[2];   /* GLOBAL (rows, cols) for 2-D, (n) for 1-D */
+  int split_dim;      /* tensor-parallel placement: -1 replicated, 0 rows split, 1 cols split */
+  int split_parts;    /* the split dim is this many equal blocks, each split across tp (qkv: 3,
+                         q k v; else 1): rank r holds rows/cols r/tp of every block */
+  int64_t lshape[2];  /* this rank's local shape (= shape when replicated or tp == 1) */
+  size_t numel;       /* LOCAL element count (what the flat buffers hold) */
   size_t offset;      /* in elements, from the start of the flat buffer */
   float *data;        /* device pointer, numel floats */
   float *grad;        /* device pointer, numel floats */
@@ -67,7 +76,18 @@ typedef struct gpt_hooks {
   int (*post_forward)(void *ud, int unit);
   int (*pre_backward)(void *ud, int unit);
   int (*post_backward)(void *ud, int unit);
+  /* Tensor-parallel region boundaries (Megatron's f and g), called in every block with the
+   * activation (or its gradient) at that point, n floats of device memory, updated in place:
+   *   GPT_REGION_F before each column-parallel matmul (qkv, mlp.fc): forward identity,
+   *     backward (backward = 1) all-reduce of the input gradient over tp;
+   *   GPT_REGION_G after each row-parallel matmul (attn.proj, mlp.proj): forward all-reduce
+   *     of the output over tp, backward identity.
+   * Called only when tp_size > 1. */
+  int (*region)(void *ud, int which, int backward, float *buf, size_t n);
 } gpt_hooks;
+
+#define GPT_REGION_F 0
+#define GPT_REGION_G 1
 
 typedef struct gpt_acts gpt_acts; /* activations (internal to gpt.c) */
 

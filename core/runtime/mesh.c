@@ -30,8 +30,9 @@ int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) 
   }
   if (tp < 1 || pp < 1 || m->world_size % (tp * pp) != 0) {
     snprintf(err, errlen,
-             "%s: parallel: mesh sizes tp %d x pp %d do not divide the world size %d", cfg->path,
-             tp, pp, m->world_size);
+             "%s: parallel: the mesh is dp x tp x pp = world size, but tensor-parallel size "
+             "%d x pipeline size %d = %d does not divide the world size %d (run a multiple of "
+             "%d ranks)", cfg->path, tp, pp, tp * pp, m->world_size, tp * pp);
     return -1;
   }
   m->tp = tp;

@@ -21,7 +21,12 @@ int loom__model_view_build(loom_runtime *rt) {
     t->name = p->name;
     t->unit = p->unit;
     t->ndim = p->ndim;
-    for (int d = 0; d < p->ndim; d++) t->shape[d] = p->shape[d];
+    for (int d = 0; d < p->ndim; d++) {
+      t->shape[d] = p->shape[d];
+      t->local_shape[d] = p->lshape[d];
+    }
+    t->split_dim = p->split_dim;
+    t->split_parts = p->split_parts;
     t->numel = p->numel;
     t->offset = p->offset;
     t->weight_decay = p->ndim >= 2; /* GPT-2/nanoGPT: decay matmul weights and embeddings */

@@ -5,12 +5,12 @@
 
 #include "plugins.h"
 
-/* Roles this host version can run. Tensor and pipeline parallel (split-layers, schedule, axes
- * tp/pp) need core support that later versions add; refuse them clearly instead of running
- * them wrong. */
+/* Roles this host version can run. Pipeline parallel (schedule, axis pp) needs core support
+ * that a later version adds; refuse it clearly instead of running it wrong. */
 #define HOST_PARALLEL_CAPS                                                                  \
   (LOOM_PAR_CAP_GRAD_SYNC | LOOM_PAR_CAP_OPTIMIZER | LOOM_PAR_CAP_SHARD_PARAMS |           \
-   LOOM_PAR_CAP_SHARD_GRADS | LOOM_PAR_CAP_SHARD_OPTIM | LOOM_PAR_CAP_AXIS_DP)
+   LOOM_PAR_CAP_SHARD_GRADS | LOOM_PAR_CAP_SHARD_OPTIM | LOOM_PAR_CAP_AXIS_DP |            \
+   LOOM_PAR_CAP_SPLIT_LAYERS | LOOM_PAR_CAP_AXIS_TP)
 
 static const struct { uint64_t bit; const char *role; } roles[] = {
   {LOOM_PAR_CAP_GRAD_SYNC, "data-parallel gradient sync"},
@@ -18,11 +18,53 @@ static const struct { uint64_t bit; const char *role; } roles[] = {
   {LOOM_PAR_CAP_SCHEDULE, "the micro-batch schedule"},
   {LOOM_PAR_CAP_SHARD_PARAMS, "parameter storage"},
   {LOOM_PAR_CAP_SHARD_GRADS, "gradient storage"},
+  {LOOM_PAR_CAP_SPLIT_LAYERS, "the layer split (tensor parallel)"},
+  {LOOM_PAR_CAP_AXIS_TP, "the tensor-parallel axis"},
 };
+
+/* "size" is a host-level key of a parallel entry: the size of the plugin's mesh axis (tp for
+ * LOOM_PAR_CAP_AXIS_TP). Read it, check it, and take it out of the options the plugin sees. */
+static int read_axis_size(loom_runtime *rt, int i, uint64_t caps, char *err, size_t errlen) {
+  loom_config *cfg = rt->cfg;
+  loom_plugin_cfg *pc = &cfg->parallel[i];
+  json_t *v = pc->options ? json_object_get(pc->options, "size") : NULL;
+  if (!(caps & LOOM_PAR_CAP_AXIS_TP)) {
+    if (!v) return 0;
+    snprintf(err, errlen, "%s: %s.size: plugin '%s' (%s) does not work on the tensor-parallel "
+             "axis (it does not declare LOOM_PAR_CAP_AXIS_TP), so it takes no \"size\"; the "
+             "data-parallel size is the rest of the world", cfg->path, pc->json_path, pc->name,
+             rt->parallel[i].path);
+    return -1;
+  }
+  if (!v) {
+    snprintf(err, errlen, "%s: %s.size: plugin '%s' works on the tensor-parallel axis and needs "
+             "its size, e.g. {\"plugin\": \"%s\", \"size\": 2}", cfg->path, pc->json_path,
+             pc->name, pc->name);
+    return -1;
+  }
+  if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 4096) {
+    char *got = json_dumps(v, JSON_ENCODE_ANY);
+    snprintf(err, errlen, "%s: %s.size: expected an integer in [1, 4096], got %s", cfg->path,
+             pc->json_path, got ? got : "?");
+    free(got);
+    return -1;
+  }
+  int tp = (int)json_integer_value(v);
+  if (cfg->model.n_head % tp != 0) {
+    snprintf(err, errlen, "%s: %s.size: model.n_head (%d) must be divisible by the "
+             "tensor-parallel size (%d): each rank computes n_head/tp heads", cfg->path,
+             pc->json_path, cfg->model.n_head, tp);
+    return -1;
+  }
+  rt->tp_size = tp;
+  json_object_del(pc->options, "size"); /* the plugin sees its own options only */
+  return 0;
+}
 
 int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
   loom_config *cfg = rt->cfg;
-  rt->grad_sync_owner = rt->optimizer_owner = rt->partition_owner = -1;
+  rt->grad_sync_owner = rt->optimizer_owner = rt->partition_owner = rt->tp_owner = -1;
+  rt->tp_size = 1;
   char ce[1200];
   if (loom__plugin_open(&rt->comm_plugin, cfg->comm.name, LOOM_KIND_COMM, ce, sizeof ce) != 0) {
     snprintf(err, errlen, "%s: %s: %s", cfg->path, cfg->comm.json_path, ce);
@@ -40,7 +82,7 @@ int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
     if (caps & ~(uint64_t)HOST_PARALLEL_CAPS) {
       snprintf(err, errlen,
                "%s: %s: plugin '%s' (%s) needs capabilities 0x%llx that this loom does not "
-               "support yet (it runs data-parallel plugins only)",
+               "support yet (it runs data-parallel and tensor-parallel plugins only)",
                cfg->path, pc->json_path, pc->name, rt->parallel[i].path,
                (unsigned long long)(caps & ~(uint64_t)HOST_PARALLEL_CAPS));
       return -1;
@@ -70,6 +112,20 @@ int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
                rt->parallel[i].path);
       return -1;
     }
+    if ((caps & LOOM_PAR_CAP_SPLIT_LAYERS) && !rt->parallel[i].u.parallel.region) {
+      snprintf(err, errlen, "%s: %s: plugin '%s' (%s) declares the layer split (tensor "
+               "parallel) but its region callback is NULL", cfg->path, pc->json_path, pc->name,
+               rt->parallel[i].path);
+      return -1;
+    }
+    if ((caps & LOOM_PAR_CAP_SPLIT_LAYERS) && !(caps & LOOM_PAR_CAP_AXIS_TP)) {
+      snprintf(err, errlen, "%s: %s: plugin '%s' (%s) splits layers but does not work on the "
+               "tensor-parallel axis (LOOM_PAR_CAP_AXIS_TP)", cfg->path, pc->json_path,
+               pc->name, rt->parallel[i].path);
+      return -1;
+    }
+    if (read_axis_size(rt, i, caps, err, errlen) != 0) return -1;
+    if (caps & LOOM_PAR_CAP_AXIS_TP) rt->tp_owner = i;
     if (caps & LOOM_PAR_CAP_GRAD_SYNC) rt->grad_sync_owner = i;
     if (caps & LOOM_PAR_CAP_SHARD_PARAMS) rt->shard_params = 1;
     if (caps & LOOM_PAR_CAP_SHARD_GRADS) rt->shard_grads = 1;

@@ -54,6 +54,8 @@ struct loom_runtime {
   loom_host parallel_host[LOOM_MAX_PARALLEL];
   int grad_sync_owner;   /* index into parallel[] or -1 */
   int optimizer_owner;   /* index into parallel[] or -1 */
+  int tp_owner;          /* the tensor-parallel plugin (LOOM_PAR_CAP_AXIS_TP) or -1 */
+  int tp_size;           /* its "size" (1 without one): the mesh's tp */
 
   loom_plugin precision;
   void *precision_ctx;

@@ -31,6 +31,20 @@ static loom_ckpt_item_v1 partition_item(loom_runtime *rt, const char *name, void
   return it;
 }
 
+/* Under tensor parallel each tp rank's flat buffers hold different (local) tensors: its items
+ * are saved under names carrying the tp coordinate, "params@tp1of2", so the tp ranks' chunks
+ * never mix, and a resume with another tp size finds no chunk of its names. */
+static char item_names[MAX_ITEMS][64];
+
+static void tp_rename(loom_runtime *rt, loom_ckpt_item_v1 *items, int n) {
+  if (rt->mesh.tp <= 1) return;
+  for (int i = 0; i < n && i < MAX_ITEMS; i++) {
+    snprintf(item_names[i], sizeof item_names[i], "%s@tp%dof%d", items[i].name,
+             rt->mesh.tp_rank, rt->mesh.tp);
+    items[i].name = item_names[i];
+  }
+}
+
 static int build_items(loom_trainer *tr, loom_ckpt_item_v1 *items, int *n) {
   loom_runtime *rt = &tr->rt;
   uint64_t N = rt->model.num_parameters;
@@ -50,8 +64,28 @@ static int build_items(loom_trainer *tr, loom_ckpt_item_v1 *items, int *n) {
       return loom__hook_error(rt, i, "state_items", tr->err, sizeof tr->err);
     k += m;
   }
+  tp_rename(rt, items, k);
   *n = k;
   return 0;
+}
+
+/* The tensor table of the flat "params" item (per tp rank: the local tensors), so tools can
+ * reassemble global tensors: name, global shape, split_dim, split_parts, local offset and
+ * count. Identical on every rank. */
+static json_t *tensors_json(loom_runtime *rt) {
+  const loom_model_v1 *mv = &rt->model_view;
+  json_t *arr = json_array();
+  for (int i = 0; i < mv->n_tensors; i++) {
+    const loom_tensor_v1 *t = LOOM_TENSOR_AT(mv, i);
+    json_t *shape = json_array();
+    for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer(t->shape[d]));
+    json_array_append_new(arr, json_pack("{s:s, s:o, s:i, s:i, s:I, s:I}", "name", t->name,
+                                         "shape", shape, "split_dim", t->split_dim,
+                                         "split_parts", t->split_parts, "offset",
+                                         (json_int_t)t->offset, "numel",
+                                         (json_int_t)t->numel));
+  }
+  return arr;
 }
 
 static const char *ckpt_error(loom_trainer *tr) {
@@ -63,9 +97,10 @@ int loom__ckpt_save(loom_trainer *tr) {
   loom_ckpt_item_v1 items[MAX_ITEMS];
   int n;
   if (build_items(tr, items, &n) != 0) return -1;
-  json_t *meta = json_pack("{s:s, s:i, s:I, s:i, s:i, s:O}", "format", CKPT_FORMAT, "step",
-                           tr->step, "data_cursor", (json_int_t)tr->train.cursor, "world_size",
-                           rt->mesh.world_size, "dp", rt->mesh.dp, "config", tr->cfg.root);
+  json_t *meta = json_pack("{s:s, s:i, s:I, s:i, s:i, s:i, s:O, s:o}", "format", CKPT_FORMAT,
+                           "step", tr->step, "data_cursor", (json_int_t)tr->train.cursor,
+                           "world_size", rt->mesh.world_size, "dp", rt->mesh.dp, "tp",
+                           rt->mesh.tp, "config", tr->cfg.root, "tensors", tensors_json(rt));
   const loom_precision_v1 *prec = &rt->precision.u.precision;
   const char *ps = prec->state_json ? prec->state_json(rt->precision_ctx) : NULL;
   json_t *pj = ps ? json_loads(ps, 0, NULL) : NULL;
@@ -117,6 +152,29 @@ int loom__ckpt_resume(loom_trainer *tr) {
     return -1;
   }
   if (step <= 0) return 0;
+  /* The items' names carry the tensor-parallel coordinate: read the metadata first (a load
+   * of no items) so a different tp size is named as such rather than as missing chunks. */
+  {
+    loom_ckpt_state_v1 st0 = {.struct_size = sizeof st0, .step = step};
+    const char *mt = NULL;
+    if (ck->load(rt->checkpoint_ctx, step, &st0, &mt) != LOOM_OK) {
+      snprintf(tr->err, sizeof tr->err, "plugin %s: loading step %d failed: %s",
+               rt->checkpoint_host.label, step, ckpt_error(tr));
+      return -1;
+    }
+    json_t *m0 = mt ? json_loads(mt, 0, NULL) : NULL;
+    json_t *jtp = m0 ? json_object_get(m0, "tp") : NULL;
+    int saved_tp = json_is_integer(jtp) ? (int)json_integer_value(jtp) : 1;
+    json_decref(m0);
+    if (saved_tp != rt->mesh.tp) {
+      snprintf(tr->err, sizeof tr->err,
+               "checkpoint step %d: the tensor-parallel size differs: it was saved with tp %d, "
+               "this run has tp %d (each tp rank's tensors are slices of that split; resume "
+               "with the same tensor_parallel \"size\", or start a new checkpoint dir)", step,
+               saved_tp, rt->mesh.tp);
+      return -1;
+    }
+  }
   loom_ckpt_item_v1 items[MAX_ITEMS];
   int n;
   if (build_items(tr, items, &n) != 0) return -1;

@@ -52,9 +52,16 @@ static int hook_post_forward(void *ud, int u) { CALL_HOOKS((loom_trainer *)ud, p
 static int hook_pre_backward(void *ud, int u) { CALL_HOOKS((loom_trainer *)ud, pre_backward, "pre_backward", u); return 0; }
 static int hook_post_backward(void *ud, int u) { CALL_HOOKS((loom_trainer *)ud, post_backward, "post_backward", u); return 0; }
 
+static int hook_region(void *ud, int which, int backward, float *buf, size_t n) {
+  CALL_HOOKS((loom_trainer *)ud, region, which == LOOM_REGION_F ? "region f" : "region g",
+             which, backward, buf, n);
+  return 0;
+}
+
 static gpt_hooks make_hooks(loom_trainer *tr) {
   gpt_hooks h = {.ud = tr, .pre_forward = hook_pre_forward, .post_forward = hook_post_forward,
-                 .pre_backward = hook_pre_backward, .post_backward = hook_post_backward};
+                 .pre_backward = hook_pre_backward, .post_backward = hook_post_backward,
+                 .region = hook_region};
   return h;
 }
 
@@ -128,7 +135,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   /* plugins are opened before anything talks to other ranks: a missing plugin is reported
    * on every rank at once and nobody waits */
   if (loom__plugins_open(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
-  if (loom__mesh_init(rt, 1, 1, e, sizeof e) != 0) return fail(tr, "%s", e);
+  if (loom__mesh_init(rt, rt->tp_size, 1, e, sizeof e) != 0) return fail(tr, "%s", e);
   loom__host_init(&tr->core_host, rt, "core", cfg->path, "", NULL);
   if (check_same_config(tr) != 0) return -1;
   if (rt->mesh.dp > 1 && rt->grad_sync_owner < 0)
@@ -151,7 +158,8 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
 
   gpt_config mc = {.vocab_size = cfg->model.vocab_size, .max_seq_len = cfg->model.context_length,
                    .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
-                   .n_embd = cfg->model.n_embd};
+                   .n_embd = cfg->model.n_embd, .tp_size = rt->mesh.tp,
+                   .tp_rank = rt->mesh.tp_rank};
   int flags = (rt->shard_params ? GPT_NO_PARAM_STORAGE : 0) |
               (rt->shard_grads ? GPT_NO_GRAD_STORAGE : 0);
   if (gpt_init_ex(&rt->model, &mc, &rt->dev, flags, e, sizeof e) != LOOM_OK)
@@ -233,11 +241,42 @@ static int pass_failed(loom_trainer *tr, const char *pass, int rc) {
   return fail(tr, "%s failed: %s", pass, rc == LOOM_INVALID_USAGE ? "invalid input" : "error");
 }
 
+/* This rank's sum of squares of the gradient over the partition. Under tensor parallel the
+ * split tensors' squares are summed over the TP axis, and a tensor replicated over it (its
+ * gradient is the same on every tp rank) is weighted 1/tp so the sum counts it once (control
+ * traffic, not counted). */
+static int grad_sq_partition(loom_trainer *tr, double *out) {
+  loom_runtime *rt = &tr->rt;
+  const loom_device_v1 *dev = rt->dev.ops;
+  const loom_partition_v1 *part = &rt->partition;
+  if (rt->mesh.tp <= 1) {
+    *out = dev->sum_squares(rt->dev.ctx, part->grads, part->count);
+    return 0;
+  }
+  const loom_model_v1 *mv = &rt->model_view;
+  uint64_t begin = part->begin, end = part->begin + part->count;
+  double sq = 0.0;
+  for (int i = 0; i < mv->n_tensors; i++) {
+    const loom_tensor_v1 *t = LOOM_TENSOR_AT(mv, i);
+    uint64_t lo = t->offset > begin ? t->offset : begin;
+    uint64_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
+    if (lo >= hi) continue;
+    double s = dev->sum_squares(rt->dev.ctx, part->grads + (lo - begin), (size_t)(hi - lo));
+    sq += t->split_dim < 0 ? s / rt->mesh.tp : s;
+  }
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_TP], &sq, 1, LOOM_F64, LOOM_OP_SUM,
+                    NULL) != LOOM_OK)
+    return fail(tr, "all-reduce of the gradient norm over tensor-parallel ranks failed: %s",
+                rt->comm_host.error);
+  *out = sq;
+  return 0;
+}
+
 /* One optimizer step over accum micro-steps. */
 static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *sm) {
   loom_runtime *rt = &tr->rt;
   loom_config *cfg = &tr->cfg;
-  const loom_device_v1 *dev = rt->dev.ops;
   gpt_hooks hooks = make_hooks(tr);
   const loom_precision_v1 *prec = &rt->precision.u.precision;
   float loss_scale = prec->loss_scale(rt->precision_ctx);
@@ -267,7 +306,8 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
 
   /* the norm over the partition; disjoint partitions are summed over data-parallel ranks */
   const loom_partition_v1 *part = &rt->partition;
-  double sq = dev->sum_squares(rt->dev.ctx, part->grads, part->count);
+  double sq;
+  if (grad_sq_partition(tr, &sq) != 0) return -1;
   if (part->sharded && dp_sum(tr, &sq, 1) != 0) return -1;
   CALL_HOOKS(tr, grad_norm_sq, "grad_norm_sq", &sq);
   int finite = isfinite(sq);

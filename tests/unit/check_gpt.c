@@ -271,9 +271,9 @@ END_TEST
 
 START_TEST(test_config_validation) {
   static const struct { gpt_config cfg; const char *needle; } bad[] = {
-      {{0, 8, 2, 2, 8}, "vocab_size"},   {{17, 0, 2, 2, 8}, "max_seq_len"},
-      {{17, 8, 0, 2, 8}, "n_layer"},     {{17, 8, 2, -1, 8}, "n_head"},
-      {{17, 8, 2, 2, 0}, "n_embd"},      {{17, 8, 2, 3, 8}, "divisible"},
+      {{0, 8, 2, 2, 8, 0, 0}, "vocab_size"},   {{17, 0, 2, 2, 8, 0, 0}, "max_seq_len"},
+      {{17, 8, 0, 2, 8, 0, 0}, "n_layer"},     {{17, 8, 2, -1, 8, 0, 0}, "n_head"},
+      {{17, 8, 2, 2, 0, 0, 0}, "n_embd"},      {{17, 8, 2, 3, 8, 0, 0}, "divisible"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char err[256] = "";
@@ -351,7 +351,7 @@ START_TEST(test_hooks) {
   gpt_init_weights(&model, 1);
   int32_t *inp = rand_tokens((size_t)B * T, tiny.vocab_size);
   hook_log log = {.fail_at = -1};
-  gpt_hooks hooks = {&log, h_pre_fwd, h_post_fwd, h_pre_bwd, h_post_bwd};
+  gpt_hooks hooks = {&log, h_pre_fwd, h_post_fwd, h_pre_bwd, h_post_bwd, NULL};
   ck_assert_int_eq(gpt_forward(&model, inp, inp, B, T, &hooks, NULL), LOOM_OK);
   ck_assert_int_eq(log.n, 2 * U);
   for (int u = 0; u < U; u++) {

@@ -399,9 +399,9 @@ START_TEST(test_roles_compose) {
 END_TEST
 
 START_TEST(test_roles_unsupported_caps) {
-  config_with((const char *const[]){"ddp", "future_tp"}, 2, "fp32");
+  config_with((const char *const[]){"ddp", "future_pp"}, 2, "fp32");
   ck_assert_int_eq(loom__plugins_open(&rt, err, sizeof err), -1);
-  assert_one_line((const char *const[]){"roles.json", "parallel[1]", "'future_tp'",
+  assert_one_line((const char *const[]){"roles.json", "parallel[1]", "'future_pp'",
                                         "does not support", NULL});
 }
 END_TEST

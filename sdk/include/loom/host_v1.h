@@ -29,20 +29,31 @@ typedef enum loom_axis {
 
 typedef enum loom_red_op { LOOM_OP_SUM = 0, LOOM_OP_MAX = 1, LOOM_OP_MIN = 2 } loom_red_op;
 
-/* A parameter tensor of the model as plugins see it. Shapes are global (unsplit). data and grad
- * are the current device views; a plugin that owns parameter storage (ZeRO-3) may redirect
- * them between pre_forward/pre_backward and the matching post hook. */
+/* A parameter tensor of the model as plugins see it. `shape` is global (unsplit); numel and
+ * offset describe this rank's LOCAL tensor in the flat buffers (under tensor parallel a split
+ * tensor holds 1/tp of the global one: local_shape). data and grad are the current device
+ * views; a plugin that owns parameter storage (ZeRO-3) may redirect them between
+ * pre_forward/pre_backward and the matching post hook. */
 typedef struct loom_tensor_v1 {
   uint32_t struct_size;
   const char *name;   /* "wte", "h.0.attn.qkv.weight", ... (PyTorch-style) */
   int unit;           /* 0 embedding, 1..n_layer blocks, n_layer+1 head */
   int ndim;           /* 1 or 2 */
   int64_t shape[4];   /* global shape */
-  uint64_t numel;     /* global element count */
+  uint64_t numel;     /* element count of this rank's (local) tensor: the global count unless
+                         the tensor is split over tensor-parallel ranks */
   uint64_t offset;    /* first element within the flat parameter/gradient buffers */
   int weight_decay;   /* 1 if AdamW's weight decay applies (2-D weights), else 0 */
   float **data;       /* -> current view of the values (device memory, fp32) */
   float **grad;       /* -> current view of the gradient (device memory, fp32) */
+  /* ---- ABI 1.1 (check struct_size before reading) ---- */
+  int split_dim;      /* tensor-parallel placement: -1 replicated over the TP axis, 0 rows
+                         split (column-parallel weights, their biases), 1 columns split
+                         (row-parallel weights) */
+  int64_t local_shape[4]; /* this rank's shape: shape with dim split_dim divided by tp */
+  int split_parts;    /* the split dim is this many equal blocks, each split over tp ranks
+                         (attn.qkv: 3 — q, k, v — so a rank holds its heads' rows of each;
+                         else 1): tp rank r holds slice r of every block */
 } loom_tensor_v1;
 
 /* The model's parameters as one flat fp32 buffer laid out unit by unit. */

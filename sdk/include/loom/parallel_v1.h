@@ -38,7 +38,9 @@ extern "C" {
 #define LOOM_PAR_CAP_GRAD_SYNC (1u << 0)    /* owns data-parallel gradient synchronisation */
 #define LOOM_PAR_CAP_OPTIMIZER (1u << 1)    /* owns the optimizer step and its state */
 #define LOOM_PAR_CAP_SCHEDULE (1u << 2)     /* drives the micro-batch schedule (pipeline) */
-#define LOOM_PAR_CAP_SPLIT_LAYERS (1u << 3) /* changes layer shapes (tensor parallel) */
+#define LOOM_PAR_CAP_SPLIT_LAYERS (1u << 3) /* splits the blocks' matmuls over the TP axis
+                                               (tensor parallel, ABI 1.1): the host builds
+                                               local shapes and calls `region` */
 #define LOOM_PAR_CAP_SHARD_PARAMS (1u << 4) /* owns parameter storage (ZeRO-3): the host
                                                allocates no flat parameter buffer; the plugin
                                                points the tensor views at gathered memory
@@ -92,7 +94,24 @@ typedef struct loom_parallel_v1 {
   /* Checkpointing of state the plugin owns (LOOM_PAR_CAP_OPTIMIZER: m, v shards). Fills up to
    * max items describing its buffers; returns the count via *n. NULL: nothing to save. */
   int (*state_items)(void *ctx, loom_ckpt_item_v1 *items, int max, int *n);
+
+  /* ---- ABI 1.1 ---- */
+  /* Tensor-parallel region boundary (Megatron-LM's f and g, Shoeybi et al. 2019, §3), called
+   * by the host inside every block when the tensor-parallel size is > 1, on every rank in
+   * lockstep (training forward and backward, evaluation and sampling forwards):
+   *   which = LOOM_REGION_F: before a column-parallel matmul (attn.qkv, mlp.fc) — forward
+   *     (backward = 0) identity; backward (backward = 1) buf is the gradient of the matmul's
+   *     input, partial on each rank: all-reduce it over the TP axis;
+   *   which = LOOM_REGION_G: after a row-parallel matmul (attn.proj, mlp.proj) — forward buf
+   *     is the partial output: all-reduce it over the TP axis; backward identity.
+   * buf: n floats of device memory (B*T*C), updated in place before the host goes on.
+   * Required with LOOM_PAR_CAP_SPLIT_LAYERS; NULL otherwise. */
+  int (*region)(void *ctx, int which, int backward, float *buf, size_t n);
 } loom_parallel_v1;
+
+/* loom_parallel_v1.region's `which`. */
+#define LOOM_REGION_F 0 /* before a column-parallel matmul: identity fwd, all-reduce bwd */
+#define LOOM_REGION_G 1 /* after a row-parallel matmul: all-reduce fwd, identity bwd */
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,91 @@
+/* tensor_parallel.so — Megatron-LM tensor parallelism (Shoeybi et al. 2019, §3).
+ *
+ * The host splits each block over the tensor-parallel (TP) axis of the mesh — its size is the
+ * entry's host-level "size" key — because this plugin declares LOOM_PAR_CAP_SPLIT_LAYERS: a rank
+ * holds n_head/tp heads of attn.qkv (column-parallel: its heads' q, k and v rows) and the
+ * matching input columns of attn.proj (row-parallel), and 4C/tp hidden units of mlp.fc
+ * (column-parallel) and mlp.proj (row-parallel). Embeddings, LayerNorms and the row-parallel
+ * biases are replicated (the bias is added by tp rank 0 only).
+ *
+ * The plugin's part is the communication at Megatron's two conjugate operators, which the host
+ * calls through `region` inside every block:
+ *   f (before qkv and mlp.fc):      forward identity,   backward all-reduce of d(input)
+ *   g (after attn.proj, mlp.proj):  forward all-reduce, backward identity
+ * so two all-reduces of B*T*C floats per block in forward and two in backward, on the TP
+ * communicator (counted by the host). Composes with any data-parallel plugin (ddp, zero1..3,
+ * cpu_offload) working on the DP axis: their flat buffers are the local (split) tensors, and
+ * the host's gradient norm counts the replicated tensors once. No options. */
+#include <loom/loom.h>
+#include <stdlib.h>
+
+typedef struct tp_ctx {
+  const loom_host_api_v1 *api;
+  loom_host *host;
+  int tp;
+  loom_comm *comm;
+} tp_ctx;
+
+static int tp_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                     void **out) {
+  static const char *const keys[] = {NULL}; /* "size" is the host's, removed before create */
+  if (api->opt_check_keys(host, opts, keys)) return LOOM_INVALID_CONFIG;
+  tp_ctx *t = calloc(1, sizeof *t);
+  if (!t) return LOOM_NOMEM;
+  t->api = api;
+  t->host = host;
+  t->tp = api->size(host, LOOM_AXIS_TP);
+  t->comm = api->comm(host, LOOM_AXIS_TP);
+  *out = t;
+  return LOOM_OK;
+}
+
+static void tp_destroy(void *ctx) { free(ctx); }
+
+/* Check that the host split the model as promised (a host without 1.1's local shapes would
+ * run every rank on the full model and all-reduce it tp times over). */
+static int tp_setup(void *ctx) {
+  tp_ctx *t = ctx;
+  const loom_model_v1 *m = t->api->model(t->host);
+  if (!m || m->n_tensors == 0) return LOOM_OK;
+  if (m->tensors[0].struct_size < offsetof(loom_tensor_v1, split_parts) + sizeof(int)) {
+    t->api->set_error(t->host, "this loom does not describe split tensors (ABI < 1.1)");
+    return LOOM_UNSUPPORTED;
+  }
+  uint64_t split = 0, local = 0;
+  for (int i = 0; i < m->n_tensors; i++) {
+    const loom_tensor_v1 *x = LOOM_TENSOR_AT(m, i);
+    if (x->split_dim < 0) continue;
+    if (x->local_shape[x->split_dim] * t->tp != x->shape[x->split_dim]) {
+      t->api->set_error(t->host, "tensor %s: local dim %d is %lld, expected %lld / %d", x->name,
+                        x->split_dim, (long long)x->local_shape[x->split_dim],
+                        (long long)x->shape[x->split_dim], t->tp);
+      return LOOM_INVALID_USAGE;
+    }
+    split++;
+    local += x->numel;
+  }
+  t->api->log(t->host, LOOM_LOG_DEBUG, "tp %d: %llu split tensors, %llu of %llu local "
+              "parameters split", t->tp, (unsigned long long)split, (unsigned long long)local,
+              (unsigned long long)m->numel);
+  return LOOM_OK;
+}
+
+static int tp_region(void *ctx, int which, int backward, float *buf, size_t n) {
+  tp_ctx *t = ctx;
+  if (t->tp <= 1) return LOOM_OK;
+  int reduce = which == LOOM_REGION_F ? backward : !backward;
+  if (!reduce) return LOOM_OK; /* the identity half of f / g */
+  return t->api->all_reduce(t->host, t->comm, buf, n, LOOM_F32, LOOM_OP_SUM, NULL);
+}
+
+LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
+  .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_PARALLEL, "tensor_parallel", "1.0.0",
+                                 "Megatron tensor parallel: heads and MLP units split over the "
+                                 "tp axis; f/g all-reduces around column/row-parallel matmuls",
+                                 LOOM_PAR_CAP_SPLIT_LAYERS | LOOM_PAR_CAP_AXIS_TP,
+                                 loom_parallel_v1),
+  .create = tp_create,
+  .destroy = tp_destroy,
+  .setup = tp_setup,
+  .region = tp_region,
+};
