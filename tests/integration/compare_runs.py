@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """Compare two loom runs: per-step loss and grad norm from their JSONL metrics, and the final
-parameters from their last checkpoints.
+parameters from their last checkpoints (under tensor parallel reassembled from the tp ranks'
+"params@tpRofN" items with the tensor table in the manifest's metadata, and replicated tensors
+checked identical across tp ranks).
 
 usage: compare_runs.py [--rtol R] [--bitwise] [--steps A:B] METRICS_A CKPT_A METRICS_B CKPT_B
 
@@ -26,16 +28,12 @@ def read_metrics(path, lo, hi):
     return steps
 
 
-def read_params(ckpt_dir):
-    """The flat 'params' item of the newest checkpoint in ckpt_dir."""
-    with open(os.path.join(ckpt_dir, "latest")) as f:
-        step_dir = os.path.join(ckpt_dir, f.read().strip())
-    with open(os.path.join(step_dir, "manifest.json")) as f:
-        man = json.load(f)
+def read_item(step_dir, man, name):
+    """The flat item `name` assembled from its chunks in every shard, or None."""
     out = None
     for shard in man["shards"]:
         for ch in shard["chunks"]:
-            if ch["name"] != "params":
+            if ch["name"] != name:
                 continue
             if out is None:
                 out = array.array("f", bytes(4 * ch["global_numel"]))
@@ -44,8 +42,69 @@ def read_params(ckpt_dir):
                 part = array.array("f")
                 part.frombytes(f.read(4 * ch["count"]))
             out[ch["offset"]:ch["offset"] + ch["count"]] = part
-    if out is None:
-        sys.exit(f"{step_dir}: no 'params' item")
+    return out
+
+
+def local_positions(t, tp, r):
+    """For tensor t (manifest metadata) and tp rank r: the global flat index of each local
+    element, in local order (row-major local tensor)."""
+    shape = t["shape"]
+    rows, cols = shape[0], (shape[1] if len(shape) == 2 else 1)
+    d, parts = t["split_dim"], t["split_parts"]
+    if d < 0 or tp == 1:
+        return range(rows * cols)
+    if d == 0:
+        per_part = rows // parts
+        lrows = per_part // tp
+        out = []
+        for p in range(parts):
+            for lr in range(lrows):
+                g = p * per_part + r * lrows + lr
+                out.extend(range(g * cols, (g + 1) * cols))
+        return out
+    lcols = cols // tp
+    return [row * cols + r * lcols + c for row in range(rows) for c in range(lcols)]
+
+
+def read_params(ckpt_dir):
+    """The global flat parameters of the newest checkpoint in ckpt_dir, in the single-rank
+    layout: the 'params' item, or under tensor parallel the 'params@tpRofN' items reassembled
+    tensor by tensor with the manifest's tensor table (meta.tensors)."""
+    with open(os.path.join(ckpt_dir, "latest")) as f:
+        step_dir = os.path.join(ckpt_dir, f.read().strip())
+    with open(os.path.join(step_dir, "manifest.json")) as f:
+        man = json.load(f)
+    meta = man.get("meta", {})
+    tp = meta.get("tp", 1)
+    if tp == 1:
+        out = read_item(step_dir, man, "params")
+        if out is None:
+            sys.exit(f"{step_dir}: no 'params' item")
+        return man["step"], out
+    tensors = meta["tensors"]
+    shards = []
+    for r in range(tp):
+        x = read_item(step_dir, man, f"params@tp{r}of{tp}")
+        if x is None:
+            sys.exit(f"{step_dir}: no 'params@tp{r}of{tp}' item")
+        shards.append(x)
+    total = sum(math.prod(t["shape"]) for t in tensors)
+    out = array.array("f", bytes(4 * total))
+    goff = 0
+    for t in tensors:
+        n = math.prod(t["shape"])
+        for r in range(tp):
+            if t["split_dim"] < 0 and r > 0:
+                # replicated: every tp rank must hold the same values (no drift)
+                if shards[r][t["offset"]:t["offset"] + t["numel"]] != \
+                        shards[0][t["offset"]:t["offset"] + t["numel"]]:
+                    sys.exit(f"FAIL {step_dir}: replicated tensor {t['name']} differs between "
+                             f"tp ranks 0 and {r}")
+                continue
+            local = shards[r][t["offset"]:t["offset"] + t["numel"]]
+            for v, g in zip(local, local_positions(t, tp, r)):
+                out[goff + g] = v
+        goff += n
     return man["step"], out
 
 
