@@ -1,0 +1,281 @@
+/* Check suite for tensor parallel in the GPT model (core/model/gpt.c, tp_size > 1):
+ *  - shapes: every rank's split tensors are 1/tp of the full ones along split_dim, replicated
+ *    tensors equal; the flat buffer holds the local tensors;
+ *  - init: each rank's slice holds exactly the single-rank initial values (gpt_init_weights and
+ *    gpt_init_weights_range), reassembled by an independent mapping;
+ *  - forward/backward: tp ranks run as threads whose region hook sums the buffers (the
+ *    all-reduce of Megatron's f and g), and the loss and every reassembled gradient match the
+ *    single-rank model. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "model/gpt.h"
+#include "util/rng.h"
+
+#define MAXTP 4
+static const gpt_config base = {.vocab_size = 19, .max_seq_len = 8, .n_layer = 2, .n_head = 4,
+                                .n_embd = 16};
+
+static loom_dev devs[MAXTP + 1];
+static gpt_model full, part[MAXTP];
+
+static void setup(void) {
+  char err[256];
+  for (int i = 0; i <= MAXTP; i++)
+    ck_assert_int_eq(loom__dev_open(&devs[i], loom__cpu_device(), "{\"threads\":1}", 0, err,
+                                    sizeof err), LOOM_OK);
+  memset(&full, 0, sizeof full);
+  memset(part, 0, sizeof part);
+}
+
+static void teardown(void) {
+  if (full.params) gpt_free(&full);
+  for (int r = 0; r < MAXTP; r++)
+    if (part[r].params) gpt_free(&part[r]);
+  for (int i = 0; i <= MAXTP; i++) loom__dev_close(&devs[i]);
+}
+
+static void build(int tp) {
+  char err[256];
+  ck_assert_msg(gpt_init(&full, &base, &devs[MAXTP], err, sizeof err) == LOOM_OK, "%s", err);
+  for (int r = 0; r < tp; r++) {
+    gpt_config c = base;
+    c.tp_size = tp;
+    c.tp_rank = r;
+    ck_assert_msg(gpt_init(&part[r], &c, &devs[r], err, sizeof err) == LOOM_OK, "%s", err);
+  }
+}
+
+/* Global flat index (within the tensor) of local element (i, j) of rank r — written from the
+ * Megatron layout, independently of gpt.c: qkv rows are [q; k; v], each C rows, head-major. */
+static size_t global_of(const gpt_param *p, int tp, int r, int64_t i, int64_t j) {
+  int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
+  if (p->split_dim < 0) return (size_t)(i * cols + j);
+  if (p->split_dim == 1) return (size_t)(i * cols + r * p->lshape[1] + j);
+  int64_t per_part = p->shape[0] / p->split_parts, lrows = per_part / tp;
+  int64_t gi = (i / lrows) * per_part + r * lrows + i % lrows;
+  return (size_t)(gi * cols + j);
+}
+
+static void check_shapes(int tp) {
+  build(tp);
+  size_t rep = 0, split = 0;
+  for (int k = 0; k < full.n_params; k++) {
+    const gpt_param *f = &full.params[k];
+    for (int r = 0; r < tp; r++) {
+      const gpt_param *p = &part[r].params[k];
+      ck_assert_str_eq(p->name, f->name);
+      ck_assert_int_eq(p->shape[0], f->shape[0]); /* shape stays global */
+      ck_assert_int_eq(p->shape[1], f->shape[1]);
+      ck_assert_int_eq(p->split_dim, f->split_dim);
+      int split_role = p->role == GPT_QKV_W || p->role == GPT_QKV_B || p->role == GPT_FC_W ||
+                       p->role == GPT_FC_B || p->role == GPT_ATTPROJ_W ||
+                       p->role == GPT_FCPROJ_W;
+      ck_assert_int_eq(p->split_dim >= 0, split_role);
+      if (p->split_dim < 0) {
+        ck_assert_uint_eq(p->numel, f->numel);
+        ck_assert_int_eq(p->lshape[0], f->shape[0]);
+      } else {
+        ck_assert_uint_eq(p->numel * (size_t)tp, f->numel);
+        ck_assert_int_eq(p->lshape[p->split_dim] * tp, f->shape[p->split_dim]);
+        ck_assert_int_eq(p->lshape[1 - p->split_dim], f->shape[1 - p->split_dim]);
+      }
+      if (k + 1 < full.n_params) /* contiguous in the local flat buffer */
+        ck_assert_uint_eq(part[r].params[k + 1].offset, p->offset + p->numel);
+    }
+    if (f->split_dim < 0) rep += f->numel;
+    else split += f->numel;
+  }
+  for (int r = 0; r < tp; r++)
+    ck_assert_uint_eq(part[r].num_parameters, rep + split / (size_t)tp);
+}
+
+START_TEST(test_shapes_tp2) { check_shapes(2); }
+END_TEST
+START_TEST(test_shapes_tp4) { check_shapes(4); }
+END_TEST
+
+START_TEST(test_refuses_bad_tp) {
+  gpt_config c = base;
+  c.tp_size = 3;
+  char err[256] = "";
+  gpt_model m;
+  ck_assert_int_eq(gpt_init(&m, &c, &devs[0], err, sizeof err), LOOM_INVALID_CONFIG);
+  ck_assert_ptr_nonnull(strstr(err, "divisible by the tensor-parallel size (3)"));
+}
+END_TEST
+
+/* Every rank's initial values are the single-rank ones at the mapped positions; the range
+ * variant (what ZeRO-3 uses) agrees with the whole-model init on arbitrary ranges. */
+static void check_init(int tp) {
+  build(tp);
+  gpt_init_weights(&full, 42);
+  for (int r = 0; r < tp; r++) {
+    gpt_model *m = &part[r];
+    gpt_init_weights(m, 42);
+    for (int k = 0; k < m->n_params; k++) {
+      const gpt_param *p = &m->params[k];
+      int64_t lcols = p->ndim == 2 ? p->lshape[1] : 1;
+      for (int64_t i = 0; i < p->lshape[0]; i++)
+        for (int64_t j = 0; j < lcols; j++) {
+          float got = m->params_memory[p->offset + (size_t)(i * lcols + j)];
+          float want = full.params_memory[full.params[k].offset + global_of(p, tp, r, i, j)];
+          ck_assert_msg(got == want, "tp %d rank %d %s (%lld,%lld): %g vs %g", tp, r, p->name,
+                        (long long)i, (long long)j, got, want);
+        }
+    }
+    size_t n = m->num_parameters;
+    float *dst = malloc(n * sizeof(float));
+    size_t ranges[][2] = {{0, n}, {7, 1000}, {n / 3, n / 2}, {n - 5, 5}};
+    for (size_t q = 0; q < 4; q++) {
+      size_t b = ranges[q][0], len = ranges[q][1];
+      if (b + len > n) len = n - b;
+      gpt_init_weights_range(m, 42, b, len, dst);
+      ck_assert_int_eq(memcmp(dst, m->params_memory + b, len * sizeof(float)), 0);
+    }
+    free(dst);
+  }
+}
+
+START_TEST(test_init_tp2) { check_init(2); }
+END_TEST
+START_TEST(test_init_tp4) { check_init(4); }
+END_TEST
+
+/* ---- tp ranks as threads: the region hook is an in-process all-reduce ---- */
+typedef struct shared {
+  pthread_barrier_t bar;
+  int tp;
+  float *bufs[MAXTP];
+  float *sum;
+  int calls[2][2]; /* [which][backward] counted by rank 0 */
+} shared;
+
+typedef struct rank_arg {
+  shared *sh;
+  int rank;
+  const int32_t *inp, *tgt;
+  int B, T;
+  float loss;
+  int rc;
+} rank_arg;
+
+static int th_region(void *ud, int which, int backward, float *buf, size_t n) {
+  rank_arg *a = ud;
+  shared *sh = a->sh;
+  if (a->rank == 0) sh->calls[which][backward]++;
+  int reduce = which == GPT_REGION_F ? backward : !backward;
+  if (!reduce) return 0;
+  sh->bufs[a->rank] = buf;
+  pthread_barrier_wait(&sh->bar);
+  if (a->rank == 0)
+    for (size_t i = 0; i < n; i++) {
+      float s = 0.0f;
+      for (int r = 0; r < sh->tp; r++) s += sh->bufs[r][i];
+      sh->sum[i] = s;
+    }
+  pthread_barrier_wait(&sh->bar);
+  memcpy(buf, sh->sum, n * sizeof(float));
+  pthread_barrier_wait(&sh->bar);
+  return 0;
+}
+
+static void *rank_main(void *p) {
+  rank_arg *a = p;
+  gpt_hooks h = {.ud = a, .region = th_region};
+  gpt_model *m = &part[a->rank];
+  a->rc = gpt_forward(m, a->inp, a->tgt, a->B, a->T, &h, &a->loss);
+  if (!a->rc) a->rc = gpt_backward(m, 1.0f / (float)(a->B * a->T), &h);
+  return NULL;
+}
+
+static void check_fwd_bwd(int tp) {
+  build(tp);
+  const int B = 2, T = 8, N = B * T;
+  int32_t inp[16], tgt[16];
+  loom_rng rng;
+  loom__rng_seed(&rng, 7);
+  for (int i = 0; i < N; i++) {
+    inp[i] = (int32_t)(loom__rng_u64(&rng) % (uint64_t)base.vocab_size);
+    tgt[i] = (int32_t)(loom__rng_u64(&rng) % (uint64_t)base.vocab_size);
+  }
+  gpt_init_weights(&full, 5);
+  gpt_zero_grad(&full);
+  float want_loss;
+  ck_assert_int_eq(gpt_forward(&full, inp, tgt, B, T, NULL, &want_loss), LOOM_OK);
+  ck_assert_int_eq(gpt_backward(&full, 1.0f / (float)N, NULL), LOOM_OK);
+
+  shared sh = {.tp = tp};
+  sh.sum = malloc((size_t)N * base.n_embd * sizeof(float));
+  pthread_barrier_init(&sh.bar, NULL, (unsigned)tp);
+  pthread_t th[MAXTP];
+  rank_arg args[MAXTP];
+  for (int r = 0; r < tp; r++) {
+    gpt_init_weights(&part[r], 5);
+    gpt_zero_grad(&part[r]);
+    args[r] = (rank_arg){.sh = &sh, .rank = r, .inp = inp, .tgt = tgt, .B = B, .T = T};
+    pthread_create(&th[r], NULL, rank_main, &args[r]);
+  }
+  for (int r = 0; r < tp; r++) pthread_join(th[r], NULL);
+  pthread_barrier_destroy(&sh.bar);
+  free(sh.sum);
+  /* f and g each once per column/row-parallel matmul: 2 per block, forward and backward */
+  for (int w = 0; w < 2; w++)
+    for (int b = 0; b < 2; b++) ck_assert_int_eq(sh.calls[w][b], 2 * base.n_layer);
+  for (int r = 0; r < tp; r++) {
+    ck_assert_int_eq(args[r].rc, LOOM_OK);
+    ck_assert_msg(fabsf(args[r].loss - want_loss) <= 1e-5f * fabsf(want_loss),
+                  "rank %d loss %.8g vs %.8g", r, args[r].loss, want_loss);
+    gpt_model *m = &part[r];
+    for (int k = 0; k < m->n_params; k++) {
+      const gpt_param *p = &m->params[k];
+      int64_t lcols = p->ndim == 2 ? p->lshape[1] : 1;
+      for (int64_t i = 0; i < p->lshape[0]; i++)
+        for (int64_t j = 0; j < lcols; j++) {
+          float got = m->grads_memory[p->offset + (size_t)(i * lcols + j)];
+          float want = full.grads_memory[full.params[k].offset + global_of(p, tp, r, i, j)];
+          ck_assert_msg(fabsf(got - want) <= 1e-5f + 1e-4f * fabsf(want),
+                        "tp %d rank %d grad %s (%lld,%lld): %.8g vs %.8g", tp, r, p->name,
+                        (long long)i, (long long)j, got, want);
+        }
+    }
+  }
+}
+
+START_TEST(test_fwd_bwd_tp2) { check_fwd_bwd(2); }
+END_TEST
+START_TEST(test_fwd_bwd_tp4) { check_fwd_bwd(4); }
+END_TEST
+
+static Suite *tp_suite(void) {
+  Suite *s = suite_create("gpt_tp");
+  struct { const char *name; const TTest *fn; } cases[] = {
+      {"shapes_tp2", test_shapes_tp2}, {"shapes_tp4", test_shapes_tp4},
+      {"refuses_bad_tp", test_refuses_bad_tp}, {"init_tp2", test_init_tp2},
+      {"init_tp4", test_init_tp4}, {"fwd_bwd_tp2", test_fwd_bwd_tp2},
+      {"fwd_bwd_tp4", test_fwd_bwd_tp4},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    TCase *tc = tcase_create(cases[i].name);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, cases[i].fn);
+    suite_add_tcase(s, tc);
+  }
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(tp_suite());
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
