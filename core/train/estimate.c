@@ -214,6 +214,15 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   /* the plugins are opened, never created: their caps are all the estimate needs */
   if (loom__plugins_open(rt, err, errlen) != 0) goto out;
   snprintf(e->config, sizeof e->config, "%s", config_path);
+  /* tensor parallel: the accounting below is per tp rank over the dp axis (psi = the local
+   * parameters), plus Megatron's 4 all-reduces of B*T*C per layer per micro-step */
+  e->tp = rt->tp_size > 1 ? rt->tp_size : 1;
+  if (world % e->tp != 0) {
+    snprintf(err, errlen, "%s: --world %d is not a multiple of the tensor-parallel size %d",
+             cfg->path, world, e->tp);
+    goto out;
+  }
+  world /= e->tp;
   e->world = world;
   e->n_plugins = rt->n_parallel;
   for (int i = 0; i < rt->n_parallel; i++) {
@@ -239,7 +248,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   /* the parameter table only: no device, no storage */
   gpt_config mc = {.vocab_size = cfg->model.vocab_size, .max_seq_len = cfg->model.context_length,
                    .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
-                   .n_embd = cfg->model.n_embd};
+                   .n_embd = cfg->model.n_embd, .tp_size = e->tp, .tp_rank = 0};
   char me[512];
   if (gpt_init_ex(&m, &mc, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, me, sizeof me) !=
       LOOM_OK) {
@@ -248,6 +257,16 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   }
   e->psi = m.num_parameters;
   account(e, cfg, &m);
+  if (e->tp > 1) {
+    e->tp_comm_bytes = (uint64_t)e->n_layer * 4 * (uint64_t)e->accum * 2 * (uint64_t)(e->tp - 1) *
+                       (uint64_t)e->micro_batch * (uint64_t)e->seq_len * (uint64_t)e->n_embd * 4 /
+                       (uint64_t)e->tp;
+    e->comm_bytes += e->tp_comm_bytes;
+    char f[sizeof e->comm_formula];
+    snprintf(f, sizeof f, "%s", e->world > 1 ? e->comm_formula : "0 over dp");
+    snprintf(e->comm_formula, sizeof e->comm_formula, "%s + tp f/g", f);
+    e->comm_bytes_paper += e->tp_comm_bytes;
+  }
   rc = 0;
 out:
   gpt_free(&m);
@@ -278,8 +297,14 @@ static const char *row_name(loom_mem_category c) {
 }
 
 void loom_estimate_print(FILE *out, const loom_estimate *e) {
-  fprintf(out, "loom estimate: %s, world %d (dp %d, tp 1, pp 1)\n", e->config, e->world,
-          e->world);
+  int tp = e->tp > 1 ? e->tp : 1;
+  fprintf(out, "loom estimate: %s, world %d (dp %d, tp %d, pp 1)\n", e->config, e->world * tp,
+          e->world, tp);
+  if (tp > 1)
+    fprintf(out, "tensor parallel: Psi below is per tp rank (heads and MLP units split %d ways; "
+            "embeddings, LayerNorms replicated); f/g traffic 4 x L x 2(tp-1)/tp x B*T*C*4 x accum "
+            "= %llu bytes per step, included in the communication below\n", tp,
+            (unsigned long long)e->tp_comm_bytes);
   fprintf(out, "model: Psi = %llu parameters (n_layer %d, n_head %d, n_embd %d, vocab %d, "
           "context %d); per rank: micro-batch %d x %d tokens, accum %d\n",
           (unsigned long long)e->psi, e->n_layer, e->n_head, e->n_embd, e->vocab_size,
@@ -329,7 +354,7 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
   json_t *doc = json_pack(
       "{s:s, s:i, s:I, s:I, s:I, s:o, s:s, s:i, s:{s:b, s:b, s:b, s:b, s:b}, "
       "s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}, s:o, s:o, s:I, s:I, s:s}",
-      "config", e->config, "world", e->world, "psi", (json_int_t)e->psi, "partition",
+      "config", e->config, "world", e->world * (e->tp > 1 ? e->tp : 1), "psi", (json_int_t)e->psi, "partition",
       (json_int_t)e->part, "gathered_unit", (json_int_t)e->gathered, "plugins", plugins,
       "strategy", e->strategy, "stage", e->stage, "roles", "grad_sync", e->grad_sync,
       "shard_optim", e->shard_optim, "shard_grads", e->shard_grads, "shard_params",
@@ -339,6 +364,10 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
       "grad_accum_steps", e->accum, "bytes", bytes, "formula", formula, "model_states",
       (json_int_t)e->model_states, "comm_bytes_per_step", (json_int_t)e->comm_bytes,
       "comm_formula", e->comm_formula);
+  if (doc) {
+    json_object_set_new(doc, "tp", json_integer(e->tp > 1 ? e->tp : 1));
+    json_object_set_new(doc, "tp_comm_bytes", json_integer((json_int_t)e->tp_comm_bytes));
+  }
   if (doc)
     json_object_set_new(doc, "comm_bytes_per_step_paper",
                         json_integer((json_int_t)e->comm_bytes_paper));

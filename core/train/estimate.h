@@ -41,7 +41,9 @@
 
 typedef struct loom_estimate {
   char config[LOOM_PATH_MAX];
-  int world;                /* N = data-parallel ranks (tp = pp = 1) */
+  int world;                /* N = data-parallel ranks (the world / tp; pp = 1) */
+  int tp;                   /* tensor-parallel size (1 without tensor_parallel) */
+  uint64_t tp_comm_bytes;   /* Megatron's f/g all-reduces per step per rank */
   int n_plugins;
   struct { char name[64]; uint64_t caps; } plugins[LOOM_MAX_PARALLEL];
   /* roles found among the plugins */

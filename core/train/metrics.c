@@ -80,10 +80,23 @@ void loom_metrics_start(loom_trainer *tr) {
   if (!is_rank0(tr)) return;
   const loom_config *c = &tr->cfg;
   const loom_runtime *rt = &tr->rt;
-  printf("loom: %zu parameters | %d layers, %d heads, %d embd, vocab %d | world %d (dp %d) | "
+  size_t global = 0; /* the model's size, whatever tensor parallel holds per rank */
+  for (int i = 0; i < rt->model.n_params; i++) {
+    const gpt_param *p = &rt->model.params[i];
+    global += (size_t)p->shape[0] * (size_t)(p->ndim == 2 ? p->shape[1] : 1);
+  }
+  char tpbuf[96] = "";
+  if (rt->mesh.tp > 1)
+    snprintf(tpbuf, sizeof tpbuf, " (%zu per tensor-parallel rank)", rt->model.num_parameters);
+  char meshbuf[64];
+  if (rt->mesh.tp > 1)
+    snprintf(meshbuf, sizeof meshbuf, "dp %d x tp %d", rt->mesh.dp, rt->mesh.tp);
+  else
+    snprintf(meshbuf, sizeof meshbuf, "dp %d", rt->mesh.dp);
+  printf("loom: %zu parameters%s | %d layers, %d heads, %d embd, vocab %d | world %d (%s) | "
          "global batch %llu x %d tokens (micro %d x accum %d x dp %d)\n",
-         rt->model.num_parameters, c->model.n_layer, c->model.n_head, c->model.n_embd,
-         c->model.vocab_size, rt->mesh.world_size, rt->mesh.dp, (unsigned long long)tr->G,
+         global, tpbuf, c->model.n_layer, c->model.n_head, c->model.n_embd,
+         c->model.vocab_size, rt->mesh.world_size, meshbuf, (unsigned long long)tr->G,
          tr->T, tr->B, tr->accum, rt->mesh.dp);
   printf("loom: plugins:");
   for (int i = 0; i < rt->n_parallel; i++) printf(" %s", c->parallel[i].name);
