@@ -45,6 +45,9 @@ void loom__cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const flo
 void loom__cpu_residual_forward(void *ctx, float *out, const float *a, const float *b, size_t n);
 void loom__cpu_crossentropy_forward(void *ctx, float *losses, float *probs, const float *logits,
                                     const int32_t *targets, int N, int V);
+/* out[i] = expf(in[i] - sub), vectorised (cpu_exp.c: within one ulp of libm's expf, almost
+ * always equal to it); out may be in. */
+void loom__cpu_exp_sub(float *out, const float *in, size_t n, float sub);
 void loom__cpu_crossentropy_backward(void *ctx, float *dlogits, const float *probs,
                                      const int32_t *targets, float dloss, int N, int V);
 

@@ -211,7 +211,7 @@ void loom__cpu_crossentropy_forward(void *ctx, float *losses, float *probs, cons
     float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
     for (int v = 0; v < V; v++) maxv = l[v] > maxv ? l[v] : maxv;
-    for (int v = 0; v < V; v++) p[v] = expf(l[v] - maxv);
+    loom__cpu_exp_sub(p, l, (size_t)V, maxv);
     double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
     for (int v = 0; v < V; v++) sum += p[v];
