@@ -82,7 +82,7 @@ static void role_split(gpt_param_role role, int *dim, int *parts) {
 static int cfg_tp(const gpt_config *c) { return c->tp_size > 1 ? c->tp_size : 1; }
 
 /* The pipeline stage of a config: units [first, last], and how many blocks it holds. */
-static int cfg_last(const gpt_config *c) { return c->pp_last > 0 ? c->pp_last : c->n_layer + 1; }
+static int cfg_last(const gpt_config *c) { return c->pp_end > 0 ? c->pp_end - 1 : c->n_layer + 1; }
 static int cfg_block0(const gpt_config *c) { return c->pp_first >= 1 ? c->pp_first - 1 : 0; }
 static int cfg_blocks(const gpt_config *c) {
   int lo = c->pp_first > 1 ? c->pp_first : 1, hi = cfg_last(c) < c->n_layer ? cfg_last(c)
@@ -511,13 +511,13 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
   if (rc != LOOM_OK) return rc;
   m->cfg = *cfg;
   m->cfg.tp_size = cfg_tp(cfg);
-  m->cfg.pp_last = cfg_last(cfg);
+  m->cfg.pp_end = cfg_last(cfg) + 1;
   m->dev = dev;
   m->mean_loss = -1.0f;
   const int L = cfg->n_layer;
   m->n_units = L + 2;
   m->first_unit = m->cfg.pp_first;
-  m->last_unit = m->cfg.pp_last;
+  m->last_unit = m->cfg.pp_end - 1;
   /* a last stage without the embedding keeps a copy of the tied wte after its head */
   int copy = m->first_unit > 0 && m->last_unit == L + 1;
   m->n_params = N_EMB_PARAMS + L * N_BLOCK_PARAMS + N_HEAD_PARAMS + copy;

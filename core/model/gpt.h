@@ -40,12 +40,13 @@ typedef struct gpt_config {
    * the matching 4C/tp hidden units); 0 means 1 (no split). n_head % tp_size == 0. */
   int tp_size;
   int tp_rank;
-  /* Pipeline parallel: this rank's stage holds units [pp_first, pp_last] only (contiguous;
-   * unit 0 embedding, 1..L blocks, L+1 head). 0, 0 means the whole model. A stage that holds
+  /* Pipeline parallel: this rank's stage holds units [pp_first, pp_end) only (contiguous;
+   * unit 0 embedding, 1..L blocks, L+1 head). pp_end 0 means up to the head (0, 0: the whole
+   * model). A stage that holds
    * the head but not the embedding keeps a copy of the tied wte (gpt_param.tied_copy) at the
    * end of its flat buffer: the host sums its gradient with the first stage's. */
   int pp_first;
-  int pp_last;
+  int pp_end;
 } gpt_config;
 
 /* What a parameter is, so plugins (tensor parallel, weight decay) can treat it by role. */

@@ -82,7 +82,7 @@ static int read_axis_size(loom_runtime *rt, int i, uint64_t caps, char *err, siz
   if (!(caps & LOOM_PAR_CAP_AXIS_TP)) {
     if (!v) return 0;
     snprintf(err, errlen, "%s: %s.size: plugin '%s' (%s) does not work on the tensor-parallel "
-             "or pipeline axis (it declares neither LOOM_PAR_CAP_AXIS_TP nor _PP), so it takes "
+             "or pipeline axis (it does not declare LOOM_PAR_CAP_AXIS_TP or _PP), so it takes "
              "no \"size\"; the data-parallel size is the rest of the world", cfg->path,
              pc->json_path, pc->name, rt->parallel[i].path);
     return -1;

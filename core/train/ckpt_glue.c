@@ -100,7 +100,7 @@ static json_t *stage_tensors_json(loom_runtime *rt) {
   for (int s = 0; s < rt->mesh.pp; s++) {
     gpt_config c = rt->model.cfg;
     c.pp_first = rt->pp_first[s];
-    c.pp_last = rt->pp_last[s];
+    c.pp_end = rt->pp_last[s] + 1;
     gpt_model tmp;
     char e[256];
     if (gpt_init_ex(&tmp, &c, &rt->dev, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, e,
@@ -109,7 +109,7 @@ static json_t *stage_tensors_json(loom_runtime *rt) {
       continue;
     }
     json_array_append_new(arr, json_pack("{s:i, s:i, s:o}", "first_unit", c.pp_first,
-                                         "last_unit", c.pp_last, "tensors",
+                                         "last_unit", c.pp_end - 1, "tensors",
                                          model_tensors_json(&tmp)));
     gpt_free(&tmp);
   }

@@ -211,7 +211,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   if (rt->mesh.pp > 1) {
     if (pp_split(tr, &mc) != 0) return -1;
     mc.pp_first = rt->pp_first[rt->mesh.pp_rank];
-    mc.pp_last = rt->pp_last[rt->mesh.pp_rank];
+    mc.pp_end = rt->pp_last[rt->mesh.pp_rank] + 1;
   }
   int flags = (rt->shard_params ? GPT_NO_PARAM_STORAGE : 0) |
               (rt->shard_grads ? GPT_NO_GRAD_STORAGE : 0);
