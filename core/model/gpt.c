@@ -81,6 +81,16 @@ static void role_split(gpt_param_role role, int *dim, int *parts) {
 
 static int cfg_tp(const gpt_config *c) { return c->tp_size > 1 ? c->tp_size : 1; }
 
+/* The pipeline stage of a config: units [first, last], and how many blocks it holds. */
+static int cfg_last(const gpt_config *c) { return c->pp_end > 0 ? c->pp_end - 1 : c->n_layer + 1; }
+static int cfg_block0(const gpt_config *c) { return c->pp_first >= 1 ? c->pp_first - 1 : 0; }
+static int cfg_blocks(const gpt_config *c) {
+  int lo = c->pp_first > 1 ? c->pp_first : 1, hi = cfg_last(c) < c->n_layer ? cfg_last(c)
+                                                                             : c->n_layer;
+  return hi >= lo ? hi - lo + 1 : 0;
+}
+static int cfg_has_head(const gpt_config *c) { return cfg_last(c) == c->n_layer + 1; }
+
 enum {
   N_EMB_PARAMS = GPT_WPE - GPT_WTE + 1,
   N_BLOCK_PARAMS = GPT_FCPROJ_B - GPT_LN1_W + 1,
@@ -180,12 +190,13 @@ static size_t block_scratch_layout(block_scratch *s, float *base, const gpt_conf
 
 /* Carve the activations from `base` (NULL: just count); returns floats needed. */
 static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, int T) {
-  size_t N = (size_t)B * T, C = (size_t)c->n_embd, L = (size_t)c->n_layer;
-  size_t V = (size_t)c->vocab_size, off = 0;
+  /* a pipeline stage holds its blocks' activations only, the head's only on the last stage */
+  size_t N = (size_t)B * T, C = (size_t)c->n_embd, L = (size_t)cfg_blocks(c);
+  size_t V = cfg_has_head(c) ? (size_t)c->vocab_size : 0, off = 0;
   /* tensor parallel: qkv, attention and the MLP hidden layer hold this rank's part only */
   size_t Cl = C / (size_t)cfg_tp(c), NHl = (size_t)(c->n_head / cfg_tp(c));
   block_scratch bs;
-  size_t scratch = block_scratch_layout(&bs, NULL, c, B, T);
+  size_t scratch = L ? block_scratch_layout(&bs, NULL, c, B, T) : 0;
   if (round16(N * V) > scratch) scratch = round16(N * V);
 #define CARVE(field, count)                   \
   do {                                        \
@@ -206,12 +217,13 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   CARVE(fch, L * N * 4 * Cl);
   CARVE(fch_gelu, L * N * 4 * Cl);
   CARVE(residual3, L * N * C);
-  CARVE(lnf, N * C);
-  CARVE(lnf_mean, N);
-  CARVE(lnf_rstd, N);
+  size_t H = V ? 1 : 0;
+  CARVE(lnf, H * N * C);
+  CARVE(lnf_mean, H * N);
+  CARVE(lnf_rstd, H * N);
   CARVE(logits, N * V);
   CARVE(probs, N * V);
-  CARVE(losses, N);
+  CARVE(losses, H * N);
   CARVE(dres, N * C);
   CARVE(dln, N * C);
   CARVE(dscratch, scratch);
@@ -277,7 +289,8 @@ static int acts_ensure(gpt_model *m, int B, int T) {
 /* The residual stream entering block l (0-based), and the last block's output. */
 static float *block_input(const gpt_model *m, int l) {
   size_t NC = (size_t)m->B * m->T * m->cfg.n_embd;
-  return l == 0 ? m->acts->encoded : m->acts->residual3 + (size_t)(l - 1) * NC;
+  int la = l - cfg_block0(&m->cfg); /* the stage's local block index */
+  return la == 0 ? m->acts->encoded : m->acts->residual3 + (size_t)(la - 1) * NC;
 }
 
 /* Call the tensor-parallel region hook (Megatron's f / g) when the model is split. */
@@ -294,21 +307,21 @@ static int region(gpt_model *m, const gpt_hooks *h, int which, int backward, flo
 static int block_forward(gpt_model *m, int u, const gpt_hooks *h) {
   gpt_acts *a = m->acts;
   const int tp = cfg_tp(&m->cfg), rank0 = m->cfg.tp_rank == 0;
-  const int l = u - 1, B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head / tp;
+  const int l = u - 1, la = l - cfg_block0(&m->cfg), B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head / tp;
   const int Cl = C / tp; /* this rank's attention channels (NH/tp heads x HS) */
   const int HS = m->cfg.n_embd / m->cfg.n_head;
   const int N = B * T;
   const size_t NC = (size_t)N * C, NCl = (size_t)N * Cl;
   const float *res_in = block_input(m, l);
-  float *ln1 = a->ln1 + l * NC, *ln1_mean = a->ln1_mean + (size_t)l * N;
-  float *ln1_rstd = a->ln1_rstd + (size_t)l * N;
-  float *qkv = a->qkv + l * NCl * 3, *atty = a->atty + l * NCl;
-  float *att = a->att + (size_t)l * B * NH * T * T;
-  float *res2 = a->residual2 + l * NC;
-  float *ln2 = a->ln2 + l * NC, *ln2_mean = a->ln2_mean + (size_t)l * N;
-  float *ln2_rstd = a->ln2_rstd + (size_t)l * N;
-  float *fch = a->fch + l * NCl * 4, *fch_gelu = a->fch_gelu + l * NCl * 4;
-  float *res3 = a->residual3 + l * NC;
+  float *ln1 = a->ln1 + la * NC, *ln1_mean = a->ln1_mean + (size_t)la * N;
+  float *ln1_rstd = a->ln1_rstd + (size_t)la * N;
+  float *qkv = a->qkv + la * NCl * 3, *atty = a->atty + la * NCl;
+  float *att = a->att + (size_t)la * B * NH * T * T;
+  float *res2 = a->residual2 + la * NC;
+  float *ln2 = a->ln2 + la * NC, *ln2_mean = a->ln2_mean + (size_t)la * N;
+  float *ln2_rstd = a->ln2_rstd + (size_t)la * N;
+  float *fch = a->fch + la * NCl * 4, *fch_gelu = a->fch_gelu + la * NCl * 4;
+  float *res3 = a->residual3 + la * NC;
   int rc;
 
   OPS->layernorm_forward(CTX, ln1, ln1_mean, ln1_rstd, res_in, W(GPT_LN1_W), W(GPT_LN1_B), N, C);
@@ -336,19 +349,19 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h) {
 static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   gpt_acts *a = m->acts;
   const int tp = cfg_tp(&m->cfg);
-  const int l = u - 1, B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head / tp;
+  const int l = u - 1, la = l - cfg_block0(&m->cfg), B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head / tp;
   const int Cl = C / tp, HS = m->cfg.n_embd / m->cfg.n_head;
   const int N = B * T;
   const size_t NC = (size_t)N * C, NCl = (size_t)N * Cl;
   const float *res_in = block_input(m, l);
-  const float *ln1 = a->ln1 + l * NC, *ln1_mean = a->ln1_mean + (size_t)l * N;
-  const float *ln1_rstd = a->ln1_rstd + (size_t)l * N;
-  const float *qkv = a->qkv + l * NCl * 3, *atty = a->atty + l * NCl;
-  const float *att = a->att + (size_t)l * B * NH * T * T;
-  const float *res2 = a->residual2 + l * NC;
-  const float *ln2 = a->ln2 + l * NC, *ln2_mean = a->ln2_mean + (size_t)l * N;
-  const float *ln2_rstd = a->ln2_rstd + (size_t)l * N;
-  const float *fch = a->fch + l * NCl * 4, *fch_gelu = a->fch_gelu + l * NCl * 4;
+  const float *ln1 = a->ln1 + la * NC, *ln1_mean = a->ln1_mean + (size_t)la * N;
+  const float *ln1_rstd = a->ln1_rstd + (size_t)la * N;
+  const float *qkv = a->qkv + la * NCl * 3, *atty = a->atty + la * NCl;
+  const float *att = a->att + (size_t)la * B * NH * T * T;
+  const float *res2 = a->residual2 + la * NC;
+  const float *ln2 = a->ln2 + la * NC, *ln2_mean = a->ln2_mean + (size_t)la * N;
+  const float *ln2_rstd = a->ln2_rstd + (size_t)la * N;
+  const float *fch = a->fch + la * NCl * 4, *fch_gelu = a->fch_gelu + la * NCl * 4;
   float *dres = a->dres, *dln = a->dln;
   block_scratch s;
   block_scratch_layout(&s, a->dscratch, &m->cfg, B, T);
@@ -387,7 +400,7 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
 static int head_forward(gpt_model *m, int u) {
   gpt_acts *a = m->acts;
   const int N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
-  const gpt_param *wte = param(m, 0, GPT_WTE); /* tied: the head reads unit 0's wte */
+  const gpt_param *wte = gpt_head_wte(m); /* tied: the head reads unit 0's wte (or its copy) */
   OPS->layernorm_forward(CTX, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(m, m->cfg.n_layer),
                          W(GPT_LNF_W), W(GPT_LNF_B), N, C);
   OPS->matmul_forward(CTX, a->logits, a->lnf, wte->data, NULL, N, C, V);
@@ -404,7 +417,7 @@ static void head_backward(gpt_model *m, int u, float dloss) {
   gpt_acts *a = m->acts;
   const int N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
   const size_t NC = (size_t)N * C;
-  const gpt_param *wte = param(m, 0, GPT_WTE);
+  const gpt_param *wte = gpt_head_wte(m);
   float *dlogits = a->dscratch; /* (B,T,V) */
   OPS->crossentropy_backward(CTX, dlogits, a->probs, m->targets, dloss, N, V);
   OPS->memset_zero(CTX, a->dln, NC * sizeof(float));
@@ -472,6 +485,12 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
                "(%d): each rank computes n_head/tp heads", c->n_head, cfg_tp(c));
     return LOOM_INVALID_CONFIG;
   }
+  if (c->pp_first < 0 || c->pp_first > cfg_last(c) || cfg_last(c) > c->n_layer + 1) {
+    if (err)
+      snprintf(err, errlen, "model: pipeline stage units [%d, %d] are outside [0, %d]",
+               c->pp_first, cfg_last(c), c->n_layer + 1);
+    return LOOM_INVALID_CONFIG;
+  }
   if (c->n_embd > INT_MAX / 4) { /* 4C (the MLP width) is an int in the kernels */
     if (err)
       snprintf(err, errlen, "model: n_embd %d is too large (max %d)", c->n_embd, INT_MAX / 4);
@@ -492,11 +511,17 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
   if (rc != LOOM_OK) return rc;
   m->cfg = *cfg;
   m->cfg.tp_size = cfg_tp(cfg);
+  m->cfg.pp_end = cfg_last(cfg) + 1;
   m->dev = dev;
   m->mean_loss = -1.0f;
   const int L = cfg->n_layer;
   m->n_units = L + 2;
-  m->n_params = N_EMB_PARAMS + L * N_BLOCK_PARAMS + N_HEAD_PARAMS;
+  m->first_unit = m->cfg.pp_first;
+  m->last_unit = m->cfg.pp_end - 1;
+  /* a last stage without the embedding keeps a copy of the tied wte after its head */
+  int copy = m->first_unit > 0 && m->last_unit == L + 1;
+  m->n_params = N_EMB_PARAMS + L * N_BLOCK_PARAMS + N_HEAD_PARAMS + copy;
+  m->tied_copy = copy ? m->n_params - 1 : -1;
   m->params = calloc((size_t)m->n_params, sizeof *m->params);
   m->unit_offset = calloc((size_t)m->n_units + 1, sizeof *m->unit_offset);
   if (!m->params || !m->unit_offset) goto nomem;
@@ -522,10 +547,22 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
       p->lshape[1] = p->shape[1];
       if (p->split_dim >= 0) p->lshape[p->split_dim] /= m->cfg.tp_size;
       p->numel = (size_t)p->lshape[0] * (size_t)(p->ndim == 2 ? p->lshape[1] : 1);
-      p->offset = offset;
-      offset += p->numel;
+      p->present = u >= m->first_unit && u <= m->last_unit;
+      p->offset = p->present ? offset : 0;
+      if (p->present) offset += p->numel;
     }
   }
+  if (copy) {
+    gpt_param *p = &m->params[m->tied_copy];
+    *p = m->params[0]; /* wte's description */
+    p->unit = L + 1;
+    p->present = 1;
+    p->tied_copy = 1;
+    p->offset = offset;
+    offset += p->numel;
+  }
+  for (int i = 0; i < m->n_params; i++) m->n_present += m->params[i].present;
+  for (int u = m->last_unit + 1; u < m->n_units; u++) m->unit_offset[u] = offset;
   m->unit_offset[m->n_units] = offset;
   m->num_parameters = offset;
 
@@ -533,13 +570,13 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
     m->params_memory = loom__dev_alloc(dev, offset * sizeof(float), LOOM_MEM_PARAMS);
     if (!m->params_memory) goto nomem;
     for (int i = 0; i < m->n_params; i++)
-      m->params[i].data = m->params_memory + m->params[i].offset;
+      if (m->params[i].present) m->params[i].data = m->params_memory + m->params[i].offset;
   }
   if (!(flags & GPT_NO_GRAD_STORAGE)) {
     m->grads_memory = loom__dev_alloc(dev, offset * sizeof(float), LOOM_MEM_GRADS);
     if (!m->grads_memory) goto nomem;
     for (int i = 0; i < m->n_params; i++)
-      m->params[i].grad = m->grads_memory + m->params[i].offset;
+      if (m->params[i].present) m->params[i].grad = m->grads_memory + m->params[i].offset;
   }
   return LOOM_OK;
 
@@ -554,8 +591,20 @@ nomem:
   return LOOM_NOMEM;
 }
 
+static void slot_save(gpt_model *m);
+static void slot_load(gpt_model *m, int s);
+
 void gpt_free(gpt_model *m) {
   if (m->dev) {
+    if (m->slots) {
+      slot_save(m);
+      for (int s = 0; s < m->n_slots; s++) {
+        slot_load(m, s);
+        acts_free(m);
+      }
+      free(m->slots);
+      m->slots = NULL;
+    }
     acts_free(m);
     loom__dev_free(m->dev, m->grads_memory);
     loom__dev_free(m->dev, m->params_memory);
@@ -591,10 +640,16 @@ void gpt_init_weights_range(const gpt_model *m, uint64_t seed, size_t begin, siz
   size_t end = begin + n, staged = 0, staged_at = begin;
   for (int i = 0; i < m->n_params; i++) {
     const gpt_param *p = &m->params[i];
+    if (p->tied_copy) continue; /* below */
     gpt_init_kind kind = param_spec[p->role].init;
+    int draws = kind == INIT_NORMAL || kind == INIT_RESID;
+    if (!p->present) { /* another pipeline stage's: replay its draws */
+      size_t k = (size_t)p->shape[0] * (size_t)(p->ndim == 2 ? p->shape[1] : 1);
+      for (size_t j = 0; draws && j < k; j++) (void)loom__rng_normal(&rng);
+      continue;
+    }
     if (p->offset >= end) break;
     /* constant tensors draw nothing: skip them whole when they are out of range */
-    int draws = kind == INIT_NORMAL || kind == INIT_RESID;
     if (!draws && p->offset + p->numel <= begin) continue;
     /* every rank draws the GLOBAL tensor in the single-rank order and keeps its slice, so a
      * tensor-parallel run starts from exactly the single-rank weights */
@@ -627,10 +682,97 @@ void gpt_init_weights_range(const gpt_model *m, uint64_t seed, size_t begin, siz
     }
   }
   if (staged) OPS->from_host(CTX, dst + (staged_at - begin), buf, staged * sizeof(float));
+  if (m->tied_copy >= 0) { /* the tied wte copy: wte is the first tensor drawn */
+    const gpt_param *p = &m->params[m->tied_copy];
+    loom__rng_seed(&rng, seed);
+    staged = 0;
+    staged_at = p->offset > begin ? p->offset : begin;
+    for (size_t j = 0; j < p->numel; j++) {
+      float x = std * loom__rng_normal(&rng);
+      size_t e = p->offset + j;
+      if (e < begin) continue;
+      if (e >= end) break;
+      buf[staged++] = x;
+      if (staged == CHUNK) {
+        OPS->from_host(CTX, dst + (staged_at - begin), buf, staged * sizeof(float));
+        staged_at += staged;
+        staged = 0;
+      }
+    }
+    if (staged) OPS->from_host(CTX, dst + (staged_at - begin), buf, staged * sizeof(float));
+  }
 }
 
 void gpt_init_weights(gpt_model *m, uint64_t seed) {
   gpt_init_weights_range(m, seed, 0, m->num_parameters, m->params_memory);
+}
+
+
+/* ---- activation slots ---- */
+
+static void slot_save(gpt_model *m) {
+  gpt_slot *sl = &m->slots[m->cur_slot];
+  sl->acts = m->acts;
+  sl->inputs = m->inputs;
+  sl->targets = m->targets;
+  sl->B = m->B;
+  sl->T = m->T;
+  sl->has_targets = m->has_targets;
+  sl->mean_loss = m->mean_loss;
+}
+
+static void slot_load(gpt_model *m, int s) {
+  gpt_slot *sl = &m->slots[s];
+  m->acts = sl->acts;
+  m->inputs = sl->inputs;
+  m->targets = sl->targets;
+  m->B = sl->B;
+  m->T = sl->T;
+  m->has_targets = sl->has_targets;
+  m->mean_loss = sl->mean_loss;
+  m->cur_slot = s;
+}
+
+static int slot_select(gpt_model *m, int s) {
+  if (s < 0) return LOOM_INVALID_USAGE;
+  if (!m->slots || s >= m->n_slots) {
+    int n = s + 1 > 4 ? s + 1 : 4;
+    if (m->slots && n < 2 * m->n_slots) n = 2 * m->n_slots;
+    gpt_slot *ns = realloc(m->slots, (size_t)n * sizeof *ns);
+    if (!ns) return LOOM_NOMEM;
+    memset(ns + m->n_slots, 0, (size_t)(n - m->n_slots) * sizeof *ns);
+    m->slots = ns;
+    m->n_slots = n;
+  }
+  if (s == m->cur_slot) return LOOM_OK;
+  slot_save(m);
+  slot_load(m, s);
+  return LOOM_OK;
+}
+
+int gpt_slot_ensure(gpt_model *m, int slot, int B, int T) {
+  if (B <= 0 || T <= 0 || T > m->cfg.max_seq_len || (int64_t)B * T > INT_MAX)
+    return LOOM_INVALID_USAGE;
+  int rc = slot_select(m, slot);
+  if (rc != LOOM_OK) return rc;
+  return acts_ensure(m, B, T);
+}
+
+gpt_param *gpt_head_wte(gpt_model *m) {
+  return m->tied_copy >= 0 ? &m->params[m->tied_copy] : param(m, 0, GPT_WTE);
+}
+
+float *gpt_stage_buffer(gpt_model *m, int slot, int which) {
+  if (slot_select(m, slot) != LOOM_OK || !m->acts) return NULL;
+  gpt_acts *a = m->acts;
+  int nb = cfg_blocks(&m->cfg);
+  switch (which) {
+    case GPT_BUF_INPUT: return a->encoded;
+    case GPT_BUF_OUTPUT:
+      return nb ? a->residual3 + (size_t)(nb - 1) * m->B * m->T * m->cfg.n_embd : a->encoded;
+    case GPT_BUF_GRAD_OUTPUT: case GPT_BUF_GRAD_INPUT: return a->dres;
+  }
+  return NULL;
 }
 
 /* 1 if every id is in [0, V). */
@@ -640,8 +782,9 @@ static int tokens_valid(const int32_t *ids, size_t n, int V) {
   return 1;
 }
 
-int gpt_forward(gpt_model *m, const int32_t *inputs_host, const int32_t *targets_host, int B,
-                int T, const gpt_hooks *hooks, float *loss) {
+int gpt_stage_forward(gpt_model *m, int slot, const int32_t *inputs_host,
+                      const int32_t *targets_host, int B, int T, const gpt_hooks *hooks,
+                      float *loss) {
   if (!inputs_host || B <= 0 || T <= 0 || T > m->cfg.max_seq_len ||
       (int64_t)B * T > INT_MAX)
     return LOOM_INVALID_USAGE;
@@ -649,7 +792,7 @@ int gpt_forward(gpt_model *m, const int32_t *inputs_host, const int32_t *targets
   if (!tokens_valid(inputs_host, N, m->cfg.vocab_size)) return LOOM_INVALID_USAGE;
   if (targets_host && !tokens_valid(targets_host, N, m->cfg.vocab_size))
     return LOOM_INVALID_USAGE;
-  int rc = acts_ensure(m, B, T);
+  int rc = gpt_slot_ensure(m, slot, B, T);
   if (rc != LOOM_OK) return rc;
   m->acts->forward_done = 0;
   m->has_targets = targets_host != NULL;
@@ -657,7 +800,7 @@ int gpt_forward(gpt_model *m, const int32_t *inputs_host, const int32_t *targets
   OPS->from_host(CTX, m->inputs, inputs_host, N * sizeof(int32_t));
   if (targets_host) OPS->from_host(CTX, m->targets, targets_host, N * sizeof(int32_t));
 
-  for (int u = 0; u < m->n_units; u++) {
+  for (int u = m->first_unit; u <= m->last_unit; u++) {
     if (hooks && hooks->pre_forward && (rc = hooks->pre_forward(hooks->ud, u)) != 0) return rc;
     if ((rc = unit_forward(m, u, hooks)) != LOOM_OK) return rc;
     if (hooks && hooks->post_forward && (rc = hooks->post_forward(hooks->ud, u)) != 0) return rc;
@@ -667,16 +810,28 @@ int gpt_forward(gpt_model *m, const int32_t *inputs_host, const int32_t *targets
   return LOOM_OK;
 }
 
-int gpt_backward(gpt_model *m, float dloss, const gpt_hooks *hooks) {
-  if (!m->acts || !m->acts->forward_done || !m->has_targets) return LOOM_INVALID_USAGE;
-  int rc;
-  for (int u = m->n_units - 1; u >= 0; u--) {
+int gpt_stage_backward(gpt_model *m, int slot, float dloss, const gpt_hooks *hooks) {
+  int rc = slot_select(m, slot);
+  if (rc != LOOM_OK) return rc;
+  if (!m->acts || !m->acts->forward_done ||
+      (!m->has_targets && m->last_unit == m->n_units - 1))
+    return LOOM_INVALID_USAGE;
+  for (int u = m->last_unit; u >= m->first_unit; u--) {
     if (hooks && hooks->pre_backward && (rc = hooks->pre_backward(hooks->ud, u)) != 0) return rc;
     if ((rc = unit_backward(m, u, dloss, hooks)) != LOOM_OK) return rc;
     if (hooks && hooks->post_backward && (rc = hooks->post_backward(hooks->ud, u)) != 0)
       return rc;
   }
   return LOOM_OK;
+}
+
+int gpt_forward(gpt_model *m, const int32_t *inputs_host, const int32_t *targets_host, int B,
+                int T, const gpt_hooks *hooks, float *loss) {
+  return gpt_stage_forward(m, 0, inputs_host, targets_host, B, T, hooks, loss);
+}
+
+int gpt_backward(gpt_model *m, float dloss, const gpt_hooks *hooks) {
+  return gpt_stage_backward(m, 0, dloss, hooks);
 }
 
 void gpt_zero_grad(gpt_model *m) {

@@ -40,6 +40,13 @@ typedef struct gpt_config {
    * the matching 4C/tp hidden units); 0 means 1 (no split). n_head % tp_size == 0. */
   int tp_size;
   int tp_rank;
+  /* Pipeline parallel: this rank's stage holds units [pp_first, pp_end) only (contiguous;
+   * unit 0 embedding, 1..L blocks, L+1 head). pp_end 0 means up to the head (0, 0: the whole
+   * model). A stage that holds
+   * the head but not the embedding keeps a copy of the tied wte (gpt_param.tied_copy) at the
+   * end of its flat buffer: the host sums its gradient with the first stage's. */
+  int pp_first;
+  int pp_end;
 } gpt_config;
 
 /* What a parameter is, so plugins (tensor parallel, weight decay) can treat it by role. */
@@ -64,6 +71,9 @@ typedef struct gpt_param {
   int64_t lshape[2];  /* this rank's local shape (= shape when replicated or tp == 1) */
   size_t numel;       /* LOCAL element count (what the flat buffers hold) */
   size_t offset;      /* in elements, from the start of the flat buffer */
+  int present;        /* 1: this stage holds the tensor (always 1 without pipeline stages) */
+  int tied_copy;      /* 1: the last stage's copy of the first stage's wte (the head's tied
+                         weight under pipeline parallel); counted once in the grad norm */
   float *data;        /* device pointer, numel floats */
   float *grad;        /* device pointer, numel floats */
 } gpt_param;
@@ -91,6 +101,14 @@ typedef struct gpt_hooks {
 
 typedef struct gpt_acts gpt_acts; /* activations (internal to gpt.c) */
 
+/* One activation set (a micro-batch in flight under a pipeline schedule). */
+typedef struct gpt_slot {
+  gpt_acts *acts;
+  int32_t *inputs, *targets;
+  int B, T, has_targets;
+  float mean_loss;
+} gpt_slot;
+
 typedef struct gpt_model {
   gpt_config cfg;
   loom_dev *dev;
@@ -107,6 +125,15 @@ typedef struct gpt_model {
   int32_t *targets;         /* device (B,T), or unused when forward got no targets */
   int has_targets;
   float mean_loss;          /* mean cross-entropy of the last forward with targets, else -1 */
+  /* pipeline stage: units [first_unit, last_unit]; the whole model by default */
+  int first_unit, last_unit;
+  int tied_copy;            /* index in params of the tied wte copy, or -1 */
+  int n_present;            /* tensors this stage holds (n_params without stages) */
+  /* activation slots: the fields above (acts .. mean_loss) are those of slot cur_slot; the
+   * others wait in slots[] (allocated lazily, so a schedule's peak in-flight micro-batches is
+   * what LOOM_MEM_ACTIVATIONS reports) */
+  gpt_slot *slots;
+  int n_slots, cur_slot;
 } gpt_model;
 
 /* Check `cfg` and build the parameter table; allocate parameters and gradients on `dev`.
@@ -151,6 +178,27 @@ int gpt_forward(gpt_model *m, const int32_t *inputs_host, const int32_t *targets
  * gradients. dloss is the gradient of the objective w.r.t. each position's loss: 1/(B*T) for
  * the mean over this micro-batch, 1/(B*T*accum) under gradient accumulation. */
 int gpt_backward(gpt_model *m, float dloss, const gpt_hooks *hooks);
+
+/* ---- pipeline stages ---- */
+/* Make activation slot `slot` current (allocating its record lazily) and sized for (B,T). */
+int gpt_slot_ensure(gpt_model *m, int slot, int B, int T);
+/* The stage's units [first_unit, last_unit] on activation slot `slot`: forward (inputs used by
+ * the embedding, targets by the head; a stage without the embedding reads its input activation
+ * from gpt_stage_buffer(GPT_BUF_INPUT), filled by the caller) and backward (a stage without the
+ * head starts from the gradient of its output in GPT_BUF_GRAD_OUTPUT). */
+int gpt_stage_forward(gpt_model *m, int slot, const int32_t *inputs_host,
+                      const int32_t *targets_host, int B, int T, const gpt_hooks *hooks,
+                      float *loss);
+int gpt_stage_backward(gpt_model *m, int slot, float dloss, const gpt_hooks *hooks);
+#define GPT_BUF_INPUT 0       /* (B,T,C) the stage's input activation */
+#define GPT_BUF_OUTPUT 1      /* (B,T,C) the stage's output activation (after forward) */
+#define GPT_BUF_GRAD_OUTPUT 2 /* (B,T,C) gradient of the output (before backward) */
+#define GPT_BUF_GRAD_INPUT 3  /* (B,T,C) gradient of the input (after backward; same memory as
+                                 GRAD_OUTPUT) */
+/* Device pointer of a boundary buffer of slot `slot` (which must have been ensured). */
+float *gpt_stage_buffer(gpt_model *m, int slot, int which);
+/* The tied wte the head reads (the copy on a last stage without the embedding). */
+gpt_param *gpt_head_wte(gpt_model *m);
 
 /* Zero all parameter gradients. */
 void gpt_zero_grad(gpt_model *m);

@@ -132,6 +132,7 @@ static loom_comm *host_comm(loom_host *h, loom_axis axis) {
 
 /* ---- collectives, counted ---- */
 static int comm_size_of(loom_runtime *rt, loom_comm *c) {
+  if (c && c == rt->emb_comm) return 2 * rt->mesh.dp;
   for (int a = 0; a < 4; a++)
     if (rt->mesh.axis[a] == c) return host_size(&rt->comm_host, (loom_axis)a);
   return 0;
@@ -307,6 +308,8 @@ static int host_init_params_range(loom_host *h, uint64_t begin, uint64_t n, floa
   return LOOM_OK;
 }
 
+static int host_n_micro(loom_host *h) { return h->rt->cfg->train.grad_accum_steps; }
+
 static const loom_host_api_v1 host_api = {
   .struct_size = sizeof(loom_host_api_v1),
   .abi_major = LOOM_ABI_MAJOR,
@@ -341,6 +344,7 @@ static const loom_host_api_v1 host_api = {
   .partition = host_partition,
   .init_params_range = host_init_params_range,
   .opt_object = host_opt_object,
+  .n_micro = host_n_micro,
 };
 
 const loom_host_api_v1 *loom__host_api(void) { return &host_api; }

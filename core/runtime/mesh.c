@@ -56,6 +56,18 @@ int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) 
       return -1;
     }
   }
+  /* the tied embedding's gradient group: the first and the last stage with the same tp rank
+   * (all their dp ranks); every other rank gets a group of its own, unused */
+  if (pp > 1) {
+    int member = m->pp_rank == 0 || m->pp_rank == pp - 1;
+    int color = member ? m->tp_rank : tp + m->world_rank;
+    if (c->split(rt->comm_ctx, m->axis[LOOM_AXIS_WORLD], color, m->world_rank, &rt->emb_comm) !=
+        LOOM_OK) {
+      snprintf(err, errlen, "plugin '%s': building the embedding group: %s", cfg->comm.name,
+               rt->comm_host.error);
+      return -1;
+    }
+  }
   return 0;
 }
 
@@ -64,6 +76,8 @@ void loom__mesh_free(loom_runtime *rt) {
   const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
   for (int a = LOOM_AXIS_DP; a <= LOOM_AXIS_PP; a++)
     if (rt->mesh.axis[a]) c->comm_free(rt->comm_ctx, rt->mesh.axis[a]);
+  if (rt->emb_comm) c->comm_free(rt->comm_ctx, rt->emb_comm);
+  rt->emb_comm = NULL;
   memset(rt->mesh.axis, 0, sizeof rt->mesh.axis);
   c->destroy(rt->comm_ctx);
   rt->comm_ctx = NULL;

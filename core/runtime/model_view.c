@@ -11,12 +11,18 @@ int loom__model_view_build(loom_runtime *rt) {
   loom_model_v1 *v = &rt->model_view;
   memset(v, 0, sizeof *v);
   rt->tensors = calloc((size_t)m->n_params, sizeof *rt->tensors);
+  rt->tensor_tied = calloc((size_t)m->n_params, sizeof *rt->tensor_tied);
   rt->unit_offset = calloc((size_t)m->n_units + 1, sizeof *rt->unit_offset);
-  if (!rt->tensors || !rt->unit_offset) return -1;
+  if (!rt->tensors || !rt->unit_offset || !rt->tensor_tied) return -1;
   for (int u = 0; u <= m->n_units; u++) rt->unit_offset[u] = m->unit_offset[u];
+  /* under pipeline parallel: the stage's tensors only (and the last stage's tied wte copy,
+   * unit n_layer+1, at the end of its flat buffer) */
+  int k = 0;
   for (int i = 0; i < m->n_params; i++) {
     gpt_param *p = &m->params[i];
-    loom_tensor_v1 *t = &rt->tensors[i];
+    if (!p->present) continue;
+    rt->tensor_tied[k] = p->tied_copy;
+    loom_tensor_v1 *t = &rt->tensors[k++];
     t->struct_size = sizeof *t;
     t->name = p->name;
     t->unit = p->unit;
@@ -44,14 +50,16 @@ int loom__model_view_build(loom_runtime *rt) {
   v->numel = m->num_parameters;
   v->params = m->params_memory;
   v->grads = m->grads_memory;
-  v->n_tensors = m->n_params;
+  v->n_tensors = k;
   v->tensors = rt->tensors;
   return 0;
 }
 
 void loom__model_view_free(loom_runtime *rt) {
   free(rt->tensors);
+  free(rt->tensor_tied);
   free(rt->unit_offset);
+  rt->tensor_tied = NULL;
   rt->tensors = NULL;
   rt->unit_offset = NULL;
   memset(&rt->model_view, 0, sizeof rt->model_view);

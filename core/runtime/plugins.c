@@ -5,12 +5,13 @@
 
 #include "plugins.h"
 
-/* Roles this host version can run. Pipeline parallel (schedule, axis pp) needs core support
- * that a later version adds; refuse it clearly instead of running it wrong. */
+/* Roles this host version can run (ABI 1.2: pipeline parallel, schedule and axis pp, too);
+ * anything else is refused clearly instead of run wrong. */
 #define HOST_PARALLEL_CAPS                                                                  \
   (LOOM_PAR_CAP_GRAD_SYNC | LOOM_PAR_CAP_OPTIMIZER | LOOM_PAR_CAP_SHARD_PARAMS |           \
    LOOM_PAR_CAP_SHARD_GRADS | LOOM_PAR_CAP_SHARD_OPTIM | LOOM_PAR_CAP_AXIS_DP |            \
-   LOOM_PAR_CAP_SPLIT_LAYERS | LOOM_PAR_CAP_AXIS_TP)
+   LOOM_PAR_CAP_SPLIT_LAYERS | LOOM_PAR_CAP_AXIS_TP | LOOM_PAR_CAP_SCHEDULE |              \
+   LOOM_PAR_CAP_AXIS_PP)
 
 static const struct { uint64_t bit; const char *role; } roles[] = {
   {LOOM_PAR_CAP_GRAD_SYNC, "data-parallel gradient sync"},
@@ -20,7 +21,56 @@ static const struct { uint64_t bit; const char *role; } roles[] = {
   {LOOM_PAR_CAP_SHARD_GRADS, "gradient storage"},
   {LOOM_PAR_CAP_SPLIT_LAYERS, "the layer split (tensor parallel)"},
   {LOOM_PAR_CAP_AXIS_TP, "the tensor-parallel axis"},
+  {LOOM_PAR_CAP_AXIS_PP, "the pipeline-parallel axis"},
 };
+
+/* The pipeline entry's host-level keys: "size" (the number of stages, pp) and optionally
+ * "stages" (units per stage, summing to n_layer + 2; default: balanced by parameter count, see
+ * loom__pp_split). Both are taken out of the options the plugin sees. */
+static int read_pp(loom_runtime *rt, int i, json_t *v, char *err, size_t errlen) {
+  loom_config *cfg = rt->cfg;
+  loom_plugin_cfg *pc = &cfg->parallel[i];
+  int units = cfg->model.n_layer + 2;
+  if (!v) {
+    snprintf(err, errlen, "%s: %s.size: plugin '%s' works on the pipeline axis and needs its "
+             "number of stages, e.g. {\"plugin\": \"%s\", \"size\": 2}", cfg->path,
+             pc->json_path, pc->name, pc->name);
+    return -1;
+  }
+  int maxpp = units < LOOM_MAX_STAGES ? units : LOOM_MAX_STAGES;
+  if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > maxpp) {
+    char *got = json_dumps(v, JSON_ENCODE_ANY);
+    snprintf(err, errlen, "%s: %s.size: expected an integer in [1, %d] (the model has n_layer "
+             "+ 2 = %d units: embedding, blocks, head; each stage holds at least one), got %s",
+             cfg->path, pc->json_path, maxpp, units, got ? got : "?");
+    free(got);
+    return -1;
+  }
+  int pp = (int)json_integer_value(v);
+  json_t *st = json_object_get(pc->options, "stages");
+  rt->pp_explicit = 0;
+  if (st) {
+    int sum = 0, ok = json_is_array(st) && (int)json_array_size(st) == pp;
+    for (int s = 0; ok && s < pp; s++) {
+      json_t *x = json_array_get(st, (size_t)s);
+      ok = json_is_integer(x) && json_integer_value(x) >= 1 && json_integer_value(x) <= units;
+      if (ok) rt->pp_units[s] = (int)json_integer_value(x), sum += rt->pp_units[s];
+    }
+    if (!ok || sum != units) {
+      char *got = json_dumps(st, JSON_ENCODE_ANY);
+      snprintf(err, errlen, "%s: %s.stages: expected %d unit counts >= 1 (one per stage) "
+               "summing to n_layer + 2 = %d (embedding, %d blocks, head), got %s", cfg->path,
+               pc->json_path, pp, units, cfg->model.n_layer, got ? got : "?");
+      free(got);
+      return -1;
+    }
+    rt->pp_explicit = 1;
+    json_object_del(pc->options, "stages");
+  }
+  rt->pp_size = pp;
+  json_object_del(pc->options, "size");
+  return 0;
+}
 
 /* "size" is a host-level key of a parallel entry: the size of the plugin's mesh axis (tp for
  * LOOM_PAR_CAP_AXIS_TP). Read it, check it, and take it out of the options the plugin sees. */
@@ -28,12 +78,13 @@ static int read_axis_size(loom_runtime *rt, int i, uint64_t caps, char *err, siz
   loom_config *cfg = rt->cfg;
   loom_plugin_cfg *pc = &cfg->parallel[i];
   json_t *v = pc->options ? json_object_get(pc->options, "size") : NULL;
+  if (caps & LOOM_PAR_CAP_AXIS_PP) return read_pp(rt, i, v, err, errlen);
   if (!(caps & LOOM_PAR_CAP_AXIS_TP)) {
     if (!v) return 0;
     snprintf(err, errlen, "%s: %s.size: plugin '%s' (%s) does not work on the tensor-parallel "
-             "axis (it does not declare LOOM_PAR_CAP_AXIS_TP), so it takes no \"size\"; the "
-             "data-parallel size is the rest of the world", cfg->path, pc->json_path, pc->name,
-             rt->parallel[i].path);
+             "or pipeline axis (it does not declare LOOM_PAR_CAP_AXIS_TP or _PP), so it takes "
+             "no \"size\"; the data-parallel size is the rest of the world", cfg->path,
+             pc->json_path, pc->name, rt->parallel[i].path);
     return -1;
   }
   if (!v) {
@@ -64,7 +115,8 @@ static int read_axis_size(loom_runtime *rt, int i, uint64_t caps, char *err, siz
 int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
   loom_config *cfg = rt->cfg;
   rt->grad_sync_owner = rt->optimizer_owner = rt->partition_owner = rt->tp_owner = -1;
-  rt->tp_size = 1;
+  rt->schedule_owner = -1;
+  rt->tp_size = rt->pp_size = 1;
   char ce[1200];
   if (loom__plugin_open(&rt->comm_plugin, cfg->comm.name, LOOM_KIND_COMM, ce, sizeof ce) != 0) {
     snprintf(err, errlen, "%s: %s: %s", cfg->path, cfg->comm.json_path, ce);
@@ -124,12 +176,33 @@ int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
                pc->name, rt->parallel[i].path);
       return -1;
     }
+    if ((caps & LOOM_PAR_CAP_SCHEDULE) && !rt->parallel[i].u.parallel.run_step) {
+      snprintf(err, errlen, "%s: %s: plugin '%s' (%s) declares the micro-batch schedule but its "
+               "run_step callback is NULL", cfg->path, pc->json_path, pc->name,
+               rt->parallel[i].path);
+      return -1;
+    }
+    if (!!(caps & LOOM_PAR_CAP_SCHEDULE) != !!(caps & LOOM_PAR_CAP_AXIS_PP)) {
+      snprintf(err, errlen, "%s: %s: plugin '%s' (%s): the micro-batch schedule and the "
+               "pipeline axis go together (LOOM_PAR_CAP_SCHEDULE with LOOM_PAR_CAP_AXIS_PP)",
+               cfg->path, pc->json_path, pc->name, rt->parallel[i].path);
+      return -1;
+    }
     if (read_axis_size(rt, i, caps, err, errlen) != 0) return -1;
+    if (caps & LOOM_PAR_CAP_SCHEDULE) rt->schedule_owner = i;
     if (caps & LOOM_PAR_CAP_AXIS_TP) rt->tp_owner = i;
     if (caps & LOOM_PAR_CAP_GRAD_SYNC) rt->grad_sync_owner = i;
     if (caps & LOOM_PAR_CAP_SHARD_PARAMS) rt->shard_params = 1;
     if (caps & LOOM_PAR_CAP_SHARD_GRADS) rt->shard_grads = 1;
     if (caps & LOOM_PAR_CAP_OPTIMIZER) rt->optimizer_owner = i;
+  }
+  if (rt->pp_size > 1 && (rt->shard_params || rt->shard_grads)) {
+    snprintf(err, errlen, "%s: parallel: pipeline parallel (%d stages) composes with ddp and "
+             "zero1 on the data-parallel axis, not with a plugin that owns parameter or "
+             "gradient storage (zero2, zero3): the host sums the tied embedding's gradient "
+             "between the first and last stage in the flat gradient buffer", cfg->path,
+             rt->pp_size);
+    return -1;
   }
   char e[1200];
   if (loom__plugin_open(&rt->precision, cfg->precision.name, LOOM_KIND_PRECISION, e,

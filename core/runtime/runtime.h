@@ -12,6 +12,8 @@
 
 typedef struct loom_runtime loom_runtime;
 
+#define LOOM_MAX_STAGES 64 /* pipeline stages */
+
 /* The handle a plugin receives: knows which plugin it serves (for messages) and its options. */
 struct loom_host {
   loom_runtime *rt;
@@ -56,6 +58,14 @@ struct loom_runtime {
   int optimizer_owner;   /* index into parallel[] or -1 */
   int tp_owner;          /* the tensor-parallel plugin (LOOM_PAR_CAP_AXIS_TP) or -1 */
   int tp_size;           /* its "size" (1 without one): the mesh's tp */
+  int schedule_owner;    /* the pipeline plugin (LOOM_PAR_CAP_SCHEDULE) or -1 */
+  int pp_size;           /* its "size" (1 without one): the mesh's pp */
+  int pp_explicit;       /* "stages" given: pp_units holds the units per stage */
+  int pp_units[LOOM_MAX_STAGES];
+  int pp_first[LOOM_MAX_STAGES], pp_last[LOOM_MAX_STAGES]; /* each stage's units [first, last] */
+  loom_comm *emb_comm;   /* first and last stage, same tp rank (the tied wte's gradient sum) */
+  int *tensor_tied;      /* per model_view tensor: 1 for the tied wte copy (norm weight 0) */
+  float *emb_buf;        /* V*C floats (LOOM_MEM_COMM): the tied gradient sum's buffer */
 
   loom_plugin precision;
   void *precision_ctx;

@@ -36,11 +36,14 @@ static loom_ckpt_item_v1 partition_item(loom_runtime *rt, const char *name, void
  * never mix, and a resume with another tp size finds no chunk of its names. */
 static char item_names[MAX_ITEMS][64];
 
+/* Under pipeline parallel likewise each stage's: "params@pp1of2", "params@pp1of2@tp0of2". */
 static void tp_rename(loom_runtime *rt, loom_ckpt_item_v1 *items, int n) {
-  if (rt->mesh.tp <= 1) return;
+  if (rt->mesh.tp <= 1 && rt->mesh.pp <= 1) return;
   for (int i = 0; i < n && i < MAX_ITEMS; i++) {
-    snprintf(item_names[i], sizeof item_names[i], "%s@tp%dof%d", items[i].name,
-             rt->mesh.tp_rank, rt->mesh.tp);
+    char pp[32] = "", tp[32] = "";
+    if (rt->mesh.pp > 1) snprintf(pp, sizeof pp, "@pp%dof%d", rt->mesh.pp_rank, rt->mesh.pp);
+    if (rt->mesh.tp > 1) snprintf(tp, sizeof tp, "@tp%dof%d", rt->mesh.tp_rank, rt->mesh.tp);
+    snprintf(item_names[i], sizeof item_names[i], "%s%s%s", items[i].name, pp, tp);
     items[i].name = item_names[i];
   }
 }
@@ -72,18 +75,43 @@ static int build_items(loom_trainer *tr, loom_ckpt_item_v1 *items, int *n) {
 /* The tensor table of the flat "params" item (per tp rank: the local tensors), so tools can
  * reassemble global tensors: name, global shape, split_dim, split_parts, local offset and
  * count. Identical on every rank. */
-static json_t *tensors_json(loom_runtime *rt) {
-  const loom_model_v1 *mv = &rt->model_view;
+static json_t *model_tensors_json(const gpt_model *m) {
   json_t *arr = json_array();
-  for (int i = 0; i < mv->n_tensors; i++) {
-    const loom_tensor_v1 *t = LOOM_TENSOR_AT(mv, i);
+  for (int i = 0; i < m->n_params; i++) {
+    const gpt_param *t = &m->params[i];
+    if (!t->present) continue;
     json_t *shape = json_array();
     for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer(t->shape[d]));
-    json_array_append_new(arr, json_pack("{s:s, s:o, s:i, s:i, s:I, s:I}", "name", t->name,
-                                         "shape", shape, "split_dim", t->split_dim,
-                                         "split_parts", t->split_parts, "offset",
-                                         (json_int_t)t->offset, "numel",
-                                         (json_int_t)t->numel));
+    json_t *o = json_pack("{s:s, s:o, s:i, s:i, s:I, s:I}", "name", t->name, "shape", shape,
+                          "split_dim", t->split_dim, "split_parts", t->split_parts, "offset",
+                          (json_int_t)t->offset, "numel", (json_int_t)t->numel);
+    if (t->tied_copy) json_object_set_new(o, "tied_copy", json_true());
+    json_array_append_new(arr, o);
+  }
+  return arr;
+}
+
+static json_t *tensors_json(loom_runtime *rt) { return model_tensors_json(&rt->model); }
+
+/* Under pipeline parallel: every stage's tensor table (each stage's flat items hold its own
+ * units), built from storage-less models of each stage, and the stages' unit ranges. */
+static json_t *stage_tensors_json(loom_runtime *rt) {
+  json_t *arr = json_array();
+  for (int s = 0; s < rt->mesh.pp; s++) {
+    gpt_config c = rt->model.cfg;
+    c.pp_first = rt->pp_first[s];
+    c.pp_end = rt->pp_last[s] + 1;
+    gpt_model tmp;
+    char e[256];
+    if (gpt_init_ex(&tmp, &c, &rt->dev, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, e,
+                    sizeof e) != LOOM_OK) {
+      json_array_append_new(arr, json_null());
+      continue;
+    }
+    json_array_append_new(arr, json_pack("{s:i, s:i, s:o}", "first_unit", c.pp_first,
+                                         "last_unit", c.pp_end - 1, "tensors",
+                                         model_tensors_json(&tmp)));
+    gpt_free(&tmp);
   }
   return arr;
 }
@@ -100,11 +128,14 @@ int loom__ckpt_save(loom_trainer *tr) {
   json_t *meta = json_pack("{s:s, s:i, s:I, s:i, s:i, s:i, s:O, s:o}", "format", CKPT_FORMAT,
                            "step", tr->step, "data_cursor", (json_int_t)tr->train.cursor,
                            "world_size", rt->mesh.world_size, "dp", rt->mesh.dp, "tp",
-                           rt->mesh.tp, "config", tr->cfg.root, "tensors", tensors_json(rt));
+                           rt->mesh.tp, "config", tr->cfg.root, "tensors",
+                           rt->mesh.pp > 1 ? json_null() : tensors_json(rt));
   const loom_precision_v1 *prec = &rt->precision.u.precision;
   const char *ps = prec->state_json ? prec->state_json(rt->precision_ctx) : NULL;
   json_t *pj = ps ? json_loads(ps, 0, NULL) : NULL;
   json_object_set_new(meta, "precision", pj ? pj : json_null());
+  json_object_set_new(meta, "pp", json_integer(rt->mesh.pp));
+  if (rt->mesh.pp > 1) json_object_set_new(meta, "stages", stage_tensors_json(rt));
   char *text = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(meta);
   rank_blob blob = {tr->rank_rng, tr->sample_rng};
@@ -165,7 +196,24 @@ int loom__ckpt_resume(loom_trainer *tr) {
     json_t *m0 = mt ? json_loads(mt, 0, NULL) : NULL;
     json_t *jtp = m0 ? json_object_get(m0, "tp") : NULL;
     int saved_tp = json_is_integer(jtp) ? (int)json_integer_value(jtp) : 1;
+    json_t *jpp = m0 ? json_object_get(m0, "pp") : NULL;
+    int saved_pp = json_is_integer(jpp) ? (int)json_integer_value(jpp) : 1;
+    json_t *jst = m0 ? json_object_get(m0, "stages") : NULL;
+    int same_split = 1;
+    for (int s = 0; saved_pp == rt->mesh.pp && rt->mesh.pp > 1 && s < rt->mesh.pp; s++) {
+      json_t *x = json_array_get(jst, (size_t)s);
+      same_split &= json_integer_value(json_object_get(x, "first_unit")) == rt->pp_first[s] &&
+                    json_integer_value(json_object_get(x, "last_unit")) == rt->pp_last[s];
+    }
     json_decref(m0);
+    if (saved_pp != rt->mesh.pp || !same_split) {
+      snprintf(tr->err, sizeof tr->err,
+               "checkpoint step %d: the pipeline split differs: it was saved with pp %d%s, this "
+               "run has pp %d (each stage's items hold its own units; resume with the same "
+               "pipeline \"size\" and \"stages\", or start a new checkpoint dir)", step,
+               saved_pp, same_split ? "" : " and other stage boundaries", rt->mesh.pp);
+      return -1;
+    }
     if (saved_tp != rt->mesh.tp) {
       snprintf(tr->err, sizeof tr->err,
                "checkpoint step %d: the tensor-parallel size differs: it was saved with tp %d, "

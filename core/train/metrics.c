@@ -83,13 +83,18 @@ void loom_metrics_start(loom_trainer *tr) {
   size_t global = 0; /* the model's size, whatever tensor parallel holds per rank */
   for (int i = 0; i < rt->model.n_params; i++) {
     const gpt_param *p = &rt->model.params[i];
+    if (p->tied_copy) continue;
     global += (size_t)p->shape[0] * (size_t)(p->ndim == 2 ? p->shape[1] : 1);
   }
   char tpbuf[96] = "";
   if (rt->mesh.tp > 1)
     snprintf(tpbuf, sizeof tpbuf, " (%zu per tensor-parallel rank)", rt->model.num_parameters);
   char meshbuf[64];
-  if (rt->mesh.tp > 1)
+  if (rt->mesh.pp > 1)
+    snprintf(meshbuf, sizeof meshbuf, "pp %d x dp %d x tp %d, stage %d: units %d..%d",
+             rt->mesh.pp, rt->mesh.dp, rt->mesh.tp, rt->mesh.pp_rank, rt->model.first_unit,
+             rt->model.last_unit);
+  else if (rt->mesh.tp > 1)
     snprintf(meshbuf, sizeof meshbuf, "dp %d x tp %d", rt->mesh.dp, rt->mesh.tp);
   else
     snprintf(meshbuf, sizeof meshbuf, "dp %d", rt->mesh.dp);

@@ -80,10 +80,18 @@ int loom_trainer_sample(loom_trainer *tr) {
     memset(window, 0, (size_t)T * sizeof *window);
     memcpy(window, toks + start, (size_t)w * sizeof *window);
     /* causal: position w-1 sees only the w real tokens, the zero padding after it is ignored */
-    gpt_hooks hooks = loom__forward_hooks(tr);
-    rc = gpt_forward(&rt->model, window, NULL, 1, T, &hooks, NULL);
-    if (rc != LOOM_OK) break;
-    gpt_logits_row(&rt->model, w - 1, logits);
+    if (loom__model_forward(tr, window, NULL, 1, T, NULL) != 0) {
+      rc = -1;
+      break;
+    }
+    /* the logits live on the last pipeline stage: every rank samples from the same row */
+    if (rt->mesh.pp_rank == rt->mesh.pp - 1) gpt_logits_row(&rt->model, w - 1, logits);
+    if (rt->mesh.pp > 1 &&
+        rt->comm_plugin.u.comm.broadcast(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_PP], logits,
+                                         (size_t)V, LOOM_F32, rt->mesh.pp - 1, NULL) != LOOM_OK) {
+      rc = -1;
+      break;
+    }
     int next = sample_token(logits, probs, V, c->sample.temperature, c->sample.top_k,
                             &tr->sample_rng);
     toks[len++] = next;
@@ -97,6 +105,6 @@ int loom_trainer_sample(loom_trainer *tr) {
   }
   if (rank0) printf("\n");
   free(toks); free(window); free(logits); free(probs);
-  if (rc != LOOM_OK) snprintf(tr->err, sizeof tr->err, "sampling forward failed (%d)", rc);
+  if (rc != LOOM_OK && !tr->err[0]) snprintf(tr->err, sizeof tr->err, "sampling forward failed (%d)", rc);
   return rc == LOOM_OK ? 0 : -1;
 }

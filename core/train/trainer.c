@@ -121,6 +121,54 @@ gpt_hooks loom__forward_hooks(loom_trainer *tr) {
   return h;
 }
 
+/* The pipeline split: rt->pp_first/pp_last of every stage, from the entry's "stages" (units per
+ * stage) or balanced by parameter count: contiguous unit ranges minimising the largest stage's
+ * parameters (the last stage counted with its copy of the tied wte), by dynamic programming. */
+static int pp_split(loom_trainer *tr, const gpt_config *full) {
+  loom_runtime *rt = &tr->rt;
+  const int P = rt->mesh.pp, n = full->n_layer + 2;
+  int cut[LOOM_MAX_STAGES + 1];
+  if (rt->pp_explicit) {
+    cut[0] = 0;
+    for (int s = 0; s < P; s++) cut[s + 1] = cut[s] + rt->pp_units[s];
+  } else {
+    gpt_model tmp;
+    char e[256];
+    if (gpt_init_ex(&tmp, full, &rt->dev, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, e,
+                    sizeof e) != LOOM_OK)
+      return fail(tr, "%s: %s", tr->cfg.path, e);
+    double *pre = calloc((size_t)n + 1, sizeof *pre), *best = calloc((size_t)(P + 1) * (n + 1),
+                                                                     sizeof *best);
+    int *arg = calloc((size_t)(P + 1) * (n + 1), sizeof *arg);
+    if (!pre || !best || !arg) {
+      free(pre), free(best), free(arg), gpt_free(&tmp);
+      return fail(tr, "out of host memory (pipeline split)");
+    }
+    for (int u = 0; u < n; u++)
+      pre[u + 1] = pre[u] + (double)(tmp.unit_offset[u + 1] - tmp.unit_offset[u]) +
+                   (u == n - 1 ? (double)full->vocab_size * full->n_embd : 0.0);
+    gpt_free(&tmp);
+#define BEST(k, j) best[(size_t)(k) * (n + 1) + (j)]
+#define ARG(k, j) arg[(size_t)(k) * (n + 1) + (j)]
+    for (int j = 0; j <= n; j++) BEST(0, j) = j == 0 ? 0.0 : 1e300;
+    for (int k = 1; k <= P; k++)
+      for (int j = 0; j <= n; j++) {
+        BEST(k, j) = 1e300;
+        for (int i = k - 1; i < j; i++) { /* stage k holds units [i, j) */
+          double v = BEST(k - 1, i) > pre[j] - pre[i] ? BEST(k - 1, i) : pre[j] - pre[i];
+          if (v < BEST(k, j)) BEST(k, j) = v, ARG(k, j) = i;
+        }
+      }
+    cut[P] = n;
+    for (int k = P; k >= 1; k--) cut[k - 1] = ARG(k, cut[k]);
+#undef BEST
+#undef ARG
+    free(pre), free(best), free(arg);
+  }
+  for (int s = 0; s < P; s++) rt->pp_first[s] = cut[s], rt->pp_last[s] = cut[s + 1] - 1;
+  return 0;
+}
+
 int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *const *overrides,
                       int n_overrides) {
   memset(tr, 0, sizeof *tr);
@@ -135,7 +183,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   /* plugins are opened before anything talks to other ranks: a missing plugin is reported
    * on every rank at once and nobody waits */
   if (loom__plugins_open(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
-  if (loom__mesh_init(rt, rt->tp_size, 1, e, sizeof e) != 0) return fail(tr, "%s", e);
+  if (loom__mesh_init(rt, rt->tp_size, rt->pp_size, e, sizeof e) != 0) return fail(tr, "%s", e);
   loom__host_init(&tr->core_host, rt, "core", cfg->path, "", NULL);
   if (check_same_config(tr) != 0) return -1;
   if (rt->mesh.dp > 1 && rt->grad_sync_owner < 0)
@@ -160,6 +208,11 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                    .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
                    .n_embd = cfg->model.n_embd, .tp_size = rt->mesh.tp,
                    .tp_rank = rt->mesh.tp_rank};
+  if (rt->mesh.pp > 1) {
+    if (pp_split(tr, &mc) != 0) return -1;
+    mc.pp_first = rt->pp_first[rt->mesh.pp_rank];
+    mc.pp_end = rt->pp_last[rt->mesh.pp_rank] + 1;
+  }
   int flags = (rt->shard_params ? GPT_NO_PARAM_STORAGE : 0) |
               (rt->shard_grads ? GPT_NO_GRAD_STORAGE : 0);
   if (gpt_init_ex(&rt->model, &mc, &rt->dev, flags, e, sizeof e) != LOOM_OK)
@@ -168,6 +221,11 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
    * shards the parameters initialises its shard through init_params_range instead) */
   if (!rt->shard_params) gpt_init_weights(&rt->model, cfg->train.seed);
   if (loom__model_view_build(rt) != 0) return fail(tr, "out of host memory (model view)");
+  if (rt->mesh.pp > 1 && (rt->mesh.pp_rank == 0 || rt->mesh.pp_rank == rt->mesh.pp - 1)) {
+    rt->emb_buf = loom__dev_alloc(&rt->dev, (size_t)mc.vocab_size * mc.n_embd * sizeof(float),
+                                  LOOM_MEM_COMM);
+    if (!rt->emb_buf) return fail(tr, "out of memory (tied embedding gradient buffer)");
+  }
   /* the default partition: the whole model, replicated */
   rt->partition = (loom_partition_v1){.struct_size = sizeof rt->partition, .begin = 0,
                                       .count = rt->model.num_parameters,
@@ -249,7 +307,7 @@ static int grad_sq_partition(loom_trainer *tr, double *out) {
   loom_runtime *rt = &tr->rt;
   const loom_device_v1 *dev = rt->dev.ops;
   const loom_partition_v1 *part = &rt->partition;
-  if (rt->mesh.tp <= 1) {
+  if (rt->mesh.tp <= 1 && rt->mesh.pp <= 1) {
     *out = dev->sum_squares(rt->dev.ctx, part->grads, part->count);
     return 0;
   }
@@ -261,9 +319,12 @@ static int grad_sq_partition(loom_trainer *tr, double *out) {
     uint64_t lo = t->offset > begin ? t->offset : begin;
     uint64_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
     if (lo >= hi) continue;
+    if (rt->tensor_tied[i]) continue; /* the last stage's wte copy: counted on the first */
     double s = dev->sum_squares(rt->dev.ctx, part->grads + (lo - begin), (size_t)(hi - lo));
     sq += t->split_dim < 0 ? s / rt->mesh.tp : s;
   }
+  *out = sq;
+  if (rt->mesh.tp <= 1) return 0;
   const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
   if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_TP], &sq, 1, LOOM_F64, LOOM_OP_SUM,
                     NULL) != LOOM_OK)
@@ -271,6 +332,185 @@ static int grad_sq_partition(loom_trainer *tr, double *out) {
                 rt->comm_host.error);
   *out = sq;
   return 0;
+}
+
+/* Sum `vals` over the pipeline stages (control traffic, not counted). */
+static int pp_sum(loom_trainer *tr, double *vals, int n) {
+  loom_runtime *rt = &tr->rt;
+  if (rt->mesh.pp <= 1) return 0;
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_PP], vals, (size_t)n, LOOM_F64,
+                    LOOM_OP_SUM, NULL) != LOOM_OK)
+    return fail(tr, "all-reduce of step statistics over pipeline stages failed: %s",
+                rt->comm_host.error);
+  return 0;
+}
+
+/* ---- the pipeline step: the entry points the schedule owner calls ---- */
+typedef struct pp_step {
+  loom_trainer *tr;
+  gpt_hooks hooks;
+  float dloss;
+  double loss_sum;
+  int n_micro;
+  int *slot_of, *busy; /* micro -> activation slot (-1: none); slot in use */
+  int failed;
+} pp_step;
+
+static int pp_acquire(pp_step *ps, int micro) {
+  if (micro < 0 || micro >= ps->n_micro) {
+    fail(ps->tr, "pipeline schedule: micro-batch %d outside [0, %d)", micro, ps->n_micro);
+    return -1;
+  }
+  if (ps->slot_of[micro] >= 0) return ps->slot_of[micro];
+  int s = 0;
+  while (ps->busy[s]) s++; /* at most n_micro slots in use */
+  ps->busy[s] = 1;
+  ps->slot_of[micro] = s;
+  return s;
+}
+
+static int pp_forward(void *ud, int micro) {
+  pp_step *ps = ud;
+  loom_trainer *tr = ps->tr;
+  loom_runtime *rt = &tr->rt;
+  int slot = pp_acquire(ps, micro);
+  if (slot < 0) return ps->failed = 1, LOOM_INVALID_USAGE;
+  loom_loader_fill(&tr->train, tr->B, rt->mesh.dp, micro, rt->mesh.dp_rank, tr->inputs,
+                   tr->targets);
+  float loss;
+  int rc = gpt_stage_forward(&rt->model, slot, tr->inputs, tr->targets, tr->B, tr->T,
+                             &ps->hooks, &loss);
+  if (rc != LOOM_OK) return pass_failed(tr, "forward", rc), ps->failed = 1, rc;
+  if (rt->mesh.pp_rank == rt->mesh.pp - 1) ps->loss_sum += loss;
+  return LOOM_OK;
+}
+
+static int pp_backward_hooks(pp_step *ps, int micro, int slot) {
+  loom_trainer *tr = ps->tr;
+  CALL_HOOKS(tr, begin_micro, "begin_micro", micro, ps->n_micro);
+  int rc = gpt_stage_backward(&tr->rt.model, slot, ps->dloss, &ps->hooks);
+  if (rc != LOOM_OK) return pass_failed(tr, "backward", rc);
+  CALL_HOOKS(tr, end_backward, "end_backward", micro, ps->n_micro);
+  return 0;
+}
+
+static int pp_backward(void *ud, int micro) {
+  pp_step *ps = ud;
+  int slot = pp_acquire(ps, micro);
+  if (slot < 0 || pp_backward_hooks(ps, micro, slot) != 0) return ps->failed = 1, LOOM_REMOTE;
+  return LOOM_OK;
+}
+
+static float *pp_boundary(void *ud, int micro, int which) {
+  pp_step *ps = ud;
+  loom_trainer *tr = ps->tr;
+  int slot = pp_acquire(ps, micro);
+  if (slot < 0) return ps->failed = 1, NULL;
+  int rc = gpt_slot_ensure(&tr->rt.model, slot, tr->B, tr->T);
+  if (rc != LOOM_OK) return pass_failed(tr, "activations", rc), ps->failed = 1, NULL;
+  return gpt_stage_buffer(&tr->rt.model, slot, which);
+}
+
+static int pp_release(void *ud, int micro) {
+  pp_step *ps = ud;
+  if (micro < 0 || micro >= ps->n_micro || ps->slot_of[micro] < 0) return LOOM_OK;
+  ps->busy[ps->slot_of[micro]] = 0;
+  ps->slot_of[micro] = -1;
+  return LOOM_OK;
+}
+
+/* The tied wte: the first stage's wte and the last stage's copy each hold part of the
+ * gradient; after the data-parallel sync, sum them over the embedding group (first and last
+ * stage, every dp rank, same tp rank) so both copies take the same AdamW step. Each rank
+ * contributes the part of wte it owns (its partition when sharded, else dp rank 0 all of it)
+ * and zeros elsewhere, so the sum is g_first + g_last, the same bits on every member. */
+static int pp_tied_sum(loom_trainer *tr) {
+  loom_runtime *rt = &tr->rt;
+  if (!rt->emb_buf) return 0;
+  gpt_model *m = &rt->model;
+  gpt_param *w = m->tied_copy >= 0 ? &m->params[m->tied_copy] : &m->params[0];
+  const loom_device_v1 *d = rt->dev.ops;
+  d->memset_zero(rt->dev.ctx, rt->emb_buf, w->numel * sizeof(float));
+  const loom_partition_v1 *part = &rt->partition;
+  uint64_t lo = w->offset, hi = w->offset + w->numel;
+  if (part->sharded) {
+    if (part->begin > lo) lo = part->begin;
+    if (part->begin + part->count < hi) hi = part->begin + part->count;
+  } else if (rt->mesh.dp_rank != 0) {
+    hi = lo;
+  }
+  if (lo < hi)
+    d->copy(rt->dev.ctx, rt->emb_buf + (lo - w->offset), w->grad + (lo - w->offset),
+            (size_t)(hi - lo) * sizeof(float));
+  if (loom__host_api()->all_reduce(&tr->core_host, rt->emb_comm, rt->emb_buf, w->numel,
+                                   LOOM_F32, LOOM_OP_SUM, NULL) != LOOM_OK)
+    return fail(tr, "summing the tied embedding's gradient between the first and last "
+                "pipeline stage failed: %s", tr->core_host.error);
+  d->copy(rt->dev.ctx, w->grad, rt->emb_buf, w->numel * sizeof(float));
+  return 0;
+}
+
+/* The micro-batches of one step under the schedule owner; the loss sum on the last stage. */
+static int pp_run_step(loom_trainer *tr, float dloss, double *loss_sum) {
+  loom_runtime *rt = &tr->rt;
+  pp_step ps = {.tr = tr, .hooks = make_hooks(tr), .dloss = dloss, .n_micro = tr->accum};
+  ps.slot_of = malloc((size_t)tr->accum * sizeof(int));
+  ps.busy = calloc((size_t)tr->accum + 1, sizeof(int));
+  if (!ps.slot_of || !ps.busy) {
+    free(ps.slot_of), free(ps.busy);
+    return fail(tr, "out of host memory (pipeline step)");
+  }
+  for (int i = 0; i < tr->accum; i++) ps.slot_of[i] = -1;
+  loom_schedule_v1 s = {.struct_size = sizeof s, .n_micro = tr->accum,
+                        .stage = rt->mesh.pp_rank, .n_stages = rt->mesh.pp,
+                        .boundary_numel = (uint64_t)tr->B * tr->T * tr->cfg.model.n_embd,
+                        .ud = &ps, .forward = pp_forward, .backward = pp_backward,
+                        .boundary = pp_boundary, .release = pp_release};
+  int i = rt->schedule_owner;
+  int rc = rt->parallel[i].u.parallel.run_step(rt->parallel_ctx[i], &s);
+  free(ps.slot_of), free(ps.busy);
+  if (rc != LOOM_OK) {
+    if (ps.failed && tr->err[0]) return -1;
+    return loom__hook_error(rt, i, "run_step", tr->err, sizeof tr->err);
+  }
+  *loss_sum = ps.loss_sum;
+  return pp_tied_sum(tr);
+}
+
+/* A forward-only pass through the pipeline (eval, sampling) on activation slot 0: each stage
+ * receives its input from the previous one and sends its output on; the last has the loss and
+ * the logits. Blocking, in stage order (counted like the schedule's traffic). */
+static int pp_forward_only(loom_trainer *tr, const int32_t *inputs, const int32_t *targets,
+                           int B, int T, float *loss) {
+  loom_runtime *rt = &tr->rt;
+  gpt_hooks hooks = loom__forward_hooks(tr);
+  const loom_host_api_v1 *api = loom__host_api();
+  loom_comm *c = rt->mesh.axis[LOOM_AXIS_PP];
+  const int s = rt->mesh.pp_rank, P = rt->mesh.pp;
+  size_t n = (size_t)B * T * tr->cfg.model.n_embd;
+  int rc = gpt_slot_ensure(&rt->model, 0, B, T);
+  if (rc != LOOM_OK) return pass_failed(tr, "forward", rc);
+  if (s > 0 && api->recv(&tr->core_host, c, gpt_stage_buffer(&rt->model, 0, GPT_BUF_INPUT), n,
+                         LOOM_F32, s - 1, 0x7ff0, NULL) != LOOM_OK)
+    return fail(tr, "pipeline forward: receiving from stage %d failed: %s", s - 1,
+                tr->core_host.error);
+  rc = gpt_stage_forward(&rt->model, 0, inputs, targets, B, T, &hooks, loss);
+  if (rc != LOOM_OK) return pass_failed(tr, "forward", rc);
+  if (s < P - 1 && api->send(&tr->core_host, c, gpt_stage_buffer(&rt->model, 0, GPT_BUF_OUTPUT),
+                             n, LOOM_F32, s + 1, 0x7ff0, NULL) != LOOM_OK)
+    return fail(tr, "pipeline forward: sending to stage %d failed: %s", s + 1,
+                tr->core_host.error);
+  if (s < P - 1 && loss) *loss = 0.0f; /* the loss lives on the last stage */
+  return 0;
+}
+
+int loom__model_forward(loom_trainer *tr, const int32_t *inputs, const int32_t *targets, int B,
+                        int T, float *loss) {
+  if (tr->rt.mesh.pp > 1) return pp_forward_only(tr, inputs, targets, B, T, loss);
+  gpt_hooks hooks = loom__forward_hooks(tr);
+  int rc = gpt_forward(&tr->rt.model, inputs, targets, B, T, &hooks, loss);
+  return rc != LOOM_OK ? pass_failed(tr, "forward", rc) : 0;
 }
 
 /* One optimizer step over accum micro-steps. */
@@ -288,7 +528,8 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
   /* mean over the global batch: each position's loss weighs 1/(B*T*accum) here; the data-
    * parallel average (sum / dp) is the gradient-sync plugin's job */
   float dloss = loss_scale / ((float)tr->B * (float)tr->T * (float)tr->accum);
-  for (int micro = 0; micro < tr->accum; micro++) {
+  if (rt->schedule_owner >= 0 && pp_run_step(tr, dloss, &loss_sum) != 0) return -1;
+  for (int micro = 0; rt->schedule_owner < 0 && micro < tr->accum; micro++) {
     loom_loader_fill(&tr->train, tr->B, rt->mesh.dp, micro, rt->mesh.dp_rank, tr->inputs,
                      tr->targets);
     CALL_HOOKS(tr, begin_micro, "begin_micro", micro, tr->accum);
@@ -301,6 +542,7 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
     CALL_HOOKS(tr, end_backward, "end_backward", micro, tr->accum);
   }
   double stats[1] = {loss_sum};
+  if (pp_sum(tr, stats, 1) != 0) return -1; /* the loss is the last stage's */
   if (dp_sum(tr, stats, 1) != 0) return -1;
   sm->loss = stats[0] / (double)(tr->accum * rt->mesh.dp);
 
@@ -309,6 +551,7 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
   double sq;
   if (grad_sq_partition(tr, &sq) != 0) return -1;
   if (part->sharded && dp_sum(tr, &sq, 1) != 0) return -1;
+  if (pp_sum(tr, &sq, 1) != 0) return -1; /* each stage holds its own units */
   CALL_HOOKS(tr, grad_norm_sq, "grad_norm_sq", &sq);
   int finite = isfinite(sq);
   int skip = 0;
@@ -342,7 +585,6 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
 int loom_trainer_eval(loom_trainer *tr, double *val_loss) {
   loom_runtime *rt = &tr->rt;
   if (!tr->has_val) return fail(tr, "no validation data (data.val)");
-  gpt_hooks hooks = loom__forward_hooks(tr);
   uint64_t saved = tr->val.cursor;
   tr->val.cursor = 0; /* the same validation batches every time */
   double sum = 0.0;
@@ -351,12 +593,12 @@ int loom_trainer_eval(loom_trainer *tr, double *val_loss) {
     loom_loader_fill(&tr->val, tr->B, rt->mesh.dp, i, rt->mesh.dp_rank, tr->inputs,
                      tr->targets);
     float loss;
-    int rc = gpt_forward(&rt->model, tr->inputs, tr->targets, tr->B, tr->T, &hooks, &loss);
-    if (rc != LOOM_OK) return pass_failed(tr, "eval forward", rc);
+    if (loom__model_forward(tr, tr->inputs, tr->targets, tr->B, tr->T, &loss) != 0) return -1;
     sum += loss;
   }
   tr->val.cursor = saved;
   double stats[1] = {sum};
+  if (pp_sum(tr, stats, 1) != 0) return -1;
   if (dp_sum(tr, stats, 1) != 0) return -1;
   *val_loss = stats[0] / (double)(n * rt->mesh.dp);
   return 0;
@@ -411,6 +653,11 @@ int loom_trainer_run(loom_trainer *tr) {
     }
   }
   loom_metrics_end(tr);
+  if (rt->mesh.pp > 1) /* every stage's own activation peak (the metrics file is rank 0's) */
+    fprintf(stderr, "loom[%d] info: pipeline stage %d of %d (units %d..%d): peak activation "
+            "memory %zu bytes\n", rt->mesh.world_rank, rt->mesh.pp_rank, rt->mesh.pp,
+            rt->model.first_unit, rt->model.last_unit,
+            rt->dev.bytes_peak[LOOM_MEM_ACTIVATIONS]);
   if (cfg->sample.tokens > 0 && loom_trainer_sample(tr) != 0) return -1;
   return 0;
 }
@@ -432,6 +679,7 @@ void loom_trainer_free(loom_trainer *tr) {
   if (rt->model.params) gpt_free(&rt->model);
   if (rt->optim_m) loom__dev_free(&rt->dev, rt->optim_m);
   if (rt->optim_v) loom__dev_free(&rt->dev, rt->optim_v);
+  if (rt->emb_buf) loom__dev_free(&rt->dev, rt->emb_buf);
   if (rt->dev.ops) loom__dev_close(&rt->dev);
   loom__mesh_free(rt);
   loom_config_free(&tr->cfg);

@@ -54,6 +54,12 @@ void loom_trainer_free(loom_trainer *tr);
 /* Hooks for a forward-only pass (eval, sampling): plugins' pre/post_forward only. */
 gpt_hooks loom__forward_hooks(loom_trainer *tr);
 
+/* A forward-only pass of the whole model (through the pipeline stages under pp): the loss (on
+ * every stage after the caller's sum; 0 on stages other than the last) and, on the last stage,
+ * the logits (gpt_logits_row). 0 or -1 + tr->err. */
+int loom__model_forward(loom_trainer *tr, const int32_t *inputs, const int32_t *targets, int B,
+                        int T, float *loss);
+
 /* Checkpoint glue (ckpt_glue.c). */
 int loom__ckpt_save(loom_trainer *tr);
 int loom__ckpt_resume(loom_trainer *tr);

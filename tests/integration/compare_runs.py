@@ -66,45 +66,70 @@ def local_positions(t, tp, r):
     return [row * cols + r * lcols + c for row in range(rows) for c in range(lcols)]
 
 
+def assemble(step_dir, tensors, shards, tp):
+    """[(name, global flat values, is tied copy)] of a tensor table whose flat items per tp rank
+    are `shards`; replicated tensors must be identical on every tp rank (no drift)."""
+    out = []
+    for t in tensors:
+        n = math.prod(t["shape"])
+        g = array.array("f", bytes(4 * n))
+        for r in range(tp):
+            local = shards[r][t["offset"]:t["offset"] + t["numel"]]
+            if (t["split_dim"] < 0 or tp == 1) and r > 0:
+                if local != shards[0][t["offset"]:t["offset"] + t["numel"]]:
+                    sys.exit(f"FAIL {step_dir}: replicated tensor {t['name']} differs between "
+                             f"tp ranks 0 and {r}")
+                continue
+            for v, i in zip(local, local_positions(t, tp, r)):
+                g[i] = v
+        out.append((t["name"], g, bool(t.get("tied_copy"))))
+    return out
+
+
 def read_params(ckpt_dir):
     """The global flat parameters of the newest checkpoint in ckpt_dir, in the single-rank
     layout: the 'params' item, or under tensor parallel the 'params@tpRofN' items reassembled
-    tensor by tensor with the manifest's tensor table (meta.tensors)."""
+    tensor by tensor with the manifest's tensor table (meta.tensors), or under pipeline parallel
+    each stage's 'params@ppSofP[@tpRofN]' items with that stage's table (meta.stages), stages
+    concatenated in order; the last stage's copy of the tied wte must equal the first's."""
     with open(os.path.join(ckpt_dir, "latest")) as f:
         step_dir = os.path.join(ckpt_dir, f.read().strip())
     with open(os.path.join(step_dir, "manifest.json")) as f:
         man = json.load(f)
     meta = man.get("meta", {})
-    tp = meta.get("tp", 1)
-    if tp == 1:
+    tp, pp = meta.get("tp", 1), meta.get("pp", 1)
+    if tp == 1 and pp == 1:
         out = read_item(step_dir, man, "params")
         if out is None:
             sys.exit(f"{step_dir}: no 'params' item")
         return man["step"], out
-    tensors = meta["tensors"]
-    shards = []
-    for r in range(tp):
-        x = read_item(step_dir, man, f"params@tp{r}of{tp}")
-        if x is None:
-            sys.exit(f"{step_dir}: no 'params@tp{r}of{tp}' item")
-        shards.append(x)
-    total = sum(math.prod(t["shape"]) for t in tensors)
-    out = array.array("f", bytes(4 * total))
-    goff = 0
-    for t in tensors:
-        n = math.prod(t["shape"])
+    if pp == 1:
+        stages = [{"tensors": meta["tensors"]}]
+    else:
+        stages = meta["stages"]
+    parts, wte = [], None
+    for s, st in enumerate(stages):
+        shards = []
         for r in range(tp):
-            if t["split_dim"] < 0 and r > 0:
-                # replicated: every tp rank must hold the same values (no drift)
-                if shards[r][t["offset"]:t["offset"] + t["numel"]] != \
-                        shards[0][t["offset"]:t["offset"] + t["numel"]]:
-                    sys.exit(f"FAIL {step_dir}: replicated tensor {t['name']} differs between "
-                             f"tp ranks 0 and {r}")
+            name = "params" + (f"@pp{s}of{pp}" if pp > 1 else "") + \
+                (f"@tp{r}of{tp}" if tp > 1 else "")
+            x = read_item(step_dir, man, name)
+            if x is None:
+                sys.exit(f"{step_dir}: no '{name}' item")
+            shards.append(x)
+        for name, g, tied in assemble(step_dir, st["tensors"], shards, tp):
+            if tied:
+                if g != wte:
+                    sys.exit(f"FAIL {step_dir}: the last stage's copy of the tied wte differs "
+                             f"from the first stage's wte")
+                print(f"tied wte copy on stage {s}: bitwise equal to stage 0's wte")
                 continue
-            local = shards[r][t["offset"]:t["offset"] + t["numel"]]
-            for v, g in zip(local, local_positions(t, tp, r)):
-                out[goff + g] = v
-        goff += n
+            if name == "wte":
+                wte = g
+            parts.append(g)
+    out = array.array("f")
+    for g in parts:
+        out.extend(g)
     return man["step"], out
 
 

@@ -103,9 +103,11 @@ int zc_setup(zero *z, int want_params, int want_grads) {
     while (t < m->n_tensors && LOOM_TENSOR_AT(m, t)->unit < u) t++;
     z->t_first[u] = t;
   }
-  for (int i = 0; i < m->n_tensors; i++)
+  for (int i = 0; i < m->n_tensors && z->wte < 0; i++)
     if (!strcmp(LOOM_TENSOR_AT(m, i)->name, "wte")) z->wte = i;
-  if (z->wte < 0 || LOOM_TENSOR_AT(m, z->wte)->unit != 0) {
+  /* only ZeRO-3 (no flat parameter buffer) gathers wte for the head; a pipeline stage may
+   * hold no wte, or the last stage's tied copy in the head's unit */
+  if (!m->params && (z->wte < 0 || LOOM_TENSOR_AT(m, z->wte)->unit != 0)) {
     api->set_error(z->host, "the model has no tied embedding 'wte' in unit 0");
     return LOOM_UNSUPPORTED;
   }

@@ -199,6 +199,11 @@ typedef struct loom_host_api_v1 {
    * "offload_optimizer": {"device": "cpu"} read this way. */
   int (*opt_object)(loom_host *h, const loom_options *o, const char *key,
                     const loom_options **out);
+
+  /* ---- ABI 1.2 ---- */
+  /* Micro-batches per optimizer step (train.grad_accum_steps): what a schedule owner checks in
+   * create (1F1B needs at least as many micro-batches as stages). */
+  int (*n_micro)(loom_host *h);
 } loom_host_api_v1;
 
 /* True when the host's table is large enough to hold `slot`. */

@@ -56,6 +56,45 @@ extern "C" {
 #define LOOM_PAR_CAP_AXIS_TP (1u << 17)
 #define LOOM_PAR_CAP_AXIS_PP (1u << 18)
 
+/* ---- ABI 1.2: the pipeline schedule ----
+ * What the host hands the schedule owner (LOOM_PAR_CAP_SCHEDULE) once per optimizer step: this
+ * rank's stage and the entry points of the stage's micro-steps. The plugin calls them in its
+ * schedule's order and moves the boundary tensors between stages itself (api->send/recv on
+ * api->comm(host, LOOM_AXIS_PP); stage s talks to s-1 and s+1). Every micro-batch in
+ * [0, n_micro) must get exactly one forward and then one backward; backwards must run in
+ * increasing micro order (the last one, n_micro-1, is the data-parallel sync micro-step: the
+ * host calls the other plugins' begin_micro / end_backward around each backward, so DDP's
+ * no_sync and its buckets work unchanged). */
+typedef struct loom_schedule_v1 {
+  uint32_t struct_size;
+  int n_micro;             /* micro-batches this step (train.grad_accum_steps) */
+  int stage, n_stages;     /* this rank's pipeline coordinate (= api->rank/size(PP)) */
+  uint64_t boundary_numel; /* floats in one boundary tensor (micro_batch * seq_len * n_embd) */
+  void *ud;                /* pass to every entry point */
+  /* Run the stage's forward of micro-batch `micro`. A stage other than the first must have
+   * received its input activation into boundary(micro, LOOM_BOUNDARY_INPUT) first. On the last
+   * stage this computes the loss. */
+  int (*forward)(void *ud, int micro);
+  /* Run the stage's backward of `micro` (after its forward). A stage other than the last must
+   * have received the gradient of its output into boundary(micro, LOOM_BOUNDARY_GRAD_OUTPUT). */
+  int (*backward)(void *ud, int micro);
+  /* Device memory (boundary_numel floats) of micro-batch `micro`'s boundary tensor `which`
+   * (LOOM_BOUNDARY_*); NULL with an error when the activations cannot be allocated. The first
+   * call for a micro-batch takes an activation slot: the host keeps one per micro-batch in
+   * flight, allocated lazily, so the schedule's peak in-flight count is its activation memory. */
+  float *(*boundary)(void *ud, int micro, int which);
+  /* The plugin is done with `micro` (its backward ran and its boundary sends completed): the
+   * host recycles its activation slot. Slots still held when run_step returns are recycled
+   * then. */
+  int (*release)(void *ud, int micro);
+} loom_schedule_v1;
+
+#define LOOM_BOUNDARY_INPUT 0       /* stage input activation: recv from stage-1 before forward */
+#define LOOM_BOUNDARY_OUTPUT 1      /* stage output activation: send to stage+1 after forward */
+#define LOOM_BOUNDARY_GRAD_OUTPUT 2 /* gradient of the output: recv from stage+1 before backward */
+#define LOOM_BOUNDARY_GRAD_INPUT 3  /* gradient of the input: send to stage-1 after backward
+                                       (the same memory as GRAD_OUTPUT, overwritten) */
+
 typedef struct loom_parallel_v1 {
   loom_plugin_header hdr;
 
@@ -107,6 +146,13 @@ typedef struct loom_parallel_v1 {
    * buf: n floats of device memory (B*T*C), updated in place before the host goes on.
    * Required with LOOM_PAR_CAP_SPLIT_LAYERS; NULL otherwise. */
   int (*region)(void *ctx, int which, int backward, float *buf, size_t n);
+
+  /* ---- ABI 1.2 ---- */
+  /* Drive one optimizer step's micro-batches (LOOM_PAR_CAP_SCHEDULE, required with it): called
+   * between begin_step and the gradient norm instead of the host's micro-step loop. The host
+   * then sums the tied embedding's gradient between the first and the last stage, the loss and
+   * the gradient norm over the stages. */
+  int (*run_step)(void *ctx, const loom_schedule_v1 *s);
 } loom_parallel_v1;
 
 /* loom_parallel_v1.region's `which`. */

@@ -1,0 +1,228 @@
+/* pipeline.so — pipeline parallelism: the layers split into contiguous stages over the PP axis
+ * of the mesh, activations and their gradients sent point-to-point between neighbouring
+ * stages, the micro-batches of gradient accumulation scheduled by this plugin (ABI 1.2,
+ * LOOM_PAR_CAP_SCHEDULE | LOOM_PAR_CAP_AXIS_PP).
+ *
+ * The host owns the placement (the entry's host-level "size" = number of stages and optional
+ * "stages" = units per stage; by default balanced by parameter count), allocates only the
+ * stage's units, keeps the tied wte on the first and the last stage and sums its gradient, and
+ * reduces the loss and the gradient norm over the stages. The plugin owns the order in which
+ * the stage's micro-steps run, through the entry points of loom_schedule_v1:
+ *
+ *   "sequential"  one micro-batch at a time through all stages, forward then backward: the
+ *                 plain layer-split model parallelism (only one stage busy at any moment)
+ *   "gpipe"       all m forwards, then all m backwards (Huang et al. 2019): every stage holds
+ *                 the activations of all m micro-batches
+ *   "1f1b"        PipeDream-Flush / Megatron (Narayanan et al. 2021, §2.2): p − stage − 1
+ *                 warm-up forwards, then alternate one forward and one backward, then drain:
+ *                 at most p − stage micro-batches in flight; needs m >= p
+ *
+ * Activations go forward with tag 2i, gradients backward with tag 2i+1 (i = micro-batch), as
+ * non-blocking sends (so two neighbours sending to each other never deadlock) and blocking
+ * receives. The time spent blocked in receives and in send completions is this stage's idle
+ * time: the plugin logs its fraction of the step (the pipeline bubble) at the end, against
+ * the ideal (p − 1)/(m + p − 1).
+ *
+ * Options: "schedule": "sequential" | "gpipe" | "1f1b" (default "1f1b"). */
+#include <loom/loom.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { SCHED_SEQUENTIAL, SCHED_GPIPE, SCHED_1F1B };
+static const char *const sched_names[] = {"sequential", "gpipe", "1f1b"};
+
+typedef struct pl {
+  const loom_host_api_v1 *api;
+  loom_host *host;
+  int sched;
+  int p, s;             /* stages, this stage */
+  loom_comm *comm;
+  const loom_schedule_v1 *cur;
+  loom_request **req_out, **req_gin; /* per micro-batch: activation / gradient sends */
+  int n_req;
+  double idle, busy_total; /* this step */
+  double sum_idle, sum_total; /* over the steps after the first */
+  int steps, inflight, peak_inflight, n_micro;
+} pl;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int pl_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                     void **out) {
+  static const char *const keys[] = {"schedule", NULL}; /* "size", "stages": the host's */
+  if (api->opt_check_keys(host, opts, keys)) return LOOM_INVALID_CONFIG;
+  const char *name;
+  if (api->opt_string(host, opts, "schedule", "1f1b", &name)) return LOOM_INVALID_CONFIG;
+  int sched = -1;
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(name, sched_names[i])) sched = i;
+  if (sched < 0) {
+    api->set_error(host, "schedule: expected \"sequential\", \"gpipe\" or \"1f1b\", got \"%s\"",
+                   name);
+    return LOOM_INVALID_CONFIG;
+  }
+  int p = api->size(host, LOOM_AXIS_PP);
+  int m = LOOM_HOST_HAS(api, n_micro) ? api->n_micro(host) : 0;
+  if (sched == SCHED_1F1B && m < p) {
+    api->set_error(host, "schedule \"1f1b\" needs at least as many micro-batches as stages: "
+                   "train.grad_accum_steps is %d, the pipeline has %d stages (raise "
+                   "grad_accum_steps to >= %d, or use \"gpipe\" / \"sequential\")", m, p, p);
+    return LOOM_INVALID_CONFIG;
+  }
+  pl *P = calloc(1, sizeof *P);
+  if (!P) return LOOM_NOMEM;
+  P->api = api;
+  P->host = host;
+  P->sched = sched;
+  P->p = p;
+  P->s = api->rank(host, LOOM_AXIS_PP);
+  P->comm = api->comm(host, LOOM_AXIS_PP);
+  *out = P;
+  return LOOM_OK;
+}
+
+static void pl_destroy(void *ctx) {
+  pl *P = ctx;
+  if (!P) return;
+  if (P->steps > 0) {
+    int m = P->n_micro;
+    P->api->log(P->host, LOOM_LOG_INFO,
+                "bubble: stage %d of %d, schedule %s, m %d: idle %.4f of the pipeline time over "
+                "%d steps (ideal (p-1)/(m+p-1) = %.4f); peak %d micro-batches in flight",
+                P->s, P->p, sched_names[P->sched], m,
+                P->sum_total > 0 ? P->sum_idle / P->sum_total : 0.0, P->steps - 1,
+                (double)(P->p - 1) / (double)(m + P->p - 1), P->peak_inflight);
+  }
+  free(P->req_out);
+  free(P->req_gin);
+  free(P);
+}
+
+static int recv_timed(pl *P, float *buf, uint64_t n, int peer, int tag) {
+  if (!buf) return LOOM_NOMEM;
+  double t = now_s();
+  int rc = P->api->recv(P->host, P->comm, buf, (size_t)n, LOOM_F32, peer, tag, NULL);
+  P->idle += now_s() - t;
+  return rc;
+}
+
+static int wait_timed(pl *P, loom_request **r) {
+  if (!*r) return LOOM_OK;
+  double t = now_s();
+  int rc = P->api->wait(P->host, *r);
+  *r = NULL;
+  P->idle += now_s() - t;
+  return rc;
+}
+
+static int fwd(pl *P, int i) {
+  const loom_schedule_v1 *S = P->cur;
+  int rc;
+  if (P->s > 0 &&
+      (rc = recv_timed(P, S->boundary(S->ud, i, LOOM_BOUNDARY_INPUT), S->boundary_numel,
+                       P->s - 1, 2 * i)) != LOOM_OK)
+    return rc;
+  if ((rc = S->forward(S->ud, i)) != LOOM_OK) return rc;
+  if (++P->inflight > P->peak_inflight) P->peak_inflight = P->inflight;
+  if (P->s < P->p - 1) {
+    float *out = S->boundary(S->ud, i, LOOM_BOUNDARY_OUTPUT);
+    if (!out) return LOOM_NOMEM;
+    return P->api->send(P->host, P->comm, out, (size_t)S->boundary_numel, LOOM_F32, P->s + 1,
+                        2 * i, &P->req_out[i]);
+  }
+  return LOOM_OK;
+}
+
+/* Backward of micro-batch i, then its sends completed and its activations released. */
+static int bwd(pl *P, int i) {
+  const loom_schedule_v1 *S = P->cur;
+  int rc;
+  if (P->s < P->p - 1 &&
+      (rc = recv_timed(P, S->boundary(S->ud, i, LOOM_BOUNDARY_GRAD_OUTPUT), S->boundary_numel,
+                       P->s + 1, 2 * i + 1)) != LOOM_OK)
+    return rc;
+  if ((rc = S->backward(S->ud, i)) != LOOM_OK) return rc;
+  if (P->s > 0) {
+    float *g = S->boundary(S->ud, i, LOOM_BOUNDARY_GRAD_INPUT);
+    if (!g) return LOOM_NOMEM;
+    rc = P->api->send(P->host, P->comm, g, (size_t)S->boundary_numel, LOOM_F32, P->s - 1,
+                      2 * i + 1, &P->req_gin[i]);
+    if (rc) return rc;
+  }
+  if ((rc = wait_timed(P, &P->req_gin[i])) != LOOM_OK) return rc;
+  if ((rc = wait_timed(P, &P->req_out[i])) != LOOM_OK) return rc;
+  P->inflight--;
+  return S->release ? S->release(S->ud, i) : LOOM_OK;
+}
+
+static int pl_run_step(void *ctx, const loom_schedule_v1 *S) {
+  pl *P = ctx;
+  const int m = S->n_micro, p = P->p, s = P->s;
+  if (m > P->n_req) {
+    free(P->req_out);
+    free(P->req_gin);
+    P->req_out = calloc((size_t)m, sizeof *P->req_out);
+    P->req_gin = calloc((size_t)m, sizeof *P->req_gin);
+    if (!P->req_out || !P->req_gin) return LOOM_NOMEM;
+    P->n_req = m;
+  }
+  if (P->sched == SCHED_1F1B && m < p) {
+    P->api->set_error(P->host, "1f1b needs at least %d micro-batches, got %d", p, m);
+    return LOOM_INVALID_USAGE;
+  }
+  P->cur = S;
+  P->n_micro = m;
+  P->idle = 0.0;
+  P->inflight = 0;
+  double t0 = now_s();
+  int rc = LOOM_OK;
+  switch (P->sched) {
+    case SCHED_SEQUENTIAL:
+      for (int i = 0; i < m && !rc; i++) {
+        rc = fwd(P, i);
+        if (!rc) rc = bwd(P, i);
+      }
+      break;
+    case SCHED_GPIPE:
+      for (int i = 0; i < m && !rc; i++) rc = fwd(P, i);
+      for (int i = 0; i < m && !rc; i++) rc = bwd(P, i);
+      break;
+    case SCHED_1F1B: {
+      int warm = p - s - 1 < m ? p - s - 1 : m;
+      for (int i = 0; i < warm && !rc; i++) rc = fwd(P, i);
+      for (int j = 0; j < m - warm && !rc; j++) {
+        rc = fwd(P, warm + j);
+        if (!rc) rc = bwd(P, j);
+      }
+      for (int j = m - warm; j < m && !rc; j++) rc = bwd(P, j);
+      break;
+    }
+  }
+  for (int i = 0; i < m; i++) { /* normally all done; after an error, do not leak */
+    if (P->req_out[i]) P->api->wait(P->host, P->req_out[i]), P->req_out[i] = NULL;
+    if (P->req_gin[i]) P->api->wait(P->host, P->req_gin[i]), P->req_gin[i] = NULL;
+  }
+  P->cur = NULL;
+  double total = now_s() - t0;
+  if (!rc && P->steps++ > 0) { /* the first step pays for allocation: not in the average */
+    P->sum_idle += P->idle;
+    P->sum_total += total;
+  }
+  if (P->steps == 1) P->sum_idle = P->sum_total = 0.0;
+  return rc;
+}
+
+LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
+  .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_PARALLEL, "pipeline", "1.0.0",
+                                 "pipeline parallel: contiguous stages over the pp axis, "
+                                 "point-to-point activations; sequential, gpipe, 1f1b schedules",
+                                 LOOM_PAR_CAP_SCHEDULE | LOOM_PAR_CAP_AXIS_PP, loom_parallel_v1),
+  .create = pl_create,
+  .destroy = pl_destroy,
+  .run_step = pl_run_step,
+};

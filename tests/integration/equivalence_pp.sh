@@ -1,0 +1,87 @@
+#!/bin/bash
+# The equivalence matrix for pipeline parallel (pipeline.so): the tiny model (2 blocks: 4 units
+# embedding, block 0, block 1, head; 4 heads so tp 2 divides them), the same global batch (8
+# sequences of 64 tokens) and seed on 1 rank without any parallel plugin, and under pp 2 and pp 4
+# with each schedule (sequential, gpipe, 1f1b; 4 micro-batches of 2), pp 2 x dp 2 (ddp), zero1 x
+# pp 2, an explicit stage split, and tp 2 x pp 2 x dp 2 on 8 ranks, must give the same per-step
+# loss and grad norm and the same final parameters (reassembled from the stages' and tp ranks'
+# items; the last stage's copy of the tied wte checked bitwise equal to the first's) within 1e-5
+# relative over 20 steps. Then the shapes (each stage holds only its units) and the refusals.
+. "$(dirname "$0")/lib.sh"
+make_data
+H='--set model.n_head=4'
+pp() { echo "{\"plugin\":\"pipeline\",\"size\":$1,\"schedule\":\"$2\"${3:-}}"; }
+run 1 ref $H --set train.micro_batch_size=8 --set 'parallel=[]'
+names=()
+prun() { # prun NRANKS NAME MICRO ACCUM 'PLUGINS JSON ARRAY'
+  run "$1" "$2" $H --set train.micro_batch_size="$3" --set train.grad_accum_steps="$4" \
+    --set "parallel=$5" --set train.eval_interval=0
+  names+=("$2")
+}
+for s in sequential gpipe 1f1b; do
+  prun 2 "pp2_$s" 2 4 "[$(pp 2 $s)]"
+  prun 4 "pp4_$s" 2 4 "[$(pp 4 $s)]"
+done
+prun 4 pp2_dp2 2 2 "[$(pp 2 1f1b),{\"plugin\":\"ddp\"}]"
+prun 4 zero1_pp2 2 2 "[$(pp 2 gpipe),{\"plugin\":\"zero1\"}]"
+prun 2 pp2_stages13 2 4 "[$(pp 2 1f1b ',"stages":[1,3]')]"
+prun 8 tp2_pp2_dp2 2 2 \
+  "[{\"plugin\":\"tensor_parallel\",\"size\":2},$(pp 2 1f1b),{\"plugin\":\"ddp\"}]"
+for r in "${names[@]}"; do
+  echo "== $r vs ref"
+  compare "$r" ref --rtol 1e-5
+done
+
+# Shapes: each stage's checkpoint items hold only its units (the tied wte copy on the last).
+/usr/bin/python3 - "$WORK" <<'PY' || die "a stage holds tensors outside its units"
+import json, os, sys
+work = sys.argv[1]
+for name, want in (("pp2_1f1b", [(0, 1), (2, 3)]), ("pp4_gpipe", [(0, 0), (1, 1), (2, 2), (3, 3)]),
+                   ("pp2_stages13", [(0, 0), (1, 3)])):
+    d = os.path.join(work, name, "ckpt")
+    step = open(os.path.join(d, "latest")).read().strip()
+    man = json.load(open(os.path.join(d, step, "manifest.json")))
+    stages = man["meta"]["stages"]
+    got = [(s["first_unit"], s["last_unit"]) for s in stages]
+    assert got == want, (name, got, want)
+    for k, s in enumerate(stages):
+        names = [t["name"] for t in s["tensors"]]
+        numel = sum(t["numel"] for t in s["tensors"])
+        items = [c for sh in man["shards"] for c in sh["chunks"]
+                 if c["name"] == f"params@pp{k}of{len(stages)}"]
+        assert items and all(c["global_numel"] == numel for c in items), (name, k)
+        emb = "wte" in names and s["first_unit"] == 0
+        blocks = sorted({n.split(".")[1] for n in names if n.startswith("h.")})
+        want_blocks = [str(u - 1) for u in range(max(1, s["first_unit"]), min(2, s["last_unit"]) + 1)]
+        assert blocks == want_blocks, (name, k, blocks, want_blocks)
+        assert ("ln_f.weight" in names) == (s["last_unit"] == 3), (name, k)
+        assert ("wpe" in names) == (s["first_unit"] == 0), (name, k)
+        print(f"shapes {name} stage {k}: units {s['first_unit']}..{s['last_unit']}, {numel} "
+              f"parameters: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}")
+PY
+
+# Refusals, before training, with the numbers.
+expect_fail() { # expect_fail NRANKS NEEDLE [--set ...]
+  local n=$1 needle=$2
+  shift 2
+  if timeout 120 mpirun -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+      --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
+      --set "data.vocab=$WORK/data/vocab.json" --set checkpoint=null "$@" >"$WORK/fail.log" 2>&1; then
+    die "expected a failure containing '$needle'"
+  fi
+  grep -qF "$needle" "$WORK/fail.log" || { cat "$WORK/fail.log" >&2; die "no '$needle' in the error"; }
+  echo "refused: $(grep -m1 -F "$needle" "$WORK/fail.log")"
+}
+expect_fail 2 'schedule "1f1b" needs at least as many micro-batches as stages: train.grad_accum_steps is 1' \
+  --set "parallel=[$(pp 2 1f1b)]"
+expect_fail 3 'tensor-parallel size 1 x pipeline size 2 = 2 does not divide the world size 3' \
+  --set train.grad_accum_steps=2 --set "parallel=[$(pp 2 gpipe),{\"plugin\":\"ddp\"}]"
+expect_fail 1 "owns the micro-batch schedule, but so does 'pipeline'" \
+  --set "parallel=[$(pp 2 gpipe),$(pp 2 gpipe)]"
+expect_fail 1 "not with a plugin that owns parameter or gradient storage" \
+  --set "parallel=[$(pp 2 gpipe),{\"plugin\":\"zero3\"}]"
+expect_fail 1 'stages: expected 2 unit counts' --set "parallel=[$(pp 2 gpipe ',"stages":[2,1]')]"
+expect_fail 1 'needs its number of stages' --set 'parallel=[{"plugin":"pipeline"}]'
+expect_fail 1 'schedule: expected "sequential", "gpipe" or "1f1b"' \
+  --set "parallel=[$(pp 1 zigzag)]"
+echo "equivalence_pp: all ${#names[@]} runs match the single-rank reference"
