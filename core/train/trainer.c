@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../runtime/plugins.h"
+#include "../runtime/pp_split.h"
 #include "lr_schedule.h"
 #include "metrics.h"
 
@@ -121,54 +122,6 @@ gpt_hooks loom__forward_hooks(loom_trainer *tr) {
   return h;
 }
 
-/* The pipeline split: rt->pp_first/pp_last of every stage, from the entry's "stages" (units per
- * stage) or balanced by parameter count: contiguous unit ranges minimising the largest stage's
- * parameters (the last stage counted with its copy of the tied wte), by dynamic programming. */
-static int pp_split(loom_trainer *tr, const gpt_config *full) {
-  loom_runtime *rt = &tr->rt;
-  const int P = rt->mesh.pp, n = full->n_layer + 2;
-  int cut[LOOM_MAX_STAGES + 1];
-  if (rt->pp_explicit) {
-    cut[0] = 0;
-    for (int s = 0; s < P; s++) cut[s + 1] = cut[s] + rt->pp_units[s];
-  } else {
-    gpt_model tmp;
-    char e[256];
-    if (gpt_init_ex(&tmp, full, &rt->dev, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, e,
-                    sizeof e) != LOOM_OK)
-      return fail(tr, "%s: %s", tr->cfg.path, e);
-    double *pre = calloc((size_t)n + 1, sizeof *pre), *best = calloc((size_t)(P + 1) * (n + 1),
-                                                                     sizeof *best);
-    int *arg = calloc((size_t)(P + 1) * (n + 1), sizeof *arg);
-    if (!pre || !best || !arg) {
-      free(pre), free(best), free(arg), gpt_free(&tmp);
-      return fail(tr, "out of host memory (pipeline split)");
-    }
-    for (int u = 0; u < n; u++)
-      pre[u + 1] = pre[u] + (double)(tmp.unit_offset[u + 1] - tmp.unit_offset[u]) +
-                   (u == n - 1 ? (double)full->vocab_size * full->n_embd : 0.0);
-    gpt_free(&tmp);
-#define BEST(k, j) best[(size_t)(k) * (n + 1) + (j)]
-#define ARG(k, j) arg[(size_t)(k) * (n + 1) + (j)]
-    for (int j = 0; j <= n; j++) BEST(0, j) = j == 0 ? 0.0 : 1e300;
-    for (int k = 1; k <= P; k++)
-      for (int j = 0; j <= n; j++) {
-        BEST(k, j) = 1e300;
-        for (int i = k - 1; i < j; i++) { /* stage k holds units [i, j) */
-          double v = BEST(k - 1, i) > pre[j] - pre[i] ? BEST(k - 1, i) : pre[j] - pre[i];
-          if (v < BEST(k, j)) BEST(k, j) = v, ARG(k, j) = i;
-        }
-      }
-    cut[P] = n;
-    for (int k = P; k >= 1; k--) cut[k - 1] = ARG(k, cut[k]);
-#undef BEST
-#undef ARG
-    free(pre), free(best), free(arg);
-  }
-  for (int s = 0; s < P; s++) rt->pp_first[s] = cut[s], rt->pp_last[s] = cut[s + 1] - 1;
-  return 0;
-}
-
 int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *const *overrides,
                       int n_overrides) {
   memset(tr, 0, sizeof *tr);
@@ -209,9 +162,9 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                    .n_embd = cfg->model.n_embd, .tp_size = rt->mesh.tp,
                    .tp_rank = rt->mesh.tp_rank};
   if (rt->mesh.pp > 1) {
-    if (pp_split(tr, &mc) != 0) return -1;
-    mc.pp_first = rt->pp_first[rt->mesh.pp_rank];
-    mc.pp_end = rt->pp_last[rt->mesh.pp_rank] + 1;
+    /* the split loom estimate accounts by (core/runtime/pp_split.c) */
+    if (loom__pp_split(rt, &mc, e, sizeof e) != 0) return fail(tr, "%s: %s", cfg->path, e);
+    mc = loom__pp_stage_config(rt, &mc, rt->mesh.pp_rank);
   }
   int flags = (rt->shard_params ? GPT_NO_PARAM_STORAGE : 0) |
               (rt->shard_grads ? GPT_NO_GRAD_STORAGE : 0);
