@@ -9,6 +9,7 @@
 #include "../device/device.h"
 #include "../model/gpt.h"
 #include "../runtime/plugins.h"
+#include "../runtime/pp_split.h"
 
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -44,7 +45,10 @@ static void decide_roles(loom_estimate *e) {
   static const char *const names[] = {"DDP (no sharding)", "ZeRO-1 (P_os)", "ZeRO-2 (P_os+g)",
                                       "ZeRO-3 (P_os+g+p)"};
   snprintf(e->strategy, sizeof e->strategy, "%s%s",
-           e->stage == 0 && e->world == 1 ? "single rank (no sharding)" : names[e->stage],
+           e->stage == 0 && e->world == 1
+               ? (e->tp > 1 || e->pp > 1 ? "one data-parallel rank (no sharding)"
+                                         : "single rank (no sharding)")
+               : names[e->stage],
            e->offload ? " + optimizer offload to host" : "");
 }
 
@@ -191,6 +195,95 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   }
 }
 
+/* The pipeline schedule the schedule owner will run (its "schedule" option, "1f1b" unless
+ * given), refused where the plugin refuses it. */
+static int read_schedule(const loom_config *cfg, loom_estimate *e, char *err, size_t errlen) {
+  json_t *v = role_option(cfg, e, LOOM_PAR_CAP_SCHEDULE, "schedule");
+  const char *name = v ? json_string_value(v) : "1f1b";
+  if (!name || (strcmp(name, "sequential") && strcmp(name, "gpipe") && strcmp(name, "1f1b"))) {
+    snprintf(err, errlen, "%s: parallel: schedule: expected \"sequential\", \"gpipe\" or "
+             "\"1f1b\"", cfg->path);
+    return -1;
+  }
+  if (!strcmp(name, "1f1b") && e->accum < e->pp) {
+    snprintf(err, errlen, "%s: parallel: schedule \"1f1b\" needs at least as many "
+             "micro-batches as stages: train.grad_accum_steps is %d, the pipeline has %d "
+             "stages", cfg->path, e->accum, e->pp);
+    return -1;
+  }
+  snprintf(e->schedule, sizeof e->schedule, "%s", name);
+  return 0;
+}
+
+static void append(char *buf, size_t n, const char *s) {
+  size_t k = strlen(buf);
+  if (k < n) snprintf(buf + k, n - k, "%s", s);
+}
+
+/* What a pipeline stage adds to account()'s figures for its table (e->psi = the stage's
+ * parameters): the activation pools of the micro-batches in flight, the tied wte's gradient
+ * buffer, the tied sum, the boundary sends and tensor parallel's f/g of the stage's blocks.
+ * Fills `st` with the stage's figures. */
+static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_estimate_stage *st) {
+  const int P = e->pp, last = P - 1;
+  const uint64_t B = (uint64_t)e->micro_batch, T = (uint64_t)e->seq_len, C = (uint64_t)e->n_embd,
+                 A = (uint64_t)e->accum, N = (uint64_t)e->world, tp = (uint64_t)e->tp,
+                 VC = (uint64_t)e->vocab_size * C;
+  memset(st, 0, sizeof *st);
+  st->first_unit = m->first_unit;
+  st->last_unit = m->last_unit;
+  for (int u = m->first_unit; u <= m->last_unit; u++) st->n_blocks += u >= 1 && u <= e->n_layer;
+  st->psi = e->psi;
+  st->act_per_micro = e->bytes[LOOM_MEM_ACTIVATIONS];
+  /* micro-batches in flight: each holds its own pool and token buffers (gpt.c's slots) */
+  int k = 1;
+  if (P > 1 && !strcmp(e->schedule, "gpipe")) k = (int)A;
+  else if (P > 1 && !strcmp(e->schedule, "1f1b")) k = P - s < (int)A ? P - s : (int)A;
+  st->in_flight = k;
+  e->bytes[LOOM_MEM_ACTIVATIONS] *= (uint64_t)k;
+  e->bytes[LOOM_MEM_OTHER] *= (uint64_t)k;
+  if (P > 1) {
+    snprintf(e->formula[LOOM_MEM_ACTIVATIONS], 64, "%d in flight x stage pool at B=%d, T=%d", k,
+             e->micro_batch, e->seq_len);
+    snprintf(e->formula[LOOM_MEM_OTHER], 64, "%d x tokens 2*4*B*T", k);
+  }
+  const int tied = P > 1 && (s == 0 || s == last);
+  if (tied) { /* the tied wte's gradient buffer of the sum (trainer.c: emb_buf) */
+    e->bytes[LOOM_MEM_COMM] += 4 * VC;
+    if (e->bytes[LOOM_MEM_COMM] == 4 * VC)
+      snprintf(e->formula[LOOM_MEM_COMM], 64, "4VC tied wte grad sum");
+    else
+      append(e->formula[LOOM_MEM_COMM], 64, " + 4VC tied");
+  }
+  /* traffic per step per rank */
+  st->dp_comm_bytes = e->comm_bytes;
+  if (tied) st->tied_comm_bytes = 2 * (2 * N - 1) * 4 * VC / (2 * N);
+  st->p2p_comm_bytes = A * 4 * B * T * C * (uint64_t)((s < last) + (s > 0));
+  if (tp > 1)
+    st->tp_comm_bytes = (uint64_t)st->n_blocks * 4 * A * 2 * (tp - 1) * B * T * C * 4 / tp;
+  e->tp_comm_bytes = st->tp_comm_bytes;
+  uint64_t extra = st->tied_comm_bytes + st->p2p_comm_bytes + st->tp_comm_bytes;
+  e->comm_bytes += extra;
+  e->comm_bytes_paper += extra;
+  if (tp > 1 || P > 1) {
+    char f[sizeof e->comm_formula];
+    snprintf(f, sizeof f, "%s", e->world > 1 ? e->comm_formula : "0 over dp");
+    if (tp > 1) append(f, sizeof f, " + tp f/g");
+    if (tied) append(f, sizeof f, " + 2(2N-1)/2N*4VC tied wte");
+    if (st->p2p_comm_bytes)
+      append(f, sizeof f, s > 0 && s < last ? " + 2 x A*4BTC p2p" : " + A*4BTC p2p");
+    snprintf(e->comm_formula, sizeof e->comm_formula, "%s", f);
+  }
+  st->comm_bytes = e->comm_bytes;
+  e->total = 0;
+  for (int c = 0; c < LOOM_MEM__COUNT; c++) e->total += e->bytes[c];
+  e->model_states = e->bytes[LOOM_MEM_PARAMS] + e->bytes[LOOM_MEM_GRADS] +
+                    e->bytes[LOOM_MEM_OPTIM] + e->bytes[LOOM_MEM_HOST];
+  memcpy(st->bytes, e->bytes, sizeof st->bytes);
+  st->total = e->total;
+  st->model_states = e->model_states;
+}
+
 int loom_estimate_compute(const char *config_path, const char *const *overrides, int n_overrides,
                           int world, loom_estimate *e, char *err, size_t errlen) {
   memset(e, 0, sizeof *e);
@@ -209,20 +302,27 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   int rc = -1;
   gpt_model m;
   memset(&m, 0, sizeof m);
+  loom_estimate *tmp = NULL, *best = NULL;
   rt->cfg = cfg;
   if (loom_config_load(cfg, config_path, overrides, n_overrides, err, errlen) != 0) goto out;
   /* the plugins are opened, never created: their caps are all the estimate needs */
   if (loom__plugins_open(rt, err, errlen) != 0) goto out;
   snprintf(e->config, sizeof e->config, "%s", config_path);
   /* tensor parallel: the accounting below is per tp rank over the dp axis (psi = the local
-   * parameters), plus Megatron's 4 all-reduces of B*T*C per layer per micro-step */
+   * parameters), plus Megatron's 4 all-reduces of B*T*C per layer per micro-step; pipeline
+   * parallel: per stage (psi = the stage's parameters), see account_stage */
   e->tp = rt->tp_size > 1 ? rt->tp_size : 1;
-  if (world % e->tp != 0) {
-    snprintf(err, errlen, "%s: --world %d is not a multiple of the tensor-parallel size %d",
-             cfg->path, world, e->tp);
+  e->pp = rt->pp_size > 1 ? rt->pp_size : 1;
+  if (world % (e->tp * e->pp) != 0) {
+    if (e->pp > 1)
+      snprintf(err, errlen, "%s: --world %d is not a multiple of tensor-parallel size %d x "
+               "pipeline stages %d = %d", cfg->path, world, e->tp, e->pp, e->tp * e->pp);
+    else
+      snprintf(err, errlen, "%s: --world %d is not a multiple of the tensor-parallel size %d",
+               cfg->path, world, e->tp);
     goto out;
   }
-  world /= e->tp;
+  world /= e->tp * e->pp;
   e->world = world;
   e->n_plugins = rt->n_parallel;
   for (int i = 0; i < rt->n_parallel; i++) {
@@ -245,30 +345,56 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   e->micro_batch = cfg->train.micro_batch_size;
   e->seq_len = cfg->train.seq_len;
   e->accum = cfg->train.grad_accum_steps;
-  /* the parameter table only: no device, no storage */
-  gpt_config mc = {.vocab_size = cfg->model.vocab_size, .max_seq_len = cfg->model.context_length,
-                   .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
-                   .n_embd = cfg->model.n_embd, .tp_size = e->tp, .tp_rank = 0};
+  if (e->pp > 1 && read_schedule(cfg, e, err, errlen) != 0) goto out;
+  /* the parameter tables only: no device, no storage */
+  gpt_config full = {.vocab_size = cfg->model.vocab_size,
+                     .max_seq_len = cfg->model.context_length, .n_layer = cfg->model.n_layer,
+                     .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
+                     .tp_size = e->tp, .tp_rank = 0};
   char me[512];
-  if (gpt_init_ex(&m, &mc, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, me, sizeof me) !=
+  if (gpt_init_ex(&m, &full, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, me, sizeof me) !=
       LOOM_OK) {
     snprintf(err, errlen, "%s: %s", cfg->path, me);
     goto out;
   }
-  e->psi = m.num_parameters;
-  account(e, cfg, &m);
-  if (e->tp > 1) {
-    e->tp_comm_bytes = (uint64_t)e->n_layer * 4 * (uint64_t)e->accum * 2 * (uint64_t)(e->tp - 1) *
-                       (uint64_t)e->micro_batch * (uint64_t)e->seq_len * (uint64_t)e->n_embd * 4 /
-                       (uint64_t)e->tp;
-    e->comm_bytes += e->tp_comm_bytes;
-    char f[sizeof e->comm_formula];
-    snprintf(f, sizeof f, "%s", e->world > 1 ? e->comm_formula : "0 over dp");
-    snprintf(e->comm_formula, sizeof e->comm_formula, "%s + tp f/g", f);
-    e->comm_bytes_paper += e->tp_comm_bytes;
+  e->psi_model = m.num_parameters;
+  gpt_free(&m);
+  memset(&m, 0, sizeof m);
+  /* the trainer's split (the same function), then every stage on its own table */
+  if (loom__pp_split(rt, &full, me, sizeof me) != 0) {
+    snprintf(err, errlen, "%s: %s", cfg->path, me);
+    goto out;
   }
+  tmp = malloc(sizeof *tmp);
+  best = malloc(sizeof *best);
+  if (!tmp || !best) {
+    snprintf(err, errlen, "out of memory");
+    goto out;
+  }
+  for (int s = 0; s < e->pp; s++) {
+    gpt_config sc = loom__pp_stage_config(rt, &full, s);
+    if (gpt_init_ex(&m, &sc, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, me, sizeof me) !=
+        LOOM_OK) {
+      snprintf(err, errlen, "%s: %s", cfg->path, me);
+      goto out;
+    }
+    memcpy(tmp, e, sizeof *tmp);
+    tmp->psi = m.num_parameters;
+    account(tmp, cfg, &m);
+    account_stage(tmp, &m, s, &e->stages[s]);
+    if (s == 0 || tmp->total > best->total) {
+      memcpy(best, tmp, sizeof *best);
+      best->worst_stage = s;
+    }
+    gpt_free(&m);
+    memset(&m, 0, sizeof m);
+  }
+  memcpy(best->stages, e->stages, sizeof e->stages);
+  memcpy(e, best, sizeof *e);
   rc = 0;
 out:
+  free(tmp);
+  free(best);
   gpt_free(&m);
   loom__plugins_destroy(rt);
   loom_config_free(cfg);
@@ -298,17 +424,37 @@ static const char *row_name(loom_mem_category c) {
 
 void loom_estimate_print(FILE *out, const loom_estimate *e) {
   int tp = e->tp > 1 ? e->tp : 1;
-  fprintf(out, "loom estimate: %s, world %d (dp %d, tp %d, pp 1)\n", e->config, e->world * tp,
-          e->world, tp);
+  int pp = e->pp > 1 ? e->pp : 1;
+  fprintf(out, "loom estimate: %s, world %d (dp %d, tp %d, pp %d)\n", e->config,
+          e->world * tp * pp, e->world, tp, pp);
   if (tp > 1)
     fprintf(out, "tensor parallel: Psi below is per tp rank (heads and MLP units split %d ways; "
-            "embeddings, LayerNorms replicated); f/g traffic 4 x L x 2(tp-1)/tp x B*T*C*4 x accum "
+            "embeddings, LayerNorms replicated); f/g traffic 4 x L%s x 2(tp-1)/tp x B*T*C*4 x accum "
             "= %llu bytes per step, included in the communication below\n", tp,
-            (unsigned long long)e->tp_comm_bytes);
+            e->pp > 1 ? " (the stage's blocks)" : "", (unsigned long long)e->tp_comm_bytes);
   fprintf(out, "model: Psi = %llu parameters (n_layer %d, n_head %d, n_embd %d, vocab %d, "
           "context %d); per rank: micro-batch %d x %d tokens, accum %d\n",
-          (unsigned long long)e->psi, e->n_layer, e->n_head, e->n_embd, e->vocab_size,
+          (unsigned long long)e->psi_model, e->n_layer, e->n_head, e->n_embd, e->vocab_size,
           e->context_length, e->micro_batch, e->seq_len, e->accum);
+  if (pp > 1) {
+    fprintf(out, "pipeline: %d stages, schedule %s, m = %d micro-batches; per stage (Psi with "
+            "the last stage's tied wte copy; comm per step per rank):\n", pp, e->schedule,
+            e->accum);
+    fprintf(out, "  %-5s %-7s %10s %9s %12s %12s %12s %12s %12s\n", "stage", "units", "Psi",
+            "in flight", "states", "activations", "total", "comm/step", "of it p2p");
+    for (int s = 0; s < pp; s++) {
+      const loom_estimate_stage *st = &e->stages[s];
+      char units[16];
+      snprintf(units, sizeof units, "%d..%d", st->first_unit, st->last_unit);
+      fprintf(out, "  %-5d %-7s %10llu %9d %12llu %12llu %12llu %12llu %12llu%s\n", s, units,
+              (unsigned long long)st->psi, st->in_flight, (unsigned long long)st->model_states,
+              (unsigned long long)st->bytes[LOOM_MEM_ACTIVATIONS],
+              (unsigned long long)st->total, (unsigned long long)st->comm_bytes,
+              (unsigned long long)st->p2p_comm_bytes, s == e->worst_stage ? "  <- below" : "");
+    }
+    fprintf(out, "stage %d (the largest): Psi = %llu\n", e->worst_stage,
+            (unsigned long long)e->psi);
+  }
   fprintf(out, "plugins:");
   if (!e->n_plugins) fprintf(out, " none");
   for (int i = 0; i < e->n_plugins; i++) {
@@ -354,7 +500,7 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
   json_t *doc = json_pack(
       "{s:s, s:i, s:I, s:I, s:I, s:o, s:s, s:i, s:{s:b, s:b, s:b, s:b, s:b}, "
       "s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}, s:o, s:o, s:I, s:I, s:s}",
-      "config", e->config, "world", e->world * (e->tp > 1 ? e->tp : 1), "psi", (json_int_t)e->psi, "partition",
+      "config", e->config, "world", e->world * (e->tp > 1 ? e->tp : 1) * (e->pp > 1 ? e->pp : 1), "psi", (json_int_t)e->psi, "partition",
       (json_int_t)e->part, "gathered_unit", (json_int_t)e->gathered, "plugins", plugins,
       "strategy", e->strategy, "stage", e->stage, "roles", "grad_sync", e->grad_sync,
       "shard_optim", e->shard_optim, "shard_grads", e->shard_grads, "shard_params",
@@ -365,6 +511,34 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
       (json_int_t)e->model_states, "comm_bytes_per_step", (json_int_t)e->comm_bytes,
       "comm_formula", e->comm_formula);
   if (doc) {
+    json_t *stages = json_array();
+    for (int s = 0; s < (e->pp > 1 ? e->pp : 1); s++) {
+      const loom_estimate_stage *st = &e->stages[s];
+      json_t *b = json_object();
+      for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        json_object_set_new(b, loom__mem_category_name(order[i]),
+                            json_integer((json_int_t)st->bytes[order[i]]));
+      json_object_set_new(b, "total", json_integer((json_int_t)st->total));
+      json_array_append_new(
+          stages, json_pack("{s:i, s:i, s:i, s:i, s:I, s:i, s:I, s:o, s:I, s:I, s:{s:I, s:I, "
+                            "s:I, s:I}}",
+                            "stage", s, "first_unit", st->first_unit, "last_unit",
+                            st->last_unit, "n_blocks", st->n_blocks, "psi",
+                            (json_int_t)st->psi, "in_flight", st->in_flight,
+                            "activations_per_micro_batch", (json_int_t)st->act_per_micro,
+                            "bytes", b, "model_states", (json_int_t)st->model_states,
+                            "comm_bytes_per_step", (json_int_t)st->comm_bytes, "comm",
+                            "dp", (json_int_t)st->dp_comm_bytes, "tied_wte",
+                            (json_int_t)st->tied_comm_bytes, "p2p",
+                            (json_int_t)st->p2p_comm_bytes, "tp",
+                            (json_int_t)st->tp_comm_bytes));
+    }
+    json_object_set_new(doc, "pp", json_integer(e->pp > 1 ? e->pp : 1));
+    json_object_set_new(doc, "dp", json_integer(e->world));
+    json_object_set_new(doc, "schedule", json_string(e->schedule));
+    json_object_set_new(doc, "psi_model", json_integer((json_int_t)e->psi_model));
+    json_object_set_new(doc, "worst_stage", json_integer(e->worst_stage));
+    json_object_set_new(doc, "stages", stages);
     json_object_set_new(doc, "tp", json_integer(e->tp > 1 ? e->tp : 1));
     json_object_set_new(doc, "tp_comm_bytes", json_integer((json_int_t)e->tp_comm_bytes));
   }

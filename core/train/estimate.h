@@ -29,7 +29,18 @@
  *                 corrected for this model: the head's gather carries the tied wte again and
  *                 is kept from its forward to its backward, and unit 0's backward (the
  *                 embedding's) reads no parameter, so it is not gathered (+wte − head − wte −
- *                 wpe); the paper's value is reported alongside (comm_bytes_paper). */
+ *                 wpe); the paper's value is reported alongside (comm_bytes_paper).
+ *
+ * Pipeline parallel (a plugin on the pp axis, "size" p): N = world / (tp·p), and every stage
+ * is accounted on its own parameter table (the split is loom__pp_split's, the trainer's): Ψ is
+ * the stage's parameters, the last stage's with its copy of the tied wte (V·C). The stage holds
+ * one activation pool (and its two token buffers) per micro-batch in flight: 1 (sequential),
+ * m = A (gpipe), min(p − s, m) (1f1b, stage s); the first and last stage hold the tied wte's
+ * gradient buffer (4VC, comm). Its traffic adds, per step: the tied wte's gradient sum over the
+ * first and last stage's 2N ranks, 2(2N−1)/(2N)·4VC (first and last stage only), and the
+ * boundary sends, A·4BTC per direction with a neighbour (activations forward to s+1, their
+ * gradients back to s−1); tensor parallel's f/g count the stage's blocks only. The top-level
+ * figures are the largest stage's (by total bytes: the worst rank); `stages` has every one. */
 #ifndef LOOM_CORE_ESTIMATE_H
 #define LOOM_CORE_ESTIMATE_H
 
@@ -38,10 +49,29 @@
 #include <stdio.h>
 
 #include "../config/config.h"
+#include "../runtime/runtime.h"
+
+/* One pipeline stage's accounting (pp 1: the single stage, the whole model). */
+typedef struct loom_estimate_stage {
+  int first_unit, last_unit; /* units [first, last]: 0 embedding, 1..L blocks, L+1 head */
+  int n_blocks;
+  uint64_t psi;              /* the stage's parameters (with the last stage's tied wte copy) */
+  int in_flight;             /* micro-batches whose activations the schedule holds at once */
+  uint64_t act_per_micro;    /* gpt_activation_bytes of the stage at (B, T) */
+  uint64_t bytes[LOOM_MEM__COUNT];
+  uint64_t total, model_states;
+  uint64_t comm_bytes;       /* per step per rank: the sum of the four below */
+  uint64_t dp_comm_bytes, tied_comm_bytes, p2p_comm_bytes, tp_comm_bytes;
+} loom_estimate_stage;
 
 typedef struct loom_estimate {
   char config[LOOM_PATH_MAX];
-  int world;                /* N = data-parallel ranks (the world / tp; pp = 1) */
+  int world;                /* N = data-parallel ranks (the world / (tp * pp)) */
+  int pp;                   /* pipeline stages (1 without a pipeline plugin) */
+  char schedule[16];        /* the pipeline schedule ("" without one) */
+  int worst_stage;          /* the stage the top-level figures are of */
+  loom_estimate_stage stages[LOOM_MAX_STAGES];
+  uint64_t psi_model;       /* the whole model's parameters (per tp rank) */
   int tp;                   /* tensor-parallel size (1 without tensor_parallel) */
   uint64_t tp_comm_bytes;   /* Megatron's f/g all-reduces per step per rank */
   int n_plugins;
@@ -53,7 +83,7 @@ typedef struct loom_estimate {
   /* model and batch */
   int n_layer, n_head, n_embd, vocab_size, context_length;
   int micro_batch, seq_len, accum;
-  uint64_t psi;             /* parameters */
+  uint64_t psi;             /* parameters (of the worst stage under pp) */
   uint64_t part;            /* elements of rank 0's optimizer partition */
   uint64_t gathered;        /* ZeRO-3: elements of the largest gathered unit (0 otherwise) */
   /* bytes per rank, indexed by loom_mem_category, and the total */
@@ -63,7 +93,7 @@ typedef struct loom_estimate {
   char formula[LOOM_MEM__COUNT][64];
   uint64_t comm_bytes;      /* per optimizer step per rank */
   uint64_t comm_bytes_paper; /* the same by the paper's formula (no tied-embedding terms) */
-  char comm_formula[64];
+  char comm_formula[160];
 } loom_estimate;
 
 /* Load `config_path` with the overrides, open its plugins (roles only: nothing is created) and

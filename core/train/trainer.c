@@ -608,9 +608,11 @@ int loom_trainer_run(loom_trainer *tr) {
   loom_metrics_end(tr);
   if (rt->mesh.pp > 1) /* every stage's own activation peak (the metrics file is rank 0's) */
     fprintf(stderr, "loom[%d] info: pipeline stage %d of %d (units %d..%d): peak activation "
-            "memory %zu bytes\n", rt->mesh.world_rank, rt->mesh.pp_rank, rt->mesh.pp,
+            "memory %zu bytes; params %zu, grads %zu, optim %zu bytes (loom estimate's "
+            "stages)\n", rt->mesh.world_rank, rt->mesh.pp_rank, rt->mesh.pp,
             rt->model.first_unit, rt->model.last_unit,
-            rt->dev.bytes_peak[LOOM_MEM_ACTIVATIONS]);
+            rt->dev.bytes_peak[LOOM_MEM_ACTIVATIONS], rt->dev.bytes_peak[LOOM_MEM_PARAMS],
+            rt->dev.bytes_peak[LOOM_MEM_GRADS], rt->dev.bytes_peak[LOOM_MEM_OPTIM]);
   if (cfg->sample.tokens > 0 && loom_trainer_sample(tr) != 0) return -1;
   return 0;
 }
