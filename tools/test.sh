@@ -12,5 +12,6 @@ echo "== tests under AddressSanitizer + UBSan (build-asan/)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 # OpenMPI's own allocations are not freed at exit; leaks are checked in the unit tests only.
-(cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j"$jobs" -LE unit &&
+# The big equivalence matrix (label "matrix") runs in the normal build only.
+(cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j"$jobs" -LE 'unit|matrix' &&
   ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -L unit)

@@ -134,7 +134,8 @@ int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
     if (caps & ~(uint64_t)HOST_PARALLEL_CAPS) {
       snprintf(err, errlen,
                "%s: %s: plugin '%s' (%s) needs capabilities 0x%llx that this loom does not "
-               "support yet (it runs data-parallel and tensor-parallel plugins only)",
+               "know (it runs data-parallel, ZeRO, offload, tensor- and pipeline-parallel "
+               "roles): a newer loom is needed",
                cfg->path, pc->json_path, pc->name, rt->parallel[i].path,
                (unsigned long long)(caps & ~(uint64_t)HOST_PARALLEL_CAPS));
       return -1;

@@ -205,13 +205,31 @@ int loom__ckpt_resume(loom_trainer *tr) {
       same_split &= json_integer_value(json_object_get(x, "first_unit")) == rt->pp_first[s] &&
                     json_integer_value(json_object_get(x, "last_unit")) == rt->pp_last[s];
     }
+    /* "[2, 4]": units per stage, saved and now, for the message */
+    char saved_units[128] = "[", run_units[128] = "[";
+    for (size_t s = 0; s < json_array_size(jst); s++) {
+      json_t *x = json_array_get(jst, s);
+      size_t k = strlen(saved_units);
+      snprintf(saved_units + k, sizeof saved_units - k, "%s%lld", s ? ", " : "",
+               (long long)(json_integer_value(json_object_get(x, "last_unit")) -
+                           json_integer_value(json_object_get(x, "first_unit")) + 1));
+    }
+    for (int s = 0; s < rt->mesh.pp; s++) {
+      size_t k = strlen(run_units);
+      snprintf(run_units + k, sizeof run_units - k, "%s%d", s ? ", " : "",
+               rt->pp_last[s] - rt->pp_first[s] + 1);
+    }
+    strncat(saved_units, "]", sizeof saved_units - strlen(saved_units) - 1);
+    strncat(run_units, "]", sizeof run_units - strlen(run_units) - 1);
+    if (json_array_size(jst) == 0) snprintf(saved_units, sizeof saved_units, "[all]");
+    if (rt->mesh.pp <= 1) snprintf(run_units, sizeof run_units, "[all]");
     json_decref(m0);
     if (saved_pp != rt->mesh.pp || !same_split) {
       snprintf(tr->err, sizeof tr->err,
-               "checkpoint step %d: the pipeline split differs: it was saved with pp %d%s, this "
-               "run has pp %d (each stage's items hold its own units; resume with the same "
-               "pipeline \"size\" and \"stages\", or start a new checkpoint dir)", step,
-               saved_pp, same_split ? "" : " and other stage boundaries", rt->mesh.pp);
+               "checkpoint step %d: the pipeline split differs: it was saved with pp %d, units "
+               "per stage %s; this run has pp %d, units per stage %s (each stage's items hold "
+               "its own units; resume with the same pipeline \"size\" and \"stages\", or start "
+               "a new checkpoint dir)", step, saved_pp, saved_units, rt->mesh.pp, run_units);
       return -1;
     }
     if (saved_tp != rt->mesh.tp) {

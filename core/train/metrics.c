@@ -87,8 +87,8 @@ void loom_metrics_start(loom_trainer *tr) {
     global += (size_t)p->shape[0] * (size_t)(p->ndim == 2 ? p->shape[1] : 1);
   }
   char tpbuf[96] = "";
-  if (rt->mesh.tp > 1)
-    snprintf(tpbuf, sizeof tpbuf, " (%zu per tensor-parallel rank)", rt->model.num_parameters);
+  if (rt->mesh.tp > 1 || rt->mesh.pp > 1)
+    snprintf(tpbuf, sizeof tpbuf, " (%zu on this rank)", rt->model.num_parameters);
   char meshbuf[64];
   if (rt->mesh.pp > 1)
     snprintf(meshbuf, sizeof meshbuf, "pp %d x dp %d x tp %d, stage %d: units %d..%d",

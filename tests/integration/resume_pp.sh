@@ -40,7 +40,7 @@ printf 'step-00000010' >"$WORK/pp_changed/ckpt/latest"
 if resume_run 4 pp_changed '[{"plugin":"pipeline","size":4,"schedule":"gpipe"}]'; then
   die "a resume with pp 4 from a pp 2 checkpoint was not refused"
 fi
-grep -q "pipeline split differs: it was saved with pp 2, this run has pp 4" \
+grep -q "pipeline split differs: it was saved with pp 2, units per stage \[2, 2\]; this run has pp 4" \
   "$WORK/pp_changed/out.log" || { cat "$WORK/pp_changed/out.log"; die "unclear refusal"; }
 echo "refused: $(grep -m1 'pipeline split differs' "$WORK/pp_changed/out.log")"
 echo "resume_pp: bitwise identical continuation under pp 2 and pp 2 x dp 2"

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -36,6 +37,7 @@ typedef struct ckpt {
   int rank, world;
   loom_comm *comm;
   char *meta;     /* last loaded metadata (returned by load) */
+  int lock_fd;    /* rank 0: DIR/.lock held with flock while the job runs, else -1 */
 } ckpt;
 
 /* Record an I/O failure as the plugin's error; returns 0 so it reads `ok = io_fail(...)`. */
@@ -193,10 +195,30 @@ static int ckpt_create(const loom_host_api_v1 *api, loom_host *host, const loom_
     free(c);
     return LOOM_IO;
   }
+  /* One job per directory: rank 0 holds an flock (released by the kernel when the process
+   * dies, so a crash never leaves a stale lock). Two jobs writing one directory would publish
+   * each other's steps. */
+  c->lock_fd = -1;
+  if (c->rank == 0) {
+    char lp[PATH_MAX];
+    path_fmt(lp, sizeof lp, "%s/.lock", c->dir);
+    c->lock_fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (c->lock_fd < 0 || flock(c->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      int busy = c->lock_fd >= 0 && errno == EWOULDBLOCK;
+      api->set_error(host, "option 'dir': %s %s", c->dir,
+                     busy ? "is in use by another running job (it holds .lock): wait for it "
+                            "to end, or give this run its own checkpoint dir"
+                          : "cannot be locked");
+      if (c->lock_fd >= 0) close(c->lock_fd);
+      free(c);
+      return busy ? LOOM_INVALID_USAGE : LOOM_IO;
+    }
+  }
   int newest = c->resume ? 0 : newest_complete_step(c);
   if (newest > 0) {
     api->set_error(host, "option 'dir': %s already holds checkpoints (newest step %d) and "
                    "'resume' is false: use an empty directory, or resume", c->dir, newest);
+    if (c->lock_fd >= 0) close(c->lock_fd);
     free(c);
     return LOOM_INVALID_CONFIG;
   }
@@ -207,6 +229,7 @@ static int ckpt_create(const loom_host_api_v1 *api, loom_host *host, const loom_
 static void ckpt_destroy(void *ctx) {
   ckpt *c = ctx;
   if (!c) return;
+  if (c->lock_fd >= 0) close(c->lock_fd); /* releases the flock */
   free(c->meta);
   free(c);
 }

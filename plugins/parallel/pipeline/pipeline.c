@@ -93,10 +93,15 @@ static void pl_destroy(void *ctx) {
     int m = P->n_micro;
     P->api->log(P->host, LOOM_LOG_INFO,
                 "bubble: stage %d of %d, schedule %s, m %d: idle %.4f of the pipeline time over "
-                "%d steps (ideal (p-1)/(m+p-1) = %.4f); peak %d micro-batches in flight",
+                "%d steps (ideal %s = %.4f; above it: bubble plus load imbalance between "
+                "stages); peak %d micro-batches in flight",
                 P->s, P->p, sched_names[P->sched], m,
                 P->sum_total > 0 ? P->sum_idle / P->sum_total : 0.0, P->steps - 1,
-                (double)(P->p - 1) / (double)(m + P->p - 1), P->peak_inflight);
+                /* sequential runs one micro-batch through all stages at a time */
+                P->sched == 0 ? "(p-1)/p" : "(p-1)/(m+p-1)",
+                P->sched == 0 ? (double)(P->p - 1) / (double)P->p
+                              : (double)(P->p - 1) / (double)(m + P->p - 1),
+                P->peak_inflight);
   }
   free(P->req_out);
   free(P->req_gin);
