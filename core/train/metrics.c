@@ -151,7 +151,11 @@ int loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m) {
     for (int k = 0; k < LOOM_MEM__COUNT; k++)
       fprintf(tr->metrics, "%s\"%s\":%zu", k ? "," : "",
               loom__mem_category_name((loom_mem_category)k), rt->dev.bytes_peak[k]);
-    fprintf(tr->metrics, ",\"total\":%zu}}\n", rt->dev.total_peak);
+    fprintf(tr->metrics, ",\"total\":%zu},\"mem_peak_bytes_max\":{", rt->dev.total_peak);
+    for (int k = 0; k < LOOM_MEM__COUNT; k++)
+      fprintf(tr->metrics, "%s\"%s\":%lld", k ? "," : "",
+              loom__mem_category_name((loom_mem_category)k), (long long)tr->mem_peak_max[k]);
+    fprintf(tr->metrics, ",\"total\":%lld}}\n", (long long)tr->mem_peak_max[LOOM_MEM__COUNT]);
     return check_written(tr);
   }
   return 0;
@@ -170,13 +174,12 @@ int loom_metrics_eval(loom_trainer *tr, int step, double val_loss) {
 
 void loom_metrics_end(loom_trainer *tr) {
   if (!is_rank0(tr)) return;
-  const loom_dev *d = &tr->rt.dev;
-  printf("loom: peak memory per rank:");
+  printf("loom: peak memory per rank%s:", tr->rt.mesh.world_size > 1 ? " (max over ranks)" : "");
   for (int k = 0; k < LOOM_MEM__COUNT; k++)
-    if (d->bytes_peak[k])
+    if (tr->mem_peak_max[k])
       printf(" %s %.2f MiB", loom__mem_category_name((loom_mem_category)k),
-             d->bytes_peak[k] / 1048576.0);
-  printf(" | total %.2f MiB\n", d->total_peak / 1048576.0);
+             tr->mem_peak_max[k] / 1048576.0);
+  printf(" | total %.2f MiB\n", tr->mem_peak_max[LOOM_MEM__COUNT] / 1048576.0);
   fflush(stdout);
 }
 

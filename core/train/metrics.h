@@ -1,7 +1,7 @@
 /* Monitoring: the live progress line on rank 0 and the JSONL metrics file.
  * Each step record: step, loss, lr, grad_norm, tokens_per_s, ms_per_step, eta_s, tokens,
  * comm_bytes (bytes this rank's plugins sent during the step, algorithmic volume; the host's own
- * control messages — the loss average — are not counted), mem_peak_bytes per category.
+ * control messages — the loss average — are not counted), mem_peak_bytes per category (rank 0's) and mem_peak_bytes_max (the largest over all ranks).
  * Each eval record: step, val_loss. */
 #ifndef LOOM_CORE_METRICS_H
 #define LOOM_CORE_METRICS_H

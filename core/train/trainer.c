@@ -116,6 +116,20 @@ static int stop_requested(loom_trainer *tr, int *stop) {
   return 0;
 }
 
+/* The peak memory of every category, maximised over all ranks (stages and ZeRO partitions
+ * differ): one small all-reduce per step, control traffic, not counted. */
+static int gather_peak_memory(loom_trainer *tr) {
+  loom_runtime *rt = &tr->rt;
+  for (int k = 0; k < LOOM_MEM__COUNT; k++) tr->mem_peak_max[k] = (int64_t)rt->dev.bytes_peak[k];
+  tr->mem_peak_max[LOOM_MEM__COUNT] = (int64_t)rt->dev.total_peak;
+  if (rt->mesh.world_size <= 1) return 0;
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_WORLD], tr->mem_peak_max,
+                    LOOM_MEM__COUNT + 1, LOOM_I64, LOOM_OP_MAX, NULL) != LOOM_OK)
+    return fail(tr, "gathering peak memory failed: %s", rt->comm_host.error);
+  return 0;
+}
+
 gpt_hooks loom__forward_hooks(loom_trainer *tr) {
   gpt_hooks h = make_hooks(tr);
   h.pre_backward = h.post_backward = NULL;
@@ -580,6 +594,7 @@ int loom_trainer_run(loom_trainer *tr) {
     if (train_step(tr, step, lr, &sm) != 0) return -1;
     tr->step = step;
     sm.seconds = now_s() - t;
+    if (gather_peak_memory(tr) != 0) return -1;
     if (loom_metrics_step(tr, &sm) != 0) return -1;
     int last = step == steps;
     loom_watchdog_beat(&tr->watchdog, step);
@@ -605,6 +620,7 @@ int loom_trainer_run(loom_trainer *tr) {
       return 0;
     }
   }
+  if (gather_peak_memory(tr) != 0) return -1; /* collective: every rank gets here */
   loom_metrics_end(tr);
   if (rt->mesh.pp > 1) /* every stage's own activation peak (the metrics file is rank 0's) */
     fprintf(stderr, "loom[%d] info: pipeline stage %d of %d (units %d..%d): peak activation "

@@ -29,6 +29,7 @@ typedef struct loom_trainer {
   FILE *metrics;
   double t0;               /* wall clock at start of training, seconds */
   uint64_t comm_bytes_prev;
+  int64_t mem_peak_max[LOOM_MEM__COUNT + 1]; /* max over every rank: each category, then total */
   int stopped;             /* training ended early on SIGINT/SIGTERM (checkpoint saved) */
   loom_watchdog watchdog;  /* ends the job when no progress is made for train.timeout_s */
   char err[2048];          /* the message of the first failure */
