@@ -8,6 +8,7 @@
  * state is the cursor, which makes resume exact (save the cursor, set it on a fresh loader). */
 #define _GNU_SOURCE
 #include "data/shards.h"
+#include "util/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -229,39 +230,6 @@ void loom_loader_fill(const loom_loader *ld, int B, int dp, int m, int r, int32_
 
 void loom_loader_advance(loom_loader *ld, uint64_t G) { ld->cursor += G; }
 
-static int write_all(int fd, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
-/* fsync the directory holding `path` so a rename into it survives a crash (best effort). */
-static void sync_parent_dir(const char *path) {
-  char *dir = strdup(path);
-  if (!dir) return;
-  char *slash = strrchr(dir, '/');
-  const char *d = ".";
-  if (slash) {
-    if (slash == dir) slash[1] = '\0';
-    else *slash = '\0';
-    d = dir;
-  }
-  int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)fsync(fd);
-    close(fd);
-  }
-  free(dir);
-}
-
 int loom_shard_write(const char *path, const uint16_t *tokens, size_t n_tokens, char *err,
                      size_t errlen) {
   if (n_tokens > (size_t)INT32_MAX) {
@@ -269,49 +237,11 @@ int loom_shard_write(const char *path, const uint16_t *tokens, size_t n_tokens, 
             n_tokens);
     return -1;
   }
-  size_t tmplen = strlen(path) + 32;
-  char *tmp = malloc(tmplen);
-  if (!tmp) {
-    set_err(err, errlen, "%s: out of memory", path);
-    return -1;
-  }
-  snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    set_err(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
-    free(tmp);
-    return -1;
-  }
   int32_t hdr[LOOM_SHARD_HEADER_INTS] = {0};
   hdr[0] = LOOM_SHARD_MAGIC;
   hdr[1] = LOOM_SHARD_VERSION;
   hdr[2] = (int32_t)n_tokens;
-  const char *what = "write";
-  int ok = write_all(fd, hdr, sizeof(hdr)) == 0 &&
-           (n_tokens == 0 || write_all(fd, tokens, n_tokens * sizeof(uint16_t)) == 0);
-  if (ok) {
-    what = "fsync";
-    ok = fsync(fd) == 0;
-  }
-  int saved = errno;
-  if (close(fd) != 0 && ok) {
-    what = "close";
-    saved = errno;
-    ok = 0;
-  }
-  if (ok) {
-    what = "rename";
-    ok = rename(tmp, path) == 0;
-    saved = errno;
-  }
-  if (!ok) {
-    set_err(err, errlen, "%s: cannot %s: %s", strcmp(what, "rename") ? tmp : path, what,
-            strerror(saved));
-    unlink(tmp);
-    free(tmp);
-    return -1;
-  }
-  free(tmp);
-  sync_parent_dir(path);
-  return 0;
+  const void *parts[2] = {hdr, tokens};
+  size_t lens[2] = {sizeof hdr, n_tokens * sizeof(uint16_t)};
+  return loom__write_file_atomic(path, parts, lens, 2, err, errlen);
 }

@@ -1,6 +1,7 @@
 /* The byte-level tokenizer (see tokenizer.h): token = byte, vocab 256. */
 #define _GNU_SOURCE
 #include "data/tokenizer.h"
+#include "util/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -66,35 +67,9 @@ int loom_tokenizer_save(const loom_tokenizer *tok, const char *path, char *err, 
   char text[128];
   int n = snprintf(text, sizeof(text), "{\"type\": \"byte\", \"vocab_size\": %d}\n",
                    tok->vocab_size);
-  size_t tmplen = strlen(path) + 32;
-  char *tmp = malloc(tmplen);
-  if (!tmp) {
-    set_err(err, errlen, "%s: out of memory", path);
-    return -1;
-  }
-  snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    set_err(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
-    free(tmp);
-    return -1;
-  }
-  int ok = write(fd, text, (size_t)n) == n && fsync(fd) == 0;
-  int saved = errno;
-  if (close(fd) != 0 && ok) {
-    saved = errno;
-    ok = 0;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    saved = errno;
-    ok = 0;
-  }
-  if (!ok) {
-    set_err(err, errlen, "%s: cannot write: %s", path, strerror(saved));
-    unlink(tmp);
-  }
-  free(tmp);
-  return ok ? 0 : -1;
+  const void *parts[1] = {text};
+  size_t lens[1] = {(size_t)n};
+  return loom__write_file_atomic(path, parts, lens, 1, err, errlen);
 }
 
 size_t loom_tokenizer_encode(const loom_tokenizer *tok, const char *text, size_t len,
