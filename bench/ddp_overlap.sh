@@ -32,24 +32,8 @@ while [ $# -gt 0 ]; do
     *) echo "ddp_overlap.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-build=$(cd "$build" && pwd)
-bin=$build/bin
-for exe in loom loom-prepare loom-sgemm-peak; do
-  [ -x "$bin/$exe" ] || { echo "ddp_overlap.sh: $bin/$exe missing: build first" >&2; exit 2; }
-done
-[ "$steps" -gt "$((skip + 2))" ] || { echo "ddp_overlap.sh: --steps must exceed --skip + 2" >&2; exit 2; }
-data=${data:-$build/bench-data/fortunes}
-out=${out:-$build/bench-runs/ddp_overlap}
-rm -rf "$out"
-mkdir -p "$out"
-if [ ! -f "$data/meta.json" ]; then
-  echo "== preparing the fortunes data in $data"
-  "$bin/loom-prepare" --out "$data" /usr/share/games/fortunes > "$out/prepare.log"
-fi
-if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-ncores=$(getconf _NPROCESSORS_ONLN) # before OMP_NUM_THREADS: nproc obeys it
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-t_start=$(date +%s)
+. "$root/bench/lib.sh"
+bench_setup ddp_overlap.sh ddp_overlap
 
 # run NAME OVERLAP BUCKET_MB ROUND: one 2-rank training run, metrics to $out/NAME.rROUND.jsonl
 run() {
