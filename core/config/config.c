@@ -13,8 +13,10 @@
 #include <sys/stat.h>
 
 #include "config_internal.h"
+#include "util/input_file.h"
 
 #define PARSE_FLAGS JSON_REJECT_DUPLICATES
+#define CONFIG_MAX_BYTES (16u << 20) /* a config is a few KiB; more is not a config */
 #define MAX_PATH_STEPS 32 /* depth of an override path: "a.b[0].c" is 4 steps */
 
 typedef struct ctx {
@@ -570,22 +572,15 @@ static void syntax_error(const char *file, const json_error_t *je, char *err, si
 
 int loom_config_load(loom_config *cfg, const char *path, const char *const *overrides,
                      int n_overrides, char *err, size_t errlen) {
-  if (!path) path = "(null)"; /* defensive: fopen fails below with a message */
+  if (!path) path = "(null)"; /* defensive: the open below fails with a message */
   if (start(cfg, path, err, errlen)) return -1;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    return -1;
-  }
-  struct stat st;
-  if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-    fclose(f);
-    set_err(err, errlen, "%s: cannot open: %s", path, strerror(EISDIR));
-    return -1;
-  }
+  /* never a blocking open: a FIFO or device named as the config is refused, not waited on */
+  size_t len;
+  char *text = loom__read_regular(path, CONFIG_MAX_BYTES, &len, err, errlen);
+  if (!text) return -1;
   json_error_t je;
-  json_t *root = json_loadf(f, PARSE_FLAGS, &je);
-  fclose(f);
+  json_t *root = json_loadb(text, len, PARSE_FLAGS, &je);
+  free(text);
   if (!root) {
     syntax_error(path, &je, err, errlen);
     return -1;

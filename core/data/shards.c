@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "data/shards.h"
 #include "util/atomic_file.h"
+#include "util/input_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -54,23 +55,11 @@ static int shard_open(loom_shard *sh, const char *path, int T, int vocab_size, c
     set_err(err, errlen, "%s: out of memory", path);
     return -1;
   }
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    return -1;
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-    close(fd);
-    return -1;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    set_err(err, errlen, "%s: not a regular file", path);
-    close(fd);
-    return -1;
-  }
-  size_t file_bytes = (size_t)st.st_size;
+  /* never a blocking open: a FIFO matched by the glob is refused, not waited on */
+  off_t size;
+  int fd = loom__open_regular(path, &size, err, errlen);
+  if (fd < 0) return -1;
+  size_t file_bytes = (size_t)size;
   if (file_bytes < HEADER_BYTES) {
     set_err(err, errlen,
             "%s: truncated: file holds %zu bytes, less than the %zu-byte header of an llm.c "
@@ -137,6 +126,35 @@ static int shard_open(loom_shard *sh, const char *path, int T, int vocab_size, c
   return 0;
 }
 
+/* glob's error callback has no user pointer: the failing directory is kept here (start-up is
+ * single-threaded; the loader is opened once per data set). */
+static _Thread_local char glob_failed_path[512];
+static _Thread_local int glob_failed_errno;
+
+static int on_glob_error(const char *epath, int eerrno) {
+  snprintf(glob_failed_path, sizeof glob_failed_path, "%s", epath);
+  glob_failed_errno = eerrno;
+  return 1; /* stop: GLOB_ERR */
+}
+
+/* Nothing matched: say what is missing (the directory, or only the files) and what makes them. */
+static void no_match_error(const char *pattern, char *err, size_t errlen) {
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s", pattern);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
+  struct stat st;
+  const char *hint = "token shards are made by tools/main_job.sh (README) or by "
+                     "`build/bin/loom-prepare --out DIR TEXT...`";
+  if (slash && slash != dir && !strpbrk(dir, "*?[") && stat(dir, &st) != 0)
+    set_err(err, errlen, "no files match '%s': directory %s does not exist (%s)", pattern, dir,
+            hint);
+  else if (slash && slash != dir && !strpbrk(dir, "*?[") && !S_ISDIR(st.st_mode))
+    set_err(err, errlen, "no files match '%s': %s is not a directory", pattern, dir);
+  else
+    set_err(err, errlen, "no files match '%s' (%s)", pattern, hint);
+}
+
 int loom_loader_open(loom_loader *ld, const char *pattern, int T, int vocab_size, char *err,
                      size_t errlen) {
   memset(ld, 0, sizeof(*ld));
@@ -154,14 +172,19 @@ int loom_loader_open(loom_loader *ld, const char *pattern, int T, int vocab_size
     return -1;
   }
   glob_t g;
-  int rc = glob(pattern, GLOB_ERR, NULL, &g);
-  if (rc == GLOB_NOMATCH) {
-    set_err(err, errlen, "no files match '%s'", pattern);
+  glob_failed_path[0] = '\0';
+  int rc = glob(pattern, GLOB_ERR, on_glob_error, &g);
+  if (rc == GLOB_NOMATCH || (rc == GLOB_ABORTED && glob_failed_errno == ENOENT)) {
+    if (rc != GLOB_NOMATCH) globfree(&g);
+    no_match_error(pattern, err, errlen);
     return -1;
   }
   if (rc != 0) {
-    set_err(err, errlen, "'%s': %s", pattern,
-            rc == GLOB_NOSPACE ? "out of memory while matching" : "read error while matching");
+    if (rc == GLOB_NOSPACE)
+      set_err(err, errlen, "'%s': out of memory while matching", pattern);
+    else
+      set_err(err, errlen, "'%s': cannot read directory %s: %s", pattern,
+              glob_failed_path[0] ? glob_failed_path : "(unknown)", strerror(glob_failed_errno));
     globfree(&g);
     return -1;
   }

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "data/tokenizer.h"
 #include "util/atomic_file.h"
+#include "util/input_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* A vocabulary file is a few bytes (byte tokenizer) to a few MiB (a BPE merge list). */
+#define VOCAB_MAX_BYTES (64u << 20)
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...) {
   if (!err || errlen == 0) return;
@@ -29,25 +33,28 @@ int loom_tokenizer_load(loom_tokenizer *tok, const char *path, char *err, size_t
   loom_tokenizer_init_bytes(tok);
   if (!path || !*path) return 0;
 
+  /* untrusted input: read without blocking (a FIFO is refused), bounded in size, then every
+   * field type-checked before use */
+  size_t len;
+  char *text = loom__read_regular(path, VOCAB_MAX_BYTES, &len, err, errlen);
+  if (!text) return -1;
   json_error_t jerr;
-  json_t *root = json_load_file(path, 0, &jerr);
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  free(text);
   if (!root) {
-    FILE *f = fopen(path, "r"); /* tell "missing" from "malformed" */
-    if (!f) {
-      set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    } else {
-      fclose(f);
-      set_err(err, errlen, "%s: not a vocabulary file: line %d: %s", path, jerr.line, jerr.text);
-    }
+    set_err(err, errlen, "%s: not a vocabulary file: line %d: %s", path, jerr.line, jerr.text);
     return -1;
   }
   int rc = -1;
-  const char *type = json_string_value(json_object_get(root, "type"));
+  json_t *tv = json_object_get(root, "type"); /* NULL when root is not an object */
+  const char *type = json_string_value(tv);
   json_t *vs = json_object_get(root, "vocab_size");
   if (!json_is_object(root)) {
     set_err(err, errlen, "%s: not a vocabulary file: expected a JSON object", path);
-  } else if (!type) {
+  } else if (!tv) {
     set_err(err, errlen, "%s: missing \"type\" (a string such as \"byte\")", path);
+  } else if (!type) {
+    set_err(err, errlen, "%s: \"type\" must be a string such as \"byte\"", path);
   } else if (strcmp(type, "byte") != 0) {
     set_err(err, errlen, "%s: unsupported tokenizer type \"%s\" (this build knows \"byte\")",
             path, type);

@@ -1,4 +1,5 @@
 #include "loader.h"
+#include "elf_check.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -158,6 +159,12 @@ int loom__plugin_open(loom_plugin *p, const char *name, loom_plugin_kind kind, c
   snprintf(p->name, sizeof p->name, "%s", name ? name : "");
   if (loom__plugin_resolve(name, p->path, sizeof p->path, err, errlen) != 0) return -1;
 
+  /* a truncated or foreign file must be refused here: dlopen would map it and die of SIGBUS */
+  char why[600];
+  if (loom__elf_check(p->path, why, sizeof why) != 0) {
+    snprintf(err, errlen, "plugin '%s' (%s): cannot load: %s", name, p->path, why);
+    return -1;
+  }
   dlerror();
   p->handle = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
   if (!p->handle) {

@@ -1,0 +1,25 @@
+/* Opening a file the user named (config, vocabulary, token shard, plugin) so that start-up can
+ * never block on it: a FIFO, a terminal or a device given where a file belongs is refused with
+ * a message instead of hanging `loom train` before its watchdog runs. */
+#ifndef LOOM_CORE_INPUT_FILE_H
+#define LOOM_CORE_INPUT_FILE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Open `path` read-only without blocking (O_NONBLOCK, cleared again once the file is known to
+ * be regular) and check it is a regular file. Returns the descriptor (caller closes) and its
+ * size in *size_bytes, or -1 with "PATH: cannot open: REASON" or "PATH: not a regular file
+ * (a FIFO|a directory|...)" in err. */
+int loom__open_regular(const char *path, off_t *size_bytes, char *err, size_t errlen);
+
+/* Read the whole regular file `path` (at most max_bytes) into a malloc'd buffer with a NUL
+ * after the last byte; *len gets the byte count. Returns the buffer (caller frees) or NULL
+ * with "PATH: ..." in err (as above, or "larger than MAX bytes", "read error: REASON"). */
+char *loom__read_regular(const char *path, size_t max_bytes, size_t *len, char *err,
+                         size_t errlen);
+
+/* What kind of file st_mode is, for messages: "a FIFO", "a directory", ... */
+const char *loom__file_kind(unsigned mode);
+
+#endif
