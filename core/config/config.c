@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "config_internal.h"
+#include "model/gpt.h"
 #include "util/input_file.h"
 
 #define PARSE_FLAGS JSON_REJECT_DUPLICATES
@@ -319,16 +320,24 @@ static int load_model(ctx *c) {
   loom_options o;
   if (section(c, "model", keys, &o)) return -1;
   loom_config *cfg = c->cfg;
+  /* the upper bounds keep every count and size computed from these in range (gpt.h) */
   if (get_int(c, &o, "vocab_size", 256, 2, 65536, &cfg->model.vocab_size) ||
-      get_int(c, &o, "context_length", 256, 1, INT_MAX, &cfg->model.context_length) ||
-      get_int(c, &o, "n_layer", 4, 1, INT_MAX, &cfg->model.n_layer) ||
-      get_int(c, &o, "n_head", 4, 1, INT_MAX, &cfg->model.n_head) ||
-      get_int(c, &o, "n_embd", 128, 1, INT_MAX, &cfg->model.n_embd))
+      get_int(c, &o, "context_length", 256, 1, GPT_MAX_SEQ_LEN, &cfg->model.context_length) ||
+      get_int(c, &o, "n_layer", 4, 1, GPT_MAX_N_LAYER, &cfg->model.n_layer) ||
+      get_int(c, &o, "n_head", 4, 1, GPT_MAX_N_EMBD, &cfg->model.n_head) ||
+      get_int(c, &o, "n_embd", 128, 1, GPT_MAX_N_EMBD, &cfg->model.n_embd))
     return -1;
   if (cfg->model.n_embd % cfg->model.n_head != 0)
     return loom__opt_error(&o, "n_embd", c->err, c->errlen,
                            "expected a multiple of model.n_head (%d), got %d", cfg->model.n_head,
                            cfg->model.n_embd);
+  double n = gpt_param_count_estimate(cfg->model.vocab_size, cfg->model.context_length,
+                                      cfg->model.n_layer, cfg->model.n_embd);
+  if (n > (double)GPT_MAX_PARAMS)
+    return loom__opt_error(&o, "n_layer", c->err, c->errlen,
+                           "n_layer %d x n_embd %d gives %.3g parameters, more than the 2^40 "
+                           "(%.3g) this loom can size: lower model.n_layer or model.n_embd",
+                           cfg->model.n_layer, cfg->model.n_embd, n, (double)GPT_MAX_PARAMS);
   return 0;
 }
 
@@ -353,19 +362,29 @@ static int load_train(ctx *c) {
   if (section(c, "train", keys, &o)) return -1;
   loom_config *cfg = c->cfg;
   int64_t seed;
-  if (get_int(c, &o, "micro_batch_size", 4, 1, INT_MAX, &cfg->train.micro_batch_size) ||
-      get_int(c, &o, "seq_len", cfg->model.context_length, 1, INT_MAX, &cfg->train.seq_len))
+  /* counts are bounded by LOOM_MAX_COUNT so that a step counter (int, counting to steps + 1)
+   * and products of counts computed in 64 bits cannot overflow */
+  if (get_int(c, &o, "micro_batch_size", 4, 1, LOOM_MAX_COUNT, &cfg->train.micro_batch_size) ||
+      get_int(c, &o, "seq_len", cfg->model.context_length, 1, GPT_MAX_SEQ_LEN,
+              &cfg->train.seq_len))
     return -1;
   if (cfg->train.seq_len > cfg->model.context_length)
     return loom__opt_error(&o, "seq_len", c->err, c->errlen,
                            "expected <= model.context_length (%d), got %d",
                            cfg->model.context_length, cfg->train.seq_len);
-  if (get_int(c, &o, "grad_accum_steps", 1, 1, INT_MAX, &cfg->train.grad_accum_steps) ||
+  /* B*T rows of a micro-batch are an int in the kernels */
+  if ((int64_t)cfg->train.micro_batch_size * cfg->train.seq_len > INT_MAX)
+    return loom__opt_error(&o, "micro_batch_size", c->err, c->errlen,
+                           "micro_batch_size %d x seq_len %d = %lld tokens per micro-batch, more "
+                           "than %d: lower it and raise train.grad_accum_steps",
+                           cfg->train.micro_batch_size, cfg->train.seq_len,
+                           (long long)cfg->train.micro_batch_size * cfg->train.seq_len, INT_MAX);
+  if (get_int(c, &o, "grad_accum_steps", 1, 1, LOOM_MAX_COUNT, &cfg->train.grad_accum_steps) ||
       get_int(c, &o, "global_batch_size", 0, 0, INT_MAX, &cfg->train.global_batch_size) ||
-      get_int(c, &o, "steps", 100, 1, INT_MAX, &cfg->train.steps) ||
-      get_int(c, &o, "eval_interval", 0, 0, INT_MAX, &cfg->train.eval_interval) ||
-      get_int(c, &o, "eval_batches", 8, 1, INT_MAX, &cfg->train.eval_batches) ||
-      get_int(c, &o, "timeout_s", 600, 0, INT_MAX, &cfg->train.timeout_s) ||
+      get_int(c, &o, "steps", 100, 1, LOOM_MAX_COUNT, &cfg->train.steps) ||
+      get_int(c, &o, "eval_interval", 0, 0, LOOM_MAX_COUNT, &cfg->train.eval_interval) ||
+      get_int(c, &o, "eval_batches", 8, 1, LOOM_MAX_COUNT, &cfg->train.eval_batches) ||
+      get_int(c, &o, "timeout_s", 600, 0, LOOM_MAX_TIMEOUT_S, &cfg->train.timeout_s) ||
       loom_opt_int(&o, "seed", 1337, 0, INT64_MAX, &seed, c->err, c->errlen))
     return -1;
   cfg->train.seed = (uint64_t)seed;
@@ -450,7 +469,7 @@ static int load_device(ctx *c) {
   if (strcmp(type, "cpu") != 0)
     return bad_choice(c, &o, "type", "\"cpu\" (the only device type supported so far)");
   snprintf(cfg->device.type, sizeof cfg->device.type, "%s", type);
-  if (get_int(c, &o, "threads", 0, 0, INT_MAX, &cfg->device.threads)) return -1;
+  if (get_int(c, &o, "threads", 0, 0, LOOM_MAX_THREADS, &cfg->device.threads)) return -1;
   if (!o.obj) { /* absent: give the device layer an empty object rather than NULL */
     o.obj = json_object();
     if (!o.obj || json_object_set_new(cfg->root, "device", o.obj)) { /* defensive */
@@ -497,7 +516,7 @@ static int load_logging(ctx *c) {
   loom_options o;
   loom_config *cfg = c->cfg;
   if (section(c, "logging", keys, &o) ||
-      get_int(c, &o, "interval", 1, 1, INT_MAX, &cfg->logging.interval) ||
+      get_int(c, &o, "interval", 1, 1, LOOM_MAX_COUNT, &cfg->logging.interval) ||
       get_str(c, &o, "metrics", "", cfg->logging.metrics, sizeof cfg->logging.metrics))
     return -1;
   return 0;
@@ -509,9 +528,9 @@ static int load_sample(ctx *c) {
   loom_config *cfg = c->cfg;
   if (section(c, "sample", keys, &o) ||
       get_str(c, &o, "prompt", "\n", cfg->sample.prompt, sizeof cfg->sample.prompt) ||
-      get_int(c, &o, "tokens", 0, 0, INT_MAX, &cfg->sample.tokens) ||
+      get_int(c, &o, "tokens", 0, 0, LOOM_MAX_COUNT, &cfg->sample.tokens) ||
       get_num(c, &o, "temperature", 1.0, 0, 1, INFINITY, 0, &cfg->sample.temperature) ||
-      get_int(c, &o, "top_k", 0, 0, INT_MAX, &cfg->sample.top_k))
+      get_int(c, &o, "top_k", 0, 0, 65536, &cfg->sample.top_k))
     return -1;
   return 0;
 }

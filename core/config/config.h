@@ -13,6 +13,11 @@
 
 #define LOOM_MAX_PARALLEL 8
 #define LOOM_PATH_MAX 512
+/* Upper bounds of counts in the config (steps, batch sizes, intervals, sample tokens): 2^30
+ * keeps int counters and 64-bit products of counts (sequences x steps, tokens) exact. */
+#define LOOM_MAX_COUNT (1 << 30)
+#define LOOM_MAX_THREADS 4096    /* device.threads */
+#define LOOM_MAX_TIMEOUT_S 31536000 /* train.timeout_s: a year */
 
 /* A plugin named in the config, with its own options (validated by the plugin itself through
  * loom_options, so its error messages name the JSON path too). */

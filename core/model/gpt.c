@@ -231,8 +231,21 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   return off;
 }
 
-/* The one size of the activation pool: acts_layout's count, which acts_ensure allocates. */
+/* acts_layout's sizes are size_t products of config values (L*B*NH*T*T can exceed 2^64 for
+ * absurd configs and would wrap to a small pool). An upper bound of the layout's total, in
+ * double: per block row 16C + NH*T + 8 floats (ln, qkv, attention, MLP, residuals, stats), two
+ * more blocks' worth for the embedding, head and scratch, 3 N*V for logits, probs and dlogits,
+ * 64 per tensor for alignment. Below 2^52 floats every product in acts_layout is exact. */
+static int acts_size_fits(const gpt_config *c, int B, int T) {
+  double N = (double)B * T, C = c->n_embd, NH = c->n_head, L = cfg_blocks(c);
+  double bound = (L + 2) * N * (16.0 * C + NH * T + 8) + 3.0 * N * c->vocab_size + 64.0 * 32;
+  return B > 0 && T > 0 && bound < 4503599627370496.0; /* 2^52 */
+}
+
+/* The one size of the activation pool: acts_layout's count, which acts_ensure allocates;
+ * SIZE_MAX when it does not fit 64-bit arithmetic (no allocation can succeed). */
 size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T) {
+  if (!acts_size_fits(cfg, B, T)) return SIZE_MAX;
   gpt_acts probe;
   return acts_layout(&probe, NULL, cfg, B, T) * sizeof(float);
 }
@@ -255,7 +268,9 @@ static void acts_free(gpt_model *m) {
 static int acts_ensure(gpt_model *m, int B, int T) {
   if (m->acts && m->B == B && m->T == T) return LOOM_OK;
   size_t N = (size_t)B * T;
-  size_t floats = gpt_activation_bytes(&m->cfg, B, T) / sizeof(float);
+  size_t bytes = gpt_activation_bytes(&m->cfg, B, T);
+  if (bytes == SIZE_MAX) return LOOM_NOMEM; /* beyond any memory (see acts_size_fits) */
+  size_t floats = bytes / sizeof(float);
   if (!m->acts || floats > m->acts->pool_floats || N > m->acts->tokens_cap) {
     acts_free(m);
     gpt_acts *a = calloc(1, sizeof *a);
@@ -454,6 +469,11 @@ static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
 
 /* ---- public API ---- */
 
+double gpt_param_count_estimate(int vocab_size, int max_seq_len, int n_layer, int n_embd) {
+  double V = vocab_size, T = max_seq_len, L = n_layer, C = n_embd;
+  return V * C + T * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+}
+
 static int check_config(const gpt_config *c, char *err, size_t errlen) {
   const struct { const char *name; int value; } dims[] = {
       {"vocab_size", c->vocab_size}, {"max_seq_len", c->max_seq_len},
@@ -491,9 +511,22 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
                c->pp_first, cfg_last(c), c->n_layer + 1);
     return LOOM_INVALID_CONFIG;
   }
-  if (c->n_embd > INT_MAX / 4) { /* 4C (the MLP width) is an int in the kernels */
+  const struct { const char *name; int value, max; } limits[] = {
+      {"n_layer", c->n_layer, GPT_MAX_N_LAYER}, {"n_embd", c->n_embd, GPT_MAX_N_EMBD},
+      {"max_seq_len", c->max_seq_len, GPT_MAX_SEQ_LEN}, {"vocab_size", c->vocab_size, 65536}};
+  for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+    if (limits[i].value > limits[i].max) {
+      if (err)
+        snprintf(err, errlen, "model: %s %d is too large (max %d)", limits[i].name,
+                 limits[i].value, limits[i].max);
+      return LOOM_INVALID_CONFIG;
+    }
+  }
+  double n = gpt_param_count_estimate(c->vocab_size, c->max_seq_len, c->n_layer, c->n_embd);
+  if (n > (double)GPT_MAX_PARAMS) {
     if (err)
-      snprintf(err, errlen, "model: n_embd %d is too large (max %d)", c->n_embd, INT_MAX / 4);
+      snprintf(err, errlen, "model: %.3g parameters (n_layer %d, n_embd %d) is more than the "
+               "2^40 this loom can size", n, c->n_layer, c->n_embd);
     return LOOM_INVALID_CONFIG;
   }
   return LOOM_OK;

@@ -138,6 +138,19 @@ typedef struct gpt_model {
 
 /* Check `cfg` and build the parameter table; allocate parameters and gradients on `dev`.
  * Returns LOOM_OK or LOOM_INVALID_CONFIG / LOOM_NOMEM with a message in err. */
+/* Limits on the model's dimensions, so that every count and size computed from them fits its
+ * type (tensor counts are int, element counts size_t, kernel row counts int): the config loader
+ * refuses larger values naming the key, gpt_init refuses them too. GPT-3 175B is 96 layers,
+ * n_embd 12288, 2^37.4 parameters. */
+#define GPT_MAX_N_LAYER 65536
+#define GPT_MAX_N_EMBD (1 << 20)
+#define GPT_MAX_SEQ_LEN (1 << 20)
+#define GPT_MAX_PARAMS (1ull << 40) /* 4 TiB of fp32 parameters */
+
+/* The parameter count of the whole (unsplit) model, in double so that it cannot overflow:
+ * V*C + maxT*C + L*(12*C*C + 13*C) + 2*C. */
+double gpt_param_count_estimate(int vocab_size, int max_seq_len, int n_layer, int n_embd);
+
 int gpt_init(gpt_model *m, const gpt_config *cfg, loom_dev *dev, char *err, size_t errlen);
 /* Storage flags for gpt_init_ex: a parallel plugin that owns parameter or gradient storage
  * (ZeRO-3, ZeRO-2) sets the tensor views itself; the flat buffer is then NULL. */
@@ -149,7 +162,8 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
 /* Bytes of the activation pool (LOOM_MEM_ACTIVATIONS) a forward/backward at (B,T) allocates:
  * everything forward saves for backward plus backward's scratch, 64-byte aligned pieces — the
  * exact size acts_ensure asks the device for (`loom estimate` reports it). The token buffers
- * (2 * B*T int32, LOOM_MEM_OTHER) are not included. */
+ * (2 * B*T int32, LOOM_MEM_OTHER) are not included. SIZE_MAX when the pool would exceed 2^54
+ * bytes (sizes that 64-bit arithmetic cannot carve; no machine has that memory). */
 size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
 
 /* Free everything gpt_init and gpt_forward allocated. */

@@ -245,33 +245,33 @@ typedef struct err_case {
 static const err_case ERR_CASES[] = {
     /* integers */
     {"{\"train\": {\"micro_batch_size\": \"8\"}}",
-     "t.json: train.micro_batch_size: expected an integer >= 1, got \"8\""},
+     "t.json: train.micro_batch_size: expected an integer in [1, 1073741824], got \"8\""},
     {"{\"train\": {\"micro_batch_size\": 4.0}}",
-     "t.json: train.micro_batch_size: expected an integer >= 1, got 4.0"},
-    {"{\"train\": {\"steps\": 0}}", "t.json: train.steps: expected an integer >= 1, got 0"},
-    {"{\"train\": {\"steps\": null}}", "t.json: train.steps: expected an integer >= 1, got null"},
+     "t.json: train.micro_batch_size: expected an integer in [1, 1073741824], got 4.0"},
+    {"{\"train\": {\"steps\": 0}}", "t.json: train.steps: expected an integer in [1, 1073741824], got 0"},
+    {"{\"train\": {\"steps\": null}}", "t.json: train.steps: expected an integer in [1, 1073741824], got null"},
     {"{\"train\": {\"steps\": 3000000000}}",
-     "t.json: train.steps: expected an integer in [1, 2147483647], got 3000000000"},
+     "t.json: train.steps: expected an integer in [1, 1073741824], got 3000000000"},
     {"{\"train\": {\"global_batch_size\": -1}}",
      "t.json: train.global_batch_size: expected an integer >= 0, got -1"},
     {"{\"train\": {\"eval_interval\": true}}",
-     "t.json: train.eval_interval: expected an integer >= 0, got true"},
+     "t.json: train.eval_interval: expected an integer in [0, 1073741824], got true"},
     {"{\"train\": {\"eval_batches\": 0}}",
-     "t.json: train.eval_batches: expected an integer >= 1, got 0"},
+     "t.json: train.eval_batches: expected an integer in [1, 1073741824], got 0"},
     {"{\"train\": {\"grad_accum_steps\": [2]}}",
-     "t.json: train.grad_accum_steps: expected an integer >= 1, got [2]"},
+     "t.json: train.grad_accum_steps: expected an integer in [1, 1073741824], got [2]"},
     {"{\"train\": {\"seed\": -1}}", "t.json: train.seed: expected an integer >= 0, got -1"},
     {"{\"model\": {\"vocab_size\": 1}}",
      "t.json: model.vocab_size: expected an integer in [2, 65536], got 1"},
     {"{\"model\": {\"vocab_size\": 65537}}",
      "t.json: model.vocab_size: expected an integer in [2, 65536], got 65537"},
-    {"{\"model\": {\"n_layer\": 0}}", "t.json: model.n_layer: expected an integer >= 1, got 0"},
+    {"{\"model\": {\"n_layer\": 0}}", "t.json: model.n_layer: expected an integer in [1, 65536], got 0"},
     {"{\"device\": {\"threads\": -2}}",
-     "t.json: device.threads: expected an integer >= 0, got -2"},
+     "t.json: device.threads: expected an integer in [0, 4096], got -2"},
     {"{\"logging\": {\"interval\": 0}}",
-     "t.json: logging.interval: expected an integer >= 1, got 0"},
-    {"{\"sample\": {\"tokens\": -1}}", "t.json: sample.tokens: expected an integer >= 0, got -1"},
-    {"{\"sample\": {\"top_k\": 1.5}}", "t.json: sample.top_k: expected an integer >= 0, got 1.5"},
+     "t.json: logging.interval: expected an integer in [1, 1073741824], got 0"},
+    {"{\"sample\": {\"tokens\": -1}}", "t.json: sample.tokens: expected an integer in [0, 1073741824], got -1"},
+    {"{\"sample\": {\"top_k\": 1.5}}", "t.json: sample.top_k: expected an integer in [0, 65536], got 1.5"},
     {"{\"lr_schedule\": {\"warmup_steps\": -1}}",
      "t.json: lr_schedule.warmup_steps: expected an integer >= 0, got -1"},
     /* numbers */
@@ -320,6 +320,37 @@ static const err_case ERR_CASES[] = {
      "t.json: lr_schedule.min_lr: expected a number in [0, optimizer.lr (1e300)], got \"0\""},
     {"{\"lr_schedule\": {\"min_lr\": -1e-5}}",
      "t.json: lr_schedule.min_lr: expected a number in [0, optimizer.lr (0.0003)], got -1e-5"},
+    /* sizes: every count computed from config values must fit its type (issue 7, §5) */
+    {"{\"model\": {\"n_layer\": 2000000000}}",
+     "t.json: model.n_layer: expected an integer in [1, 65536], got 2000000000"},
+    {"{\"model\": {\"n_embd\": 2147483647, \"n_head\": 1}}",
+     "t.json: model.n_embd: expected an integer in [1, 1048576], got 2147483647"},
+    {"{\"model\": {\"n_head\": 2147483647}}",
+     "t.json: model.n_head: expected an integer in [1, 1048576], got 2147483647"},
+    {"{\"model\": {\"context_length\": 2147483647}}",
+     "t.json: model.context_length: expected an integer in [1, 1048576], got 2147483647"},
+    {"{\"model\": {\"vocab_size\": 2147483647}}",
+     "t.json: model.vocab_size: expected an integer in [2, 65536], got 2147483647"},
+    {"{\"model\": {\"n_layer\": 65536, \"n_embd\": 1048576, \"n_head\": 1}}",
+     "t.json: model.n_layer: n_layer 65536 x n_embd 1048576 gives 8.65e+17 parameters, more than "
+     "the 2^40 (1.1e+12) this loom can size: lower model.n_layer or model.n_embd"},
+    {"{\"model\": {\"context_length\": 1048576}, \"train\": {\"micro_batch_size\": 4096}}",
+     "t.json: train.micro_batch_size: micro_batch_size 4096 x seq_len 1048576 = 4294967296 tokens "
+     "per micro-batch, more than 2147483647: lower it and raise train.grad_accum_steps"},
+    {"{\"train\": {\"micro_batch_size\": 2147483647}}",
+     "t.json: train.micro_batch_size: expected an integer in [1, 1073741824], got 2147483647"},
+    {"{\"train\": {\"grad_accum_steps\": 2147483647}}",
+     "t.json: train.grad_accum_steps: expected an integer in [1, 1073741824], got 2147483647"},
+    {"{\"train\": {\"steps\": 2147483647}}",
+     "t.json: train.steps: expected an integer in [1, 1073741824], got 2147483647"},
+    {"{\"train\": {\"eval_batches\": 2147483647}}",
+     "t.json: train.eval_batches: expected an integer in [1, 1073741824], got 2147483647"},
+    {"{\"train\": {\"timeout_s\": 2147483647}}",
+     "t.json: train.timeout_s: expected an integer in [0, 31536000], got 2147483647"},
+    {"{\"device\": {\"threads\": 100000}}",
+     "t.json: device.threads: expected an integer in [0, 4096], got 100000"},
+    {"{\"sample\": {\"tokens\": 2147483647}}",
+     "t.json: sample.tokens: expected an integer in [0, 1073741824], got 2147483647"},
     /* unknown keys (comments are fine) */
     {"{\"_c\": 1, \"train\": {\"_c\": 2, \"stpes\": 3}}",
      "t.json: train.stpes: unknown key (expected one of: micro_batch_size, seq_len, "
@@ -468,7 +499,7 @@ START_TEST(test_file_override_names_file) {
   write_temp(path, sizeof path, "{\"train\": {\"micro_batch_size\": 4}}\n");
   const char *sets[] = {"train.micro_batch_size=\"8\""};
   ck_assert_int_eq(loom_config_load(&cfg, path, sets, 1, err, sizeof err), -1);
-  snprintf(want, sizeof want, "%s: train.micro_batch_size: expected an integer >= 1, got \"8\"",
+  snprintf(want, sizeof want, "%s: train.micro_batch_size: expected an integer in [1, 1073741824], got \"8\"",
            path);
   ck_assert_str_eq(err, want);
   const char *ok[] = {"train.micro_batch_size=8"};
@@ -516,7 +547,7 @@ START_TEST(test_override_json_vs_string) {
   ck_assert_str_eq(err, "t.json: sample.prompt: expected a string, got 42");
   const char *broken[] = {"train.steps={\"a\":"}; /* not valid JSON: a string */
   ck_assert_int_eq(load_set("{}", broken, 1), -1);
-  ck_assert_str_eq(err, "t.json: train.steps: expected an integer >= 1, got \"{\\\"a\\\":\"");
+  ck_assert_str_eq(err, "t.json: train.steps: expected an integer in [1, 1073741824], got \"{\\\"a\\\":\"");
   const char *obj[] = {"checkpoint={\"plugin\": \"checkpoint\", \"dir\": \"c\"}",
                        "checkpoint.every=5", "checkpoint.resume=true"};
   ck_assert_msg(load_set("{}", obj, 3) == 0, "%s", err);
