@@ -67,17 +67,19 @@ static int read_at(int fd, void *buf, size_t len, uint64_t off) {
 
 static int check_fd(int fd, uint64_t size, char *err, size_t errlen) {
   Elf64_Ehdr eh;
-  if (size < EI_NIDENT || read_at(fd, eh.e_ident, EI_NIDENT, 0) != 0 ||
-      memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
+  size_t head = size < EI_NIDENT ? (size_t)size : EI_NIDENT;
+  if (read_at(fd, eh.e_ident, head, 0) != 0)
+    return fail(err, errlen, "read error: %s", strerror(errno));
+  if (memcmp(eh.e_ident, ELFMAG, head < SELFMAG ? head : SELFMAG) != 0 || size == 0)
     return fail(err, errlen, "not an ELF shared object (no ELF magic at the start of the file)");
+  if (size < sizeof eh)
+    return fail(err, errlen, "truncated: %llu bytes, shorter than the %zu-byte ELF header",
+                (unsigned long long)size, sizeof eh);
   if (eh.e_ident[EI_CLASS] != ELFCLASS64)
     return fail(err, errlen, "a %s ELF file; this loom is 64-bit",
                 eh.e_ident[EI_CLASS] == ELFCLASS32 ? "32-bit" : "bad-class");
   if (eh.e_ident[EI_DATA] != HOST_DATA)
     return fail(err, errlen, "an ELF file of the other byte order");
-  if (size < sizeof eh)
-    return fail(err, errlen, "truncated: %llu bytes, shorter than the %zu-byte ELF header",
-                (unsigned long long)size, sizeof eh);
   if (read_at(fd, &eh, sizeof eh, 0) != 0)
     return fail(err, errlen, "read error: %s", strerror(errno));
   if (eh.e_type != ET_DYN)
