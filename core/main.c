@@ -1,9 +1,10 @@
 /* loom — command line.
- *   loom train CONFIG [--set PATH=VALUE]...   train (under mpirun/srun for several ranks)
- *   loom check CONFIG [--set PATH=VALUE]...   validate the config and open its plugins
+ *   loom train CONFIG [--set KEY=VALUE]...    train (under mpirun/srun for several ranks)
+ *   loom check CONFIG [--set ...] [--world N] validate all that train checks before step 1
  *   loom estimate CONFIG [--set ...] [--world N] [--json]   per-rank memory and traffic
  *   loom plugins                              list the plugins on the search path
- *   loom version */
+ *   loom version
+ *   loom help [COMMAND], loom COMMAND --help  usage, per command */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,15 +21,73 @@
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: loom train CONFIG [--set PATH=VALUE]...   train a GPT as CONFIG says\n"
-          "       loom check CONFIG [--set PATH=VALUE]...   validate CONFIG and its plugins\n"
+          "usage: loom train CONFIG [--set KEY=VALUE]...  train a GPT as CONFIG says\n"
+          "       loom check CONFIG [--set KEY=VALUE]... [--world N]\n"
+          "                                                validate everything train checks\n"
+          "                                                before step 1, without training\n"
           "       loom estimate CONFIG [--set ...] [--world N] [--json]\n"
-          "                                                 per-rank memory by category and\n"
-          "                                                 bytes sent per step on N ranks\n"
-          "       loom plugins                              list plugins (LOOM_PLUGIN_PATH)\n"
+          "                                                per-rank memory by category and\n"
+          "                                                bytes sent per step on N ranks\n"
+          "       loom plugins                             list plugins (LOOM_PLUGIN_PATH)\n"
           "       loom version\n"
+          "       loom help [COMMAND]                      this text, or one command's\n"
+          "\n"
+          "--set KEY=VALUE overrides one config key (repeatable, applied in order):\n"
+          "  KEY is a dotted path into the config: train.steps, optimizer.lr,\n"
+          "      parallel[0].plugin (arrays by index; missing objects are created)\n"
+          "  VALUE is parsed as JSON when it parses, else taken as a string:\n"
+          "      --set train.steps=40            the number 40\n"
+          "      --set data.train=data/x_*.bin   the string (no quotes needed)\n"
+          "      --set 'sample.prompt=\"42\"'      the string \"42\" (quoted JSON)\n"
+          "      --set 'optimizer.betas=[0.9,0.99]'   a list, as a JSON array\n"
+          "      --set 'parallel=[{\"plugin\":\"zero1\"}]'   an object or array of objects\n"
+          "      --set checkpoint=null           null turns a section off where that is\n"
+          "                                      allowed (checkpoint, parallel); other\n"
+          "                                      keys refuse null\n"
           "Several ranks: mpirun -np N loom train CONFIG. Docs: docs/config.md, docs/abi.md\n");
 }
+
+/* `loom help COMMAND` and `loom COMMAND --help`. Returns 0, or -1 for an unknown command. */
+static int command_help(FILE *out, const char *cmd) {
+  if (!strcmp(cmd, "train")) {
+    fprintf(out,
+            "usage: loom train CONFIG [--set KEY=VALUE]...\n"
+            "Train the GPT that CONFIG (a JSON file, docs/config.md) describes, on one rank or\n"
+            "under a launcher: mpirun -np N loom train CONFIG. With a checkpoint plugin the run\n"
+            "resumes from its newest checkpoint. Progress goes to stdout, errors to stderr as\n"
+            "one line 'loom[RANK]: error: ...'. Ctrl-C saves a checkpoint and exits 130.\n"
+            "--set KEY=VALUE overrides a config key (see 'loom help').\n");
+  } else if (!strcmp(cmd, "check")) {
+    fprintf(out,
+            "usage: loom check CONFIG [--set KEY=VALUE]... [--world N]\n"
+            "Validate CONFIG as 'loom train' would before its first step, without training:\n"
+            "every key, the plugins (loaded and created with their options), the data files\n"
+            "(shards and vocabulary opened and checked), the batch arithmetic and the\n"
+            "parallel layout on N ranks (--world N, default 1). Prints 'CONFIG: ok' or one\n"
+            "error line; exit status 0 or 1.\n");
+  } else if (!strcmp(cmd, "estimate")) {
+    fprintf(out,
+            "usage: loom estimate CONFIG [--set KEY=VALUE]... [--world N] [--json]\n"
+            "Per-rank memory by category (the largest over the N ranks) and the bytes each\n"
+            "rank sends per optimizer step, computed from CONFIG without training. --json\n"
+            "prints the same as one JSON object.\n");
+  } else if (!strcmp(cmd, "plugins")) {
+    fprintf(out,
+            "usage: loom plugins\n"
+            "List every plugin on the search path ($LOOM_PLUGIN_PATH, then the build or\n"
+            "install tree's lib/loom/plugins) with kind, version, ABI and capabilities, and\n"
+            "each file that fails to load with the reason.\n");
+  } else if (!strcmp(cmd, "version")) {
+    fprintf(out, "usage: loom version\nPrint loom's version and its plugin ABI version.\n");
+  } else if (!strcmp(cmd, "help")) {
+    usage(out);
+  } else {
+    return -1;
+  }
+  return 0;
+}
+
+static int is_help_flag(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
 
 /* Collect --set overrides (and --set=...); returns the count or -1 on a bad argument. */
 static int parse_overrides(int argc, char **argv, int first, const char **out, int max) {
@@ -144,21 +203,44 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[1];
+  if (!strcmp(cmd, "help") || is_help_flag(cmd)) {
+    if (argc < 3) {
+      usage(stdout);
+      return 0;
+    }
+    if (command_help(stdout, argv[2]) == 0) return 0;
+    fprintf(stderr, "loom: help: unknown command '%s' (commands: train, check, estimate, "
+            "plugins, version)\n", argv[2]);
+    return 2;
+  }
+  /* `loom train --help`, `loom check CONFIG -h`: help, never a config file named --help */
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i - 1], "--set")) continue; /* a value, even if it reads "-h" */
+    if (is_help_flag(argv[i]) && command_help(stdout, cmd) == 0) return 0;
+  }
   if (!strcmp(cmd, "train") || !strcmp(cmd, "check") || !strcmp(cmd, "estimate")) {
     if (argc < 3) {
-      usage(stderr);
+      fprintf(stderr, "loom %s: missing CONFIG\n", cmd);
+      command_help(stderr, cmd);
+      return 2;
+    }
+    if (argv[2][0] == '-') {
+      fprintf(stderr, "loom %s: expected CONFIG (a JSON file) first, got option '%s'\n", cmd,
+              argv[2]);
+      command_help(stderr, cmd);
       return 2;
     }
     if (!strcmp(cmd, "estimate")) return cmd_estimate(argc, argv);
     return !strcmp(cmd, "train") ? cmd_train(argc, argv) : cmd_check(argc, argv);
   }
+  if (argc > 2) {
+    fprintf(stderr, "loom %s: unexpected argument '%s'\n", cmd, argv[2]);
+    if (command_help(stderr, cmd) != 0) usage(stderr);
+    return 2;
+  }
   if (!strcmp(cmd, "plugins")) return loom__plugin_list(stdout) > 0 ? 0 : 1;
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("loom %s (plugin ABI %d.%d)\n", LOOM_VERSION, LOOM_ABI_MAJOR, LOOM_ABI_MINOR);
-    return 0;
-  }
-  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
-    usage(stdout);
     return 0;
   }
   fprintf(stderr, "loom: unknown command '%s'\n", cmd);
