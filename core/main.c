@@ -13,6 +13,7 @@
 #include "runtime/loader.h"
 #include "runtime/plugins.h"
 #include "train/estimate.h"
+#include "train/preflight.h"
 #include "train/trainer.h"
 
 #ifndef LOOM_VERSION
@@ -123,41 +124,17 @@ static int cmd_train(int argc, char **argv) {
   return rc;
 }
 
-static int cmd_check(int argc, char **argv) {
-  const char *overrides[64];
-  int n = parse_overrides(argc, argv, 3, overrides, 64);
-  if (n < 0) return 2;
-  loom_config cfg;
-  loom_runtime rt;
-  memset(&rt, 0, sizeof rt);
-  rt.cfg = &cfg;
-  char err[2048];
-  if (loom_config_load(&cfg, argv[2], overrides, n, err, sizeof err) != 0) {
-    fprintf(stderr, "loom: error: %s\n", err);
-    return 1;
-  }
-  int rc = 0;
-  if (loom__plugins_open(&rt, err, sizeof err) != 0) {
-    fprintf(stderr, "loom: error: %s\n", err);
-    rc = 1;
-  } else {
-    printf("%s: ok\n", argv[2]);
-  }
-  loom__plugins_destroy(&rt);
-  loom_config_free(&cfg);
-  return rc;
-}
-
-/* loom estimate CONFIG [--set ...] [--world N] [--json]: --world and --json are taken out, the
- * rest are overrides. */
-static int cmd_estimate(int argc, char **argv) {
-  const char *overrides[64];
+/* Split the arguments after CONFIG into --world N, --json (when json is not NULL) and the
+ * --set overrides. Returns the number of overrides, or -1 after printing what is wrong. */
+static int parse_args(int argc, char **argv, int *world, int *json, const char **overrides,
+                      int max) {
   char *rest[2 * 64 + 3];
-  int nrest = 0, world = 1, json = 0;
+  int nrest = 0;
+  *world = 1;
   for (int i = 3; i < argc; i++) {
     const char *v = NULL;
-    if (!strcmp(argv[i], "--json")) {
-      json = 1;
+    if (json && !strcmp(argv[i], "--json")) {
+      *json = 1;
       continue;
     }
     if (!strcmp(argv[i], "--world") && i + 1 < argc) v = argv[++i];
@@ -166,19 +143,43 @@ static int cmd_estimate(int argc, char **argv) {
       char *end;
       long w = strtol(v, &end, 10);
       if (*v == '\0' || *end != '\0' || w < 1 || w > 1 << 20) {
-        fprintf(stderr, "loom: --world: expected a number of ranks >= 1, got '%s'\n", v);
-        return 2;
+        fprintf(stderr, "loom: --world: expected a number of ranks in [1, %d], got '%s'\n",
+                1 << 20, v);
+        return -1;
       }
-      world = (int)w;
+      *world = (int)w;
       continue;
     }
     if (nrest == (int)(sizeof rest / sizeof rest[0])) {
       fprintf(stderr, "loom: too many arguments\n");
-      return 2;
+      return -1;
     }
     rest[nrest++] = argv[i];
   }
-  int n = parse_overrides(nrest, rest, 0, overrides, 64);
+  return parse_overrides(nrest, rest, 0, overrides, max);
+}
+
+/* loom check CONFIG [--set ...] [--world N]: everything train validates before step 1. */
+static int cmd_check(int argc, char **argv) {
+  const char *overrides[64];
+  int world;
+  int n = parse_args(argc, argv, &world, NULL, overrides, 64);
+  if (n < 0) return 2;
+  char err[2048];
+  if (loom_preflight(argv[2], overrides, n, world, err, sizeof err) != 0) {
+    fprintf(stderr, "loom: error: %s\n", err);
+    return 1;
+  }
+  if (world > 1) printf("%s: ok (on %d ranks)\n", argv[2], world);
+  else printf("%s: ok\n", argv[2]);
+  return 0;
+}
+
+/* loom estimate CONFIG [--set ...] [--world N] [--json] */
+static int cmd_estimate(int argc, char **argv) {
+  const char *overrides[64];
+  int world, json = 0;
+  int n = parse_args(argc, argv, &world, &json, overrides, 64);
   if (n < 0) return 2;
   loom_estimate e;
   char err[2048];

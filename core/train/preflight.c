@@ -1,0 +1,150 @@
+/* `loom check`'s validation (see preflight.h): the trainer's start-up checks in the trainer's
+ * order, with a stand-in mesh instead of the comm plugin's world. The building blocks are the
+ * ones `loom train` and `loom estimate` call (loom_config_load, loom__plugins_open/_create,
+ * loom_config_check_batch, loom__pp_split, gpt_init_ex, loom_loader_open, loom_tokenizer_load),
+ * so a rule changed there is changed here. */
+#include "preflight.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../config/config.h"
+#include "../data/shards.h"
+#include "../data/tokenizer.h"
+#include "../device/device.h"
+#include "../model/gpt.h"
+#include "../runtime/plugins.h"
+#include "../runtime/pp_split.h"
+#include "../runtime/runtime.h"
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* The mesh loom__mesh_init would build on `world` ranks, as world rank 0 sees it (no
+ * communicators: create() only records them). */
+static int stand_in_mesh(loom_runtime *rt, int world, char *err, size_t errlen) {
+  int tp = rt->tp_size, pp = rt->pp_size;
+  if (world % (tp * pp) != 0)
+    return fail(err, errlen,
+                "%s: parallel: the mesh is dp x tp x pp = world size, but tensor-parallel size "
+                "%d x pipeline size %d = %d does not divide the world size %d (run a multiple "
+                "of %d ranks; check with --world N)", rt->cfg->path, tp, pp, tp * pp, world,
+                tp * pp);
+  loom_mesh *m = &rt->mesh;
+  memset(m, 0, sizeof *m);
+  m->world_size = world;
+  m->tp = tp;
+  m->pp = pp;
+  m->dp = world / (tp * pp);
+  return 0;
+}
+
+/* The data checks of loom_trainer_init, in its order and with its messages. */
+static int check_data(const loom_config *cfg, int dp, char *err, size_t errlen) {
+  char e[1500];
+  int T = cfg->train.seq_len, B = cfg->train.micro_batch_size, V = cfg->model.vocab_size;
+  if (!cfg->data.train[0])
+    return fail(err, errlen, "%s: data.train: expected a glob of token shards, got nothing",
+                cfg->path);
+  loom_loader train, val;
+  if (loom_loader_open(&train, cfg->data.train, T, V, e, sizeof e) != 0)
+    return fail(err, errlen, "%s: data.train: %s", cfg->path, e);
+  size_t train_seqs = train.n_seqs;
+  loom_loader_close(&train);
+  if (cfg->data.val[0]) {
+    if (loom_loader_open(&val, cfg->data.val, T, V, e, sizeof e) != 0)
+      return fail(err, errlen, "%s: data.val: %s", cfg->path, e);
+    size_t val_seqs = val.n_seqs;
+    loom_loader_close(&val);
+    uint64_t need = (uint64_t)cfg->train.eval_batches * (uint64_t)B * (uint64_t)dp;
+    if (need > val_seqs)
+      return fail(err, errlen, "%s: train.eval_batches: %d batches x %d sequences x dp %d = "
+                  "%llu validation sequences, but data.val holds only %zu sequences of %d "
+                  "tokens", cfg->path, cfg->train.eval_batches, B, dp,
+                  (unsigned long long)need, val_seqs, T);
+  }
+  uint64_t G = (uint64_t)cfg->train.global_batch_size;
+  if (G > train_seqs)
+    return fail(err, errlen, "%s: train.global_batch_size: %llu sequences per step, but "
+                "data.train holds only %zu sequences of %d tokens", cfg->path,
+                (unsigned long long)G, train_seqs, T);
+  loom_tokenizer tok;
+  if (loom_tokenizer_load(&tok, cfg->data.vocab, e, sizeof e) != 0)
+    return fail(err, errlen, "%s: data.vocab: %s", cfg->path, e);
+  if (tok.vocab_size > V)
+    return fail(err, errlen, "%s: model.vocab_size: expected >= the tokenizer's vocabulary "
+                "(%d), got %d", cfg->path, tok.vocab_size, V);
+  return 0;
+}
+
+/* The model's tables for every stage (no storage): sizes, the tensor-parallel split and the
+ * pipeline split are checked as gpt_init_ex checks them for the trainer. */
+static int check_model(loom_runtime *rt, char *err, size_t errlen) {
+  const loom_config *cfg = rt->cfg;
+  char e[1024];
+  gpt_config full = {.vocab_size = cfg->model.vocab_size,
+                     .max_seq_len = cfg->model.context_length, .n_layer = cfg->model.n_layer,
+                     .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
+                     .tp_size = rt->mesh.tp, .tp_rank = 0};
+  if (rt->mesh.pp > 1 && loom__pp_split(rt, &full, e, sizeof e) != 0)
+    return fail(err, errlen, "%s: %s", cfg->path, e);
+  for (int s = 0; s < rt->mesh.pp; s++) {
+    gpt_config sc = rt->mesh.pp > 1 ? loom__pp_stage_config(rt, &full, s) : full;
+    gpt_model m;
+    int rc = gpt_init_ex(&m, &sc, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, e, sizeof e);
+    gpt_free(&m);
+    if (rc != LOOM_OK) return fail(err, errlen, "%s: %s", cfg->path, e);
+  }
+  return 0;
+}
+
+int loom_preflight(const char *config_path, const char *const *overrides, int n_overrides,
+                   int world, char *err, size_t errlen) {
+  if (world < 1) return fail(err, errlen, "--world: expected an integer >= 1, got %d", world);
+  loom_config *cfg = calloc(1, sizeof *cfg);
+  loom_runtime *rt = calloc(1, sizeof *rt);
+  if (!cfg || !rt) {
+    free(cfg);
+    free(rt);
+    return fail(err, errlen, "out of memory");
+  }
+  rt->cfg = cfg;
+  char e[1500];
+  int rc = -1;
+  if (loom_config_load(cfg, config_path, overrides, n_overrides, err, errlen) != 0) goto out;
+  if (loom__plugins_open(rt, err, errlen) != 0) goto out;
+  if (stand_in_mesh(rt, world, err, errlen) != 0) goto out;
+  if (rt->mesh.dp > 1 && rt->grad_sync_owner < 0) {
+    fail(err, errlen, "%s: parallel: %d data-parallel ranks but no plugin owns gradient sync: "
+         "the replicas would drift apart (add {\"plugin\": \"ddp\"})", cfg->path, rt->mesh.dp);
+    goto out;
+  }
+  char devopts[256];
+  snprintf(devopts, sizeof devopts, "{\"type\":\"%s\",\"threads\":1}", cfg->device.type);
+  if (loom__dev_open(&rt->dev, loom__cpu_device(), devopts, 0, e, sizeof e) != 0) {
+    fail(err, errlen, "%s: device: %s", cfg->path, e);
+    goto out;
+  }
+  /* the plugins validate their own options in create(): unknown keys, types, ranges */
+  if (loom__plugins_create(rt, err, errlen) != 0) goto out;
+  if (loom_config_check_batch(cfg, rt->mesh.dp, err, errlen) != 0) goto out;
+  if (check_model(rt, err, errlen) != 0) goto out;
+  if (check_data(cfg, rt->mesh.dp, err, errlen) != 0) goto out;
+  rc = 0;
+out:
+  loom__plugins_destroy(rt);
+  if (rt->dev.ops) loom__dev_close(&rt->dev);
+  loom_config_free(cfg);
+  free(rt);
+  free(cfg);
+  return rc;
+}
