@@ -65,12 +65,15 @@ static json_t *role_option(const loom_config *cfg, const loom_estimate *e, uint6
  * (the head adds into the tied wte's gradient, so unit 0's bucket is held through the whole
  * backward), the other units merged from the head down while a bucket stays within
  * reduce_bucket_size elements. A bucket is filled by its units' backward, then reduce-scattered
- * into a received block (rank 0's part of it, at least one element); both are freed when that
- * completes. With overlap (N > 1 and overlap_comm) one reduce-scatter stays in flight while
- * the next bucket fills (double buffering; launching the next completes it first): the bound
- * assumes it is still in flight then. Returns the peak, in elements. */
-static uint64_t grad_bucket_set(const gpt_model *m, uint64_t cap, uint64_t N, uint64_t shard,
-                                int overlap) {
+ * into a received block (the rank's part of it: its shard [lo, hi) within the bucket, at least
+ * one element); both are freed when that completes. With overlap (N > 1 and overlap_comm) one
+ * reduce-scatter stays in flight while the next bucket fills (double buffering; launching the
+ * next completes it first): the bound assumes it is still in flight then. The received blocks
+ * differ between ranks (the rank whose shard lies inside the largest bucket receives most), so
+ * this is one rank's peak, in elements; lo = hi = 0 bounds every rank (block = min(bucket,
+ * shard)). */
+static uint64_t grad_bucket_set(const gpt_model *m, uint64_t cap, uint64_t N, uint64_t lo_r,
+                                uint64_t hi_r, uint64_t shard, int overlap) {
   const size_t *off = m->unit_offset;
   const uint64_t b0 = off[1] - off[0];
   uint64_t peak = 0, inflight = 0;
@@ -78,7 +81,11 @@ static uint64_t grad_bucket_set(const gpt_model *m, uint64_t cap, uint64_t N, ui
     int lo = u;
     while (lo > 1 && off[u + 1] - off[lo - 1] <= cap) lo--;
     uint64_t a = off[lo], b = off[u + 1], n = b - a;
-    uint64_t recv = N == 1 ? n : (a < shard ? (b < shard ? b : shard) - a : 0);
+    uint64_t recv;
+    if (N == 1) recv = n;
+    else if (hi_r == 0) recv = n < shard ? n : shard; /* any rank */
+    else recv = (b < hi_r ? b : hi_r) > (a > lo_r ? a : lo_r)
+                    ? (b < hi_r ? b : hi_r) - (a > lo_r ? a : lo_r) : 0;
     if (recv == 0) recv = 1;
     uint64_t held = lo == 0 ? 0 : b0; /* unit 0's bucket, besides this one */
     uint64_t filling = held + n + inflight, launched = held + n + recv;
@@ -86,6 +93,24 @@ static uint64_t grad_bucket_set(const gpt_model *m, uint64_t cap, uint64_t N, ui
     if (launched > peak) peak = launched;
     inflight = overlap && N > 1 ? n + recv : 0;
     u = lo - 1;
+  }
+  return peak;
+}
+
+/* The largest grad_bucket_set over the N data-parallel ranks (zero_common.c's partition:
+ * shards of ceil(psi/N), the last ones shorter or empty). Exact per rank up to 2^24 rank x unit
+ * pairs; beyond that the any-rank bound. */
+static uint64_t grad_bucket_set_max(const gpt_model *m, uint64_t cap, uint64_t N, uint64_t psi,
+                                    uint64_t shard, int overlap) {
+  if (N <= 1) return grad_bucket_set(m, cap, N, 0, psi, shard, overlap);
+  if (N * (uint64_t)m->n_units > (1u << 24))
+    return grad_bucket_set(m, cap, N, 0, 0, shard, overlap);
+  uint64_t peak = 0;
+  for (uint64_t r = 0; r < N; r++) {
+    uint64_t lo = r * shard < psi ? r * shard : psi, hi = lo + shard < psi ? lo + shard : psi;
+    uint64_t p = hi > lo ? grad_bucket_set(m, cap, N, lo, hi, shard, overlap)
+                         : grad_bucket_set(m, cap, N, psi, psi + 1, shard, overlap);
+    if (p > peak) peak = p;
   }
   return peak;
 }
@@ -152,10 +177,10 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     double cap = json_is_number(rb) ? json_number_value(rb) : (double)(1u << 20);
     int overlap = !json_is_false(role_option(cfg, e, LOOM_PAR_CAP_SHARD_GRADS, "overlap_comm"));
     e->bytes[LOOM_MEM_COMM] =
-        4 * grad_bucket_set(m, cap >= 1 ? (uint64_t)cap : 1, N, shard, overlap);
+        4 * grad_bucket_set_max(m, cap >= 1 ? (uint64_t)cap : 1, N, psi, shard, overlap);
     snprintf(e->formula[LOOM_MEM_COMM], 64, overlap && N > 1
-                 ? "<= unit 0's + 2 grad buckets + blocks"
-                 : "grad buckets: unit 0's + largest + block");
+                 ? "<= unit0 + 2 buckets + blocks, max rank"
+                 : "unit0 + largest bucket + block");
   } else if (e->shard_optim && N > 1) {
     e->bytes[LOOM_MEM_COMM] = 4 * shard;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "4Psi/N reduce-scatter scratch");
@@ -472,7 +497,7 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   }
   fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "model states", "params+grads+optim+host",
           (unsigned long long)e->model_states, (double)e->model_states / 1048576.0);
-  fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "total", "sum of the rows (>= the peak total)",
+  fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "total", "sum of the rows (>= every rank's peak)",
           (unsigned long long)e->total,
           (double)e->total / 1048576.0);
   fprintf(out, "communication per step per rank: %s = %llu bytes (%.2f MiB)", e->comm_formula,

@@ -18,7 +18,10 @@
  * seq_len) (gpt_activation_bytes), "other" the two token buffers. Communication buffers follow
  * the sharding plugin's working set: ZeRO-1's reduce-scatter scratch (4Ψ/N), ZeRO-2/3's
  * gradient buckets of whole units (reduce_bucket_size, default 2^20 elements; exact when the
- * reductions block, an upper bound when one overlaps the next bucket's backward).
+ * reductions block, an upper bound when one overlaps the next bucket's backward). Every
+ * category is the largest over the data-parallel ranks (rank 0's shard is the largest; the
+ * received reduce-scatter blocks are largest on the rank whose shard lies inside the largest
+ * bucket), so the total bounds every rank's peak (mem_peak_bytes_max in the metrics).
  *
  * Communication per optimizer step per rank (S = 4Ψ bytes; the host counts algorithmic bytes:
  * ring all-reduce 2(N-1)/N, reduce-scatter and all-gather (N-1)/N), A = grad_accum_steps:
