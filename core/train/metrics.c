@@ -1,4 +1,5 @@
 #include "metrics.h"
+#include "util/input_file.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -55,6 +56,10 @@ int loom_metrics_open(loom_trainer *tr) {
   if (!path[0]) return 0;
   make_parent_dirs(path);
   char e[1024];
+  if (loom__check_output_path(path, e, sizeof e) != 0) { /* a FIFO would block the open */
+    snprintf(tr->err, sizeof tr->err, "%s: logging.metrics: %s", tr->cfg.path, e);
+    return -1;
+  }
   if (tr->step > 0 && truncate_after(path, tr->step, e, sizeof e) != 0) {
     snprintf(tr->err, sizeof tr->err, "%s: logging.metrics: %s", tr->cfg.path, e);
     return -1;

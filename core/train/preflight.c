@@ -18,6 +18,7 @@
 #include "../runtime/plugins.h"
 #include "../runtime/pp_split.h"
 #include "../runtime/runtime.h"
+#include "../util/input_file.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -139,6 +140,10 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
   if (loom_config_check_batch(cfg, rt->mesh.dp, err, errlen) != 0) goto out;
   if (check_model(rt, err, errlen) != 0) goto out;
   if (check_data(cfg, rt->mesh.dp, err, errlen) != 0) goto out;
+  if (cfg->logging.metrics[0] && loom__check_output_path(cfg->logging.metrics, e, sizeof e)) {
+    fail(err, errlen, "%s: logging.metrics: %s", cfg->path, e);
+    goto out;
+  }
   rc = 0;
 out:
   loom__plugins_destroy(rt);

@@ -98,3 +98,11 @@ char *loom__read_regular(const char *path, size_t max_bytes, size_t *len, char *
   if (len) *len = got;
   return buf;
 }
+
+int loom__check_output_path(const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return 0; /* absent: created when opened */
+  set_err(err, errlen, "%s: expected a regular file (or none), got %s", path,
+          loom__file_kind((unsigned)st.st_mode));
+  return -1;
+}

@@ -19,6 +19,11 @@ int loom__open_regular(const char *path, off_t *size_bytes, char *err, size_t er
 char *loom__read_regular(const char *path, size_t max_bytes, size_t *len, char *err,
                          size_t errlen);
 
+/* An output path (metrics file) must be absent or a regular file: opening a FIFO for writing
+ * waits for a reader. Returns 0, or -1 with "PATH: expected a regular file (or none), got a
+ * FIFO (named pipe)" in err. */
+int loom__check_output_path(const char *path, char *err, size_t errlen);
+
 /* What kind of file st_mode is, for messages: "a FIFO", "a directory", ... */
 const char *loom__file_kind(unsigned mode);
 
