@@ -13,6 +13,14 @@
 
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
+/* Byte counts saturate at UINT64_MAX instead of wrapping: an absurd config (a 2^54-byte
+ * activation pool, gpt_activation_bytes' SIZE_MAX, held by 2^30 micro-batches in flight) must
+ * not print a small number. */
+static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+static uint64_t sat_mul(uint64_t a, uint64_t b) {
+  return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
 static void roles_text(uint64_t caps, char *buf, size_t n) {
   static const struct { uint64_t bit; const char *name; } r[] = {
     {LOOM_PAR_CAP_GRAD_SYNC, "grad-sync"},       {LOOM_PAR_CAP_OPTIMIZER, "optimizer"},
@@ -177,7 +185,8 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     double cap = json_is_number(rb) ? json_number_value(rb) : (double)(1u << 20);
     int overlap = !json_is_false(role_option(cfg, e, LOOM_PAR_CAP_SHARD_GRADS, "overlap_comm"));
     e->bytes[LOOM_MEM_COMM] =
-        4 * grad_bucket_set_max(m, cap >= 1 ? (uint64_t)cap : 1, N, psi, shard, overlap);
+        4 * grad_bucket_set_max(m, cap < 1 ? 1 : cap < 0x1p62 ? (uint64_t)cap : 1ull << 62, N,
+                                psi, shard, overlap); /* in range before the cast */
     snprintf(e->formula[LOOM_MEM_COMM], 64, overlap && N > 1
                  ? "<= unit0 + 2 buckets + blocks, max rank"
                  : "unit0 + largest bucket + block");
@@ -190,7 +199,7 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   }
 
   e->total = 0;
-  for (int k = 0; k < LOOM_MEM__COUNT; k++) e->total += e->bytes[k];
+  for (int k = 0; k < LOOM_MEM__COUNT; k++) e->total = sat_add(e->total, e->bytes[k]);
   e->model_states = e->bytes[LOOM_MEM_PARAMS] + e->bytes[LOOM_MEM_GRADS] +
                     e->bytes[LOOM_MEM_OPTIM] + e->bytes[LOOM_MEM_HOST];
 
@@ -265,8 +274,8 @@ static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_esti
   if (P > 1 && !strcmp(e->schedule, "gpipe")) k = (int)A;
   else if (P > 1 && !strcmp(e->schedule, "1f1b")) k = P - s < (int)A ? P - s : (int)A;
   st->in_flight = k;
-  e->bytes[LOOM_MEM_ACTIVATIONS] *= (uint64_t)k;
-  e->bytes[LOOM_MEM_OTHER] *= (uint64_t)k;
+  e->bytes[LOOM_MEM_ACTIVATIONS] = sat_mul(e->bytes[LOOM_MEM_ACTIVATIONS], (uint64_t)k);
+  e->bytes[LOOM_MEM_OTHER] = sat_mul(e->bytes[LOOM_MEM_OTHER], (uint64_t)k);
   if (P > 1) {
     snprintf(e->formula[LOOM_MEM_ACTIVATIONS], 64, "%d in flight x stage pool at B=%d, T=%d", k,
              e->micro_batch, e->seq_len);
@@ -301,7 +310,7 @@ static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_esti
   }
   st->comm_bytes = e->comm_bytes;
   e->total = 0;
-  for (int c = 0; c < LOOM_MEM__COUNT; c++) e->total += e->bytes[c];
+  for (int c = 0; c < LOOM_MEM__COUNT; c++) e->total = sat_add(e->total, e->bytes[c]);
   e->model_states = e->bytes[LOOM_MEM_PARAMS] + e->bytes[LOOM_MEM_GRADS] +
                     e->bytes[LOOM_MEM_OPTIM] + e->bytes[LOOM_MEM_HOST];
   memcpy(st->bytes, e->bytes, sizeof st->bytes);
@@ -388,6 +397,13 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   /* the trainer's split (the same function), then every stage on its own table */
   if (loom__pp_split(rt, &full, me, sizeof me) != 0) {
     snprintf(err, errlen, "%s: %s", cfg->path, me);
+    goto out;
+  }
+  if (gpt_activation_bytes(&full, e->micro_batch, e->seq_len) == SIZE_MAX) {
+    snprintf(err, errlen, "%s: train.micro_batch_size: the activations of one micro-batch of %d "
+             "x %d tokens (n_layer %d, n_embd %d, n_head %d) exceed 2^54 bytes: no machine "
+             "holds them", cfg->path, e->micro_batch, e->seq_len, e->n_layer, e->n_embd,
+             e->n_head);
     goto out;
   }
   tmp = malloc(sizeof *tmp);

@@ -6,6 +6,7 @@
 #include "preflight.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,13 @@ static int check_model(loom_runtime *rt, char *err, size_t errlen) {
     int rc = gpt_init_ex(&m, &sc, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, e, sizeof e);
     gpt_free(&m);
     if (rc != LOOM_OK) return fail(err, errlen, "%s: %s", cfg->path, e);
+    /* the trainer would find out at its first forward (out of memory) */
+    if (gpt_activation_bytes(&sc, cfg->train.micro_batch_size, cfg->train.seq_len) == SIZE_MAX)
+      return fail(err, errlen, "%s: train.micro_batch_size: the activations of one "
+                  "micro-batch of %d x %d tokens (n_layer %d, n_embd %d, n_head %d) exceed "
+                  "2^54 bytes: no machine holds them", cfg->path, cfg->train.micro_batch_size,
+                  cfg->train.seq_len, cfg->model.n_layer, cfg->model.n_embd,
+                  cfg->model.n_head);
   }
   return 0;
 }
