@@ -144,15 +144,16 @@ static void no_match_error(const char *pattern, char *err, size_t errlen) {
   char *slash = strrchr(dir, '/');
   if (slash) *slash = '\0';
   struct stat st;
-  const char *hint = "token shards are made by tools/main_job.sh (README) or by "
-                     "`build/bin/loom-prepare --out DIR TEXT...`";
-  if (slash && slash != dir && !strpbrk(dir, "*?[") && stat(dir, &st) != 0)
-    set_err(err, errlen, "no files match '%s': directory %s does not exist (%s)", pattern, dir,
-            hint);
-  else if (slash && slash != dir && !strpbrk(dir, "*?[") && !S_ISDIR(st.st_mode))
+  int plain_dir = slash && slash != dir && !strpbrk(dir, "*?[");
+  if (plain_dir && stat(dir, &st) != 0)
+    set_err(err, errlen, "no files match '%s': directory %s does not exist; token shards are "
+            "made by tools/main_job.sh (README command 1, into data/) or by "
+            "`build/bin/loom-prepare --out %s TEXT...`", pattern, dir, dir);
+  else if (plain_dir && !S_ISDIR(st.st_mode))
     set_err(err, errlen, "no files match '%s': %s is not a directory", pattern, dir);
   else
-    set_err(err, errlen, "no files match '%s' (%s)", pattern, hint);
+    set_err(err, errlen, "no files match '%s'; token shards are made by tools/main_job.sh "
+            "(README) or by `build/bin/loom-prepare --out DIR TEXT...`", pattern);
 }
 
 int loom_loader_open(loom_loader *ld, const char *pattern, int T, int vocab_size, char *err,
