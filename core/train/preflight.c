@@ -143,8 +143,10 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
     fail(err, errlen, "%s: device: %s", cfg->path, e);
     goto out;
   }
-  /* the plugins validate their own options in create(): unknown keys, types, ranges */
-  if (loom__plugins_create(rt, err, errlen) != 0) goto out;
+  /* the checks without side effects first (train checks the plugins' options first; the
+   * first error differs only when both are wrong), then create(), where the plugins validate
+   * their own options (unknown keys, types, ranges) and the checkpoint plugin makes its
+   * directory: a config whose data is missing leaves nothing behind */
   if (loom_config_check_batch(cfg, rt->mesh.dp, err, errlen) != 0) goto out;
   if (check_model(rt, err, errlen) != 0) goto out;
   if (check_data(cfg, rt->mesh.dp, err, errlen) != 0) goto out;
@@ -152,6 +154,7 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
     fail(err, errlen, "%s: logging.metrics: %s", cfg->path, e);
     goto out;
   }
+  if (loom__plugins_create(rt, err, errlen) != 0) goto out;
   rc = 0;
 out:
   loom__plugins_destroy(rt);
