@@ -280,6 +280,23 @@ static int all_ok(ckpt *c, int ok) {
   return v;
 }
 
+/* Collective: 1 if every rank says ok. Else 0, and every rank's error is the message of the
+ * lowest failing rank ("rank 1: …"), so whichever rank reports the failure names the cause. */
+static int agree(ckpt *c, int ok) {
+  if (c->world <= 1) return ok;
+  int32_t first = ok ? INT32_MAX : c->rank;
+  if (c->api->all_reduce(c->host, c->comm, &first, 1, LOOM_I32, LOOM_OP_MIN, NULL) != LOOM_OK)
+    return 0;
+  if (first == INT32_MAX) return 1;
+  char msg[sizeof c->last_error];
+  snprintf(msg, sizeof msg, "%s", c->last_error);
+  if (c->api->broadcast(c->host, c->comm, msg, sizeof msg, LOOM_U8, first, NULL) != LOOM_OK)
+    snprintf(msg, sizeof msg, "(its message could not be received)");
+  msg[sizeof msg - 1] = '\0';
+  if (c->rank != first) io_fail(c, "rank %d: %s", (int)first, msg);
+  return 0;
+}
+
 static int ckpt_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
                        void **out) {
   static const char *const keys[] = {"dir", "every", "keep", "resume", NULL};
@@ -505,7 +522,7 @@ static int ckpt_save(void *ctx, const loom_ckpt_state_v1 *st) {
   }
   free(index_text);
   if (!all_ok(c, ok)) {
-    if (ok) c->api->set_error(c->host, "another rank failed to write its shard");
+    if (ok) io_fail(c, "another rank failed to write its shard");
     return LOOM_IO;
   }
 
@@ -529,7 +546,7 @@ static int ckpt_save(void *ctx, const loom_ckpt_state_v1 *st) {
     if (ok) prune(c, st->step);
   }
   if (!all_ok(c, ok)) {
-    if (ok) c->api->set_error(c->host, "rank 0 failed to publish the checkpoint");
+    if (ok) io_fail(c, "rank 0 failed to publish the checkpoint");
     return LOOM_IO;
   }
   return LOOM_OK;
@@ -562,7 +579,7 @@ static int choose_step(ckpt *c) {
   }
   json_t *man = read_manifest(c, newest);
   if (!man) {
-    c->api->set_error(c->host, "%s/step-%08d, the newest checkpoint, fails verification: %s. "
+    io_fail(c, "%s/step-%08d, the newest checkpoint, fails verification: %s. "
                       "Resuming from an older one would train those steps again and then "
                       "overwrite it: move it away (mv %s/step-%08d %s/damaged-step-%08d) to "
                       "resume from the checkpoint before it", c->dir, newest, c->last_error,
@@ -589,14 +606,10 @@ static int ckpt_resume_step(void *ctx, int *step) {
   ckpt *c = ctx;
   int32_t s = 0;
   if (c->resume && c->rank == 0) s = choose_step(c);
+  if (!agree(c, s >= 0)) return LOOM_CORRUPT;
   if (c->world > 1 &&
       c->api->broadcast(c->host, c->comm, &s, 1, LOOM_I32, 0, NULL) != LOOM_OK)
     return LOOM_REMOTE;
-  if (s < 0) {
-    if (c->rank != 0)
-      c->api->set_error(c->host, "rank 0 found the newest checkpoint in %s damaged", c->dir);
-    return LOOM_CORRUPT;
-  }
   *step = s;
   return LOOM_OK;
 }
@@ -652,12 +665,12 @@ static int load_item(ckpt *c, const char *dir, json_t *shards, loom_ckpt_item_v1
       uint64_t gn = u64_of(ch, "global_numel");
       int dt = (int)u64_of(ch, "dtype");
       if (gn != it->global_numel || dt != (int)it->dtype) {
-        c->api->set_error(c->host,
-                          "%s: item '%s' has %llu elements of dtype %d, this run needs %llu of "
-                          "dtype %d: the checkpoint was made for a different model (compare "
-                          "the model section with meta.config.model in its manifest.json)",
-                          dir, it->name, (unsigned long long)gn, dt,
-                          (unsigned long long)it->global_numel, (int)it->dtype);
+        io_fail(c,
+        "%s: item '%s' has %llu elements of dtype %d, this run needs %llu of "
+        "dtype %d: the checkpoint was made for a different model (compare "
+        "the model section with meta.config.model in its manifest.json)",
+        dir, it->name, (unsigned long long)gn, dt,
+        (unsigned long long)it->global_numel, (int)it->dtype);
         return LOOM_CORRUPT;
       }
       uint64_t lo = u64_of(ch, "offset"), n = u64_of(ch, "count");
@@ -687,7 +700,7 @@ static int load_item(ckpt *c, const char *dir, json_t *shards, loom_ckpt_item_v1
       }
       if (crc_of(buf, bytes) != (uint32_t)u64_of(ch, "crc32")) {
         free(buf);
-        c->api->set_error(c->host, "%s/%s: checksum mismatch in item '%s' [%llu, +%llu): the "
+        io_fail(c, "%s/%s: checksum mismatch in item '%s' [%llu, +%llu): the "
                           "checkpoint is corrupt", dir, file, it->name,
                           (unsigned long long)lo, (unsigned long long)n);
         return LOOM_CORRUPT;
@@ -699,7 +712,7 @@ static int load_item(ckpt *c, const char *dir, json_t *shards, loom_ckpt_item_v1
     }
   }
   if (covered != it->count) {
-    c->api->set_error(c->host, "%s: item '%s' [%llu, +%llu) is not fully in the checkpoint "
+    io_fail(c, "%s: item '%s' [%llu, +%llu) is not fully in the checkpoint "
                       "(%llu of %llu elements found%s)", dir, it->name,
                       (unsigned long long)it->offset, (unsigned long long)it->count,
                       (unsigned long long)covered, (unsigned long long)it->count,
@@ -717,14 +730,14 @@ static int load_blob(ckpt *c, const char *dir, json_t *man, loom_ckpt_state_v1 *
   char file[32];
   ckpt_shard_name(file, c->rank);
   if (n != st->rank_blob_bytes) {
-    c->api->set_error(c->host, "%s/%s: private state is %llu bytes, expected %zu", dir, file,
+    io_fail(c, "%s/%s: private state is %llu bytes, expected %zu", dir, file,
                       (unsigned long long)n, st->rank_blob_bytes);
     return LOOM_CORRUPT;
   }
   if (read_at(c, dir, file, u64_of(mine, "blob_at"), st->rank_blob, (size_t)n) != 0)
     return LOOM_CORRUPT;
   if (crc_of(st->rank_blob, (size_t)n) != (uint32_t)u64_of(mine, "blob_crc32")) {
-    c->api->set_error(c->host, "%s/%s: checksum mismatch in rank %d's private state (its RNG "
+    io_fail(c, "%s/%s: checksum mismatch in rank %d's private state (its RNG "
                       "streams): the checkpoint is corrupt", dir, file, c->rank);
     return LOOM_CORRUPT;
   }
@@ -750,10 +763,7 @@ static int ckpt_load(void *ctx, int step, loom_ckpt_state_v1 *st, const char **m
     }
   }
   json_decref(man);
-  if (!all_ok(c, rc == LOOM_OK) && rc == LOOM_OK) {
-    c->api->set_error(c->host, "another rank failed to load step %d", step);
-    rc = LOOM_REMOTE;
-  }
+  if (!agree(c, rc == LOOM_OK) && rc == LOOM_OK) rc = LOOM_CORRUPT;
   return rc;
 }
 
