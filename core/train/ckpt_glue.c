@@ -350,11 +350,22 @@ static int load_state(loom_trainer *tr, const loom_ckpt_meta *m) {
     return -1;
   }
   if (m->world_size != rt->mesh.world_size) return 0; /* fresh per-rank streams: reported */
-  if (!loom__rng_valid(&blob.rank_rng) || !loom__rng_valid(&blob.sample_rng)) {
+  /* collective, so every rank refuses (and rank 0 reports nothing) when any rank's is bad */
+  int32_t bad_rank = loom__rng_valid(&blob.rank_rng) && loom__rng_valid(&blob.sample_rng)
+                         ? INT32_MAX : rt->mesh.world_rank;
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (rt->mesh.world_size > 1 &&
+      c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_WORLD], &bad_rank, 1, LOOM_I32,
+                    LOOM_OP_MIN, NULL) != LOOM_OK) {
+    snprintf(tr->err, sizeof tr->err, "checkpoint step %d: agreeing on the restored random "
+             "state failed: %s", m->step, rt->comm_host.error);
+    return -1;
+  }
+  if (bad_rank != INT32_MAX) {
     snprintf(tr->err, sizeof tr->err,
              "checkpoint step %d: rank %d's saved random state is all zero, which no "
              "xoshiro256** generator can reach: the checkpoint is corrupt", m->step,
-             rt->mesh.world_rank);
+             (int)bad_rank);
     return -1;
   }
   tr->rank_rng = blob.rank_rng;

@@ -39,6 +39,7 @@ b = bytearray(open(p, "rb").read()); b[off] ^= 0x5a; open(p, "wb").write(b)' \
       cat "$WORK/c/out.log"; die "$f byte $off changed: the resume went on"; fi
     grep -q "corrupt" "$WORK/c/out.log" ||
       { cat "$WORK/c/out.log"; die "$f byte $off changed: not reported as corruption"; }
+    grep -q "^step " "$WORK/c/out.log" && die "$f byte $off changed: it trained"
     cases=$((cases + 1))
   done
 done
@@ -65,6 +66,8 @@ if resume 2 z out.log --set train.steps=20; then
   cat "$WORK/z/out.log"; die "an all-zero RNG state was accepted"; fi
 grep -q "rank 1's saved random state is all zero" "$WORK/z/out.log" ||
   { cat "$WORK/z/out.log"; die "the all-zero RNG state is not named"; }
+grep -q "^step \|resuming from step" "$WORK/z/out.log" &&
+  { cat "$WORK/z/out.log"; die "rank 0 went on before the refusal"; }
 
 echo "== killed after publishing step 20, before updating latest"
 run 1 k --set train.steps=10
