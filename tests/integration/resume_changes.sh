@@ -92,6 +92,27 @@ print("trace: %d sequences, steps 1-10 at T=64 then 11-20 at T=32, tokens [0, %d
       "read once" % (len(seqs), pos[2]))
 PY
 
+echo "== optimizer, seed and data files: reported old -> new"
+fork base opt
+mkdir -p "$WORK/moved"
+cp "$WORK/data/train_000.bin" "$WORK/moved/"
+resume 1 opt out2.log --set train.steps=25 --set lr_schedule.decay_steps=20 \
+  --set optimizer.weight_decay=0.1 --set optimizer.betas=[0.8,0.95] --set train.seed=7 \
+  --set "data.train=$WORK/moved/train_*.bin" || { cat "$WORK/opt/out2.log"; die "resume failed"; }
+for want in "optimizer.weight_decay: 0 -> 0.1" "optimizer.betas\[0\]: 0.9 -> 0.8" \
+    "train.seed: 1337 -> 7" "data.train: .* (the saved position's shard is in the new data"; do
+  grep -q "$want" "$WORK/opt/out2.log" || { cat "$WORK/opt/out2.log"; die "not reported: $want"; }
+done
+fork base newdata
+resume 1 newdata out2.log --set train.steps=25 --set lr_schedule.decay_steps=20 \
+  --set "data.train=$WORK/data/val_*.bin" || { cat "$WORK/newdata/out2.log"; die "resume failed"; }
+grep -q "warning: the checkpoint's data position .* is not in data.train" \
+  "$WORK/newdata/out2.log" || { cat "$WORK/newdata/out2.log"; die "lost position not warned"; }
+if "$LOOM" check "$LOOM_SRC/configs/tiny.json" --set lr_schedule.decay_steps=2 \
+    >"$WORK/check.log" 2>&1; then die "decay_steps <= warmup_steps accepted"; fi
+grep -q "decay_steps: expected 0 (= train.steps) or > warmup_steps (2), got 2" "$WORK/check.log" ||
+  { cat "$WORK/check.log"; die "decay_steps error not named"; }
+
 echo "== another model or vocabulary: refused before training"
 fork base heads
 if resume 1 heads out2.log --set model.n_head=4; then die "model.n_head 2 -> 4 was accepted"; fi
