@@ -579,11 +579,10 @@ static int choose_step(ckpt *c) {
   }
   json_t *man = read_manifest(c, newest);
   if (!man) {
-    io_fail(c, "%s/step-%08d, the newest checkpoint, fails verification: %s. "
-                      "Resuming from an older one would train those steps again and then "
-                      "overwrite it: move it away (mv %s/step-%08d %s/damaged-step-%08d) to "
-                      "resume from the checkpoint before it", c->dir, newest, c->last_error,
-                      c->dir, newest, c->dir, newest);
+    io_fail(c, "%s/step-%08d, the newest checkpoint, fails verification: %s. Resuming from "
+            "an older one would train those steps again and then overwrite it: move it away "
+            "(mv %s/step-%08d %s/damaged-step-%08d) to resume from the checkpoint before it",
+            c->dir, newest, c->last_error, c->dir, newest, c->dir, newest);
     return -1;
   }
   json_decref(man);
@@ -594,6 +593,10 @@ static int choose_step(ckpt *c) {
   else if (hint == 0)
     c->api->log(c->host, LOOM_LOG_WARN, "%s/latest is missing: resuming from the newest "
                 "verified checkpoint, step-%08d", c->dir, newest);
+  else if (hint > newest)
+    c->api->log(c->host, LOOM_LOG_WARN, "%s/latest names step-%08d, which is not a complete "
+                "checkpoint: resuming from the newest verified one, step-%08d", c->dir, hint,
+                newest);
   else if (hint != newest)
     c->api->log(c->host, LOOM_LOG_WARN, "%s/latest names step-%08d, but step-%08d is newer, "
                 "complete and verified (a run stopped after publishing it, before updating "
