@@ -66,6 +66,19 @@ grep -q "global batch: 8 -> 4 sequences" "$WORK/one/out2.log" &&
   grep -q "world size: 2 -> 1 (dp 2 -> 1" "$WORK/one/out2.log" ||
   { cat "$WORK/one/out2.log"; die "the world size / global batch change is not reported"; }
 
+echo "== resharding: a 2-rank zero1 checkpoint (sharded Adam state) resumed on 1 rank, same"
+echo "   global batch, continues like the 2-rank run (the data position is global, in tokens)"
+run 2 z2 --set "parallel=[{\"plugin\":\"zero1\"}]" \
+  --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/z2/ckpt\",\"every\":10}"
+rm -rf "$WORK/z1" && mkdir -p "$WORK/z1/ckpt"
+cp -r "$WORK/z2/ckpt/step-00000010" "$WORK/z1/ckpt/"
+head -n 10 "$WORK/z2/metrics.jsonl" >"$WORK/z1/metrics.jsonl"
+resume 1 z1 out.log --set train.micro_batch_size=8 ||
+  { cat "$WORK/z1/out.log"; die "resume on 1 rank failed"; }
+grep -q "world size: 2 -> 1" "$WORK/z1/out.log" && ! grep -q "global batch:" "$WORK/z1/out.log" ||
+  { cat "$WORK/z1/out.log"; die "world size change not reported (or a global batch change)"; }
+compare z1 z2 --rtol 1e-5 --steps 11:20
+
 echo "== seq_len 64 -> 32: no token read twice, none skipped"
 rm -f "$WORK/trace.txt"
 LOOM_DATA_TRACE=$WORK/trace.txt run 1 seq --set train.steps=10 --set lr_schedule.decay_steps=20
