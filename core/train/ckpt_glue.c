@@ -227,10 +227,18 @@ int loom__ckpt_save(loom_trainer *tr) {
   json_t *meta = meta_json(tr);
   char *text = meta ? json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
   json_decref(meta);
-  if (!text) {
-    snprintf(tr->err, sizeof tr->err, "out of host memory (checkpoint metadata)");
+  /* what is written must read back: a save never publishes metadata a resume would refuse
+   * (a json_pack that failed on a file name that is not UTF-8, say) */
+  loom_ckpt_meta check;
+  char why[512];
+  if (!text || loom__ckpt_meta_parse(text, &check, why, sizeof why) != 0) {
+    snprintf(tr->err, sizeof tr->err, "saving step %d: the checkpoint metadata would not read "
+             "back: %s (are data.train's file names UTF-8?)", tr->step,
+             text ? why : "out of host memory");
+    free(text);
     return -1;
   }
+  loom__ckpt_meta_free(&check);
   rank_blob blob = {tr->rank_rng, tr->sample_rng};
   loom_ckpt_state_v1 st = {.struct_size = sizeof st, .step = tr->step, .n_items = n,
                            .items = items, .meta_json = text, .rank_blob = &blob,

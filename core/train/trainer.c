@@ -572,8 +572,8 @@ int loom_trainer_eval(loom_trainer *tr, double *val_loss) {
 }
 
 /* LOOM_DATA_TRACE=FILE (tests): rank 0 appends, for every sequence of the global batch of
- * `step`, "step STEP shard INDEX token OFFSET len T": the tokens [OFFSET, OFFSET + T) of that
- * shard are the step's inputs. How the resume tests prove no token is read twice or skipped. */
+ * `step`, "step STEP epoch E shard INDEX token OFFSET len T": the tokens [OFFSET, OFFSET + T)
+ * of that shard, in epoch E, are the step's inputs. How the resume tests prove no token is read twice or skipped. */
 static int trace_data(loom_trainer *tr, int step) {
   const char *path = getenv("LOOM_DATA_TRACE");
   if (!path || !*path || tr->rt.mesh.world_rank != 0) return 0;
