@@ -53,16 +53,17 @@ typedef struct report {
   int step, n;
 } report;
 
-/* One "  KEY: OLD -> NEW (EFFECT)" line, with the heading before the first. */
+/* One "  KEY: OLD -> NEW (EFFECT)" line, with the heading before the first. On stderr, as a
+ * warning: a resume that continues differently is never silent. */
 __attribute__((format(printf, 2, 3))) static void line(report *r, const char *fmt, ...) {
   if (r->n++ == 0)
-    printf("loom: resuming from step %d with settings that change how the run continues:\n",
-           r->step);
+    fprintf(stderr, "loom[0] warning: resuming from step %d with settings that change how the "
+            "run continues:\n", r->step);
   va_list ap;
   va_start(ap, fmt);
-  printf("  ");
-  vprintf(fmt, ap);
-  printf("\n");
+  fprintf(stderr, "  ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
   va_end(ap);
 }
 
