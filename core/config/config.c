@@ -427,7 +427,7 @@ static int load_optimizer(ctx *c) {
 }
 
 static int load_lr_schedule(ctx *c) {
-  static const char *const keys[] = {"warmup_steps", "decay", "min_lr", NULL};
+  static const char *const keys[] = {"warmup_steps", "decay", "min_lr", "decay_steps", NULL};
   loom_options o;
   if (section(c, "lr_schedule", keys, &o)) return -1;
   loom_config *cfg = c->cfg;
@@ -441,6 +441,12 @@ static int load_lr_schedule(ctx *c) {
   if (strcmp(decay, "cosine") != 0 && strcmp(decay, "constant") != 0)
     return bad_choice(c, &o, "decay", "\"cosine\" or \"constant\"");
   snprintf(cfg->lr_schedule.decay, sizeof cfg->lr_schedule.decay, "%s", decay);
+  if (get_int(c, &o, "decay_steps", 0, 0, INT_MAX, &cfg->lr_schedule.decay_steps)) return -1;
+  if (cfg->lr_schedule.decay_steps > 0 &&
+      cfg->lr_schedule.decay_steps <= cfg->lr_schedule.warmup_steps)
+    return loom__opt_error(&o, "decay_steps", c->err, c->errlen,
+                           "expected 0 (= train.steps) or > warmup_steps (%d), got %d",
+                           cfg->lr_schedule.warmup_steps, cfg->lr_schedule.decay_steps);
   double lr = cfg->optimizer.lr;
   json_t *v = json_object_get(o.obj, "min_lr");
   if (!v) {

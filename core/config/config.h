@@ -70,6 +70,9 @@ typedef struct loom_config {
     int warmup_steps;   /* linear warm-up from 0, default 0 */
     char decay[16];     /* "cosine" (default) or "constant" */
     double min_lr;      /* floor reached at the last step, default 0.1 * lr */
+    int decay_steps;    /* the cosine's horizon: it reaches min_lr at this step and stays
+                           there; 0 (default) = train.steps. Set it to extend a finished run
+                           without stretching the cosine (the lr continues at min_lr). */
   } lr_schedule;
 
   struct {

@@ -254,6 +254,31 @@ void loom_loader_fill(const loom_loader *ld, int B, int dp, int m, int r, int32_
 
 void loom_loader_advance(loom_loader *ld, uint64_t G) { ld->cursor += G; }
 
+void loom_loader_seq_position(const loom_loader *ld, uint64_t k, loom_data_pos *pos) {
+  size_t s = (size_t)(k % ld->n_seqs);
+  const loom_shard *sh = find_shard(ld, s);
+  pos->epoch = k / ld->n_seqs;
+  pos->shard = (int)(sh - ld->shards);
+  pos->token = (uint64_t)(s - sh->first_seq) * (uint64_t)ld->T;
+}
+
+void loom_loader_position(const loom_loader *ld, loom_data_pos *pos) {
+  loom_loader_seq_position(ld, ld->cursor, pos);
+}
+
+void loom_loader_seek(loom_loader *ld, const loom_data_pos *pos, uint64_t *skipped) {
+  const loom_shard *sh = &ld->shards[pos->shard];
+  const uint64_t T = (uint64_t)ld->T;
+  uint64_t i = (pos->token + T - 1) / T; /* the first sequence starting at or after it */
+  if (skipped) *skipped = 0;
+  if (i < sh->n_seqs) {
+    if (skipped) *skipped = i * T - pos->token;
+    ld->cursor = pos->epoch * ld->n_seqs + sh->first_seq + i;
+  } else { /* the shard's tail is shorter than a sequence: on to the next shard */
+    ld->cursor = pos->epoch * ld->n_seqs + sh->first_seq + sh->n_seqs;
+  }
+}
+
 int loom_shard_write(const char *path, const uint16_t *tokens, size_t n_tokens, char *err,
                      size_t errlen) {
   if (n_tokens > (size_t)INT32_MAX) {

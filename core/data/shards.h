@@ -54,6 +54,28 @@ void loom_loader_fill(const loom_loader *ld, int B, int dp, int m, int r, int32_
 /* Move the cursor past one global batch of G sequences. */
 void loom_loader_advance(loom_loader *ld, uint64_t G);
 
+/* A data position in units that survive a change of sequence length or world size: the
+ * epoch, the shard, and the offset in that shard of the first token no sequence has used as
+ * input yet. This is what checkpoints keep (the sequence cursor alone means different tokens
+ * under another T). */
+typedef struct loom_data_pos {
+  uint64_t epoch;
+  int shard;      /* index into loom_loader.shards (sorted by name) */
+  uint64_t token; /* token offset in that shard */
+} loom_data_pos;
+
+/* The position of the cursor. */
+void loom_loader_position(const loom_loader *ld, loom_data_pos *pos);
+/* The position of sequence number k (k = cursor + i for the i-th sequence of a batch). */
+void loom_loader_seq_position(const loom_loader *ld, uint64_t k, loom_data_pos *pos);
+/* Move the cursor to the first sequence of this loader's T that starts at or after `pos`: with
+ * the T the position was taken with, exactly that sequence; with another T, the next one on
+ * the new T's grid, and *skipped (may be NULL) gets the tokens between pos and its start
+ * (0 when pos->token is a multiple of T, as after a change 64 -> 32). A position at or past
+ * the shard's last sequence moves to the next shard (after the last: the next epoch), like the
+ * uninterrupted stream. pos->shard must be a valid index. */
+void loom_loader_seek(loom_loader *ld, const loom_data_pos *pos, uint64_t *skipped);
+
 /* Write a shard file (header + tokens); used by loom-prepare and tests. Writes to a temporary
  * name and renames. Returns 0 or -1 with a message. */
 int loom_shard_write(const char *path, const uint16_t *tokens, size_t n_tokens, char *err,

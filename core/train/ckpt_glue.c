@@ -1,15 +1,22 @@
 /* What the core puts into a checkpoint and takes back out: the state items (parameters and
- * optimizer state as flat chunks), the metadata document, and each rank's RNG. The checkpoint
- * plugin decides how they are stored. */
+ * optimizer state as flat chunks), the metadata document (ckpt_meta.h: everything that gives
+ * the numbers their meaning), and each rank's RNG. The checkpoint plugin decides how they are
+ * stored and verifies every byte; resume refuses what would reinterpret the saved state and
+ * reports (ckpt_report.c) what changes how the run continues. */
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../runtime/plugins.h"
+#include "ckpt_meta.h"
+#include "ckpt_resume.h"
+#include "lr_schedule.h"
 #include "trainer.h"
 
 #define MAX_ITEMS 16
-#define CKPT_FORMAT "loom-checkpoint-1"
 
 typedef struct rank_blob { loom_rng rank_rng, sample_rng; } rank_blob;
 
@@ -120,24 +127,118 @@ static const char *ckpt_error(loom_trainer *tr) {
   return tr->rt.checkpoint_host.error[0] ? tr->rt.checkpoint_host.error : "no message";
 }
 
+/* The identity of the vocabulary: FNV-1a 64 of data.vocab's canonical JSON (sorted keys,
+ * compact), or of the byte tokenizer's when there is no file. The file was loaded and checked
+ * by the tokenizer already; it is read again here without blocking, as untrusted input. */
+static int vocab_fingerprint(loom_trainer *tr, char out[17]) {
+  const char *path = tr->cfg.data.vocab;
+  char *text = NULL;
+  if (path[0]) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (64 << 20)) {
+      if (fd >= 0) close(fd);
+      snprintf(tr->err, sizeof tr->err, "%s: data.vocab: %s: cannot read it back as a regular "
+               "file of at most 64 MiB", tr->cfg.path, path);
+      return -1;
+    }
+    text = calloc(1, (size_t)sb.st_size + 1);
+    ssize_t got = text ? read(fd, text, (size_t)sb.st_size) : -1;
+    close(fd);
+    if (got != sb.st_size) {
+      free(text);
+      snprintf(tr->err, sizeof tr->err, "%s: data.vocab: %s: short read", tr->cfg.path, path);
+      return -1;
+    }
+  }
+  json_t *j = json_loads(text ? text : "{\"type\": \"byte\", \"vocab_size\": 256}", 0, NULL);
+  char *canon = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  const char *bytes = canon ? canon : text ? text : "";
+  loom__fnv1a_hex(bytes, strlen(bytes), out);
+  free(canon);
+  json_decref(j);
+  free(text);
+  return 0;
+}
+
+/* The lr step `step` runs at under the config's schedule. */
+static double config_lr(const loom_config *cfg, int step) {
+  return loom_lr_at(step, loom_lr_horizon(cfg->train.steps, cfg->lr_schedule.decay_steps),
+                    cfg->lr_schedule.warmup_steps, cfg->optimizer.lr, cfg->lr_schedule.min_lr,
+                    strcmp(cfg->lr_schedule.decay, "cosine") == 0);
+}
+
+/* The metadata document of ckpt_meta.h for the state after step tr->step. */
+static json_t *meta_json(loom_trainer *tr) {
+  loom_runtime *rt = &tr->rt;
+  const loom_config *cfg = &tr->cfg;
+  loom_data_pos pos;
+  loom_loader_position(&tr->train, &pos);
+  const loom_shard *sh = &tr->train.shards[pos.shard];
+  char seed[24];
+  snprintf(seed, sizeof seed, "%llu", (unsigned long long)cfg->train.seed);
+  json_t *meta = json_pack(
+      "{s:s, s:i, s:i, s:i, s:i, s:i, s:O, s:o, s:s, s:s}", "format", LOOM_CKPT_META_FORMAT,
+      "step", tr->step, "world_size", rt->mesh.world_size, "dp", rt->mesh.dp, "tp", rt->mesh.tp,
+      "pp", rt->mesh.pp, "config", cfg->root, "tensors",
+      rt->mesh.pp > 1 ? json_null() : tensors_json(rt), "seed", seed, "precision_plugin",
+      cfg->precision.name);
+  json_object_set_new(meta, "model", json_pack("{s:i, s:i, s:i, s:i, s:i}", "vocab_size",
+                                               cfg->model.vocab_size, "context_length",
+                                               cfg->model.context_length, "n_layer",
+                                               cfg->model.n_layer, "n_head", cfg->model.n_head,
+                                               "n_embd", cfg->model.n_embd));
+  json_object_set_new(meta, "tokenizer", json_pack("{s:i, s:i, s:s}", "type", (int)tr->tok.type,
+                                                   "vocab_size", tr->tok.vocab_size,
+                                                   "fingerprint", tr->vocab_fingerprint));
+  json_object_set_new(
+      meta, "data",
+      json_pack("{s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:i, s:s, s:I, s:I}", "units", "tokens",
+                "pattern", cfg->data.train, "seq_len", tr->T, "micro_batch_size", tr->B,
+                "grad_accum_steps", tr->accum, "global_batch", (json_int_t)tr->G, "epoch",
+                (json_int_t)pos.epoch, "shard_index", pos.shard, "shard", sh->path,
+                "shard_tokens", (json_int_t)sh->n_tokens, "token", (json_int_t)pos.token));
+  json_object_set_new(
+      meta, "schedule",
+      json_pack("{s:i, s:i, s:i, s:s, s:f, s:f, s:f}", "steps", cfg->train.steps, "horizon",
+                loom_lr_horizon(cfg->train.steps, cfg->lr_schedule.decay_steps), "warmup_steps",
+                cfg->lr_schedule.warmup_steps, "decay", cfg->lr_schedule.decay, "lr",
+                cfg->optimizer.lr, "min_lr", cfg->lr_schedule.min_lr, "last_lr",
+                config_lr(cfg, tr->step)));
+  json_object_set_new(meta, "optimizer",
+                      json_pack("{s:f, s:f, s:f, s:f, s:f}", "beta1", cfg->optimizer.beta1,
+                                "beta2", cfg->optimizer.beta2, "eps", cfg->optimizer.eps,
+                                "weight_decay", cfg->optimizer.weight_decay, "grad_clip",
+                                cfg->optimizer.grad_clip));
+  const loom_precision_v1 *prec = &rt->precision.u.precision;
+  const char *ps = prec->state_json ? prec->state_json(rt->precision_ctx) : NULL;
+  json_t *pj = ps ? json_loads(ps, 0, NULL) : NULL;
+  json_object_set_new(meta, "precision", json_is_object(pj) ? pj : json_null());
+  if (pj && !json_is_object(pj)) json_decref(pj);
+  if (rt->mesh.pp > 1) json_object_set_new(meta, "stages", stage_tensors_json(rt));
+  return meta;
+}
+
 int loom__ckpt_save(loom_trainer *tr) {
   loom_runtime *rt = &tr->rt;
   loom_ckpt_item_v1 items[MAX_ITEMS];
   int n;
   if (build_items(tr, items, &n) != 0) return -1;
-  json_t *meta = json_pack("{s:s, s:i, s:I, s:i, s:i, s:i, s:O, s:o}", "format", CKPT_FORMAT,
-                           "step", tr->step, "data_cursor", (json_int_t)tr->train.cursor,
-                           "world_size", rt->mesh.world_size, "dp", rt->mesh.dp, "tp",
-                           rt->mesh.tp, "config", tr->cfg.root, "tensors",
-                           rt->mesh.pp > 1 ? json_null() : tensors_json(rt));
-  const loom_precision_v1 *prec = &rt->precision.u.precision;
-  const char *ps = prec->state_json ? prec->state_json(rt->precision_ctx) : NULL;
-  json_t *pj = ps ? json_loads(ps, 0, NULL) : NULL;
-  json_object_set_new(meta, "precision", pj ? pj : json_null());
-  json_object_set_new(meta, "pp", json_integer(rt->mesh.pp));
-  if (rt->mesh.pp > 1) json_object_set_new(meta, "stages", stage_tensors_json(rt));
-  char *text = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS);
+  json_t *meta = meta_json(tr);
+  char *text = meta ? json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
   json_decref(meta);
+  /* what is written must read back: a save never publishes metadata a resume would refuse
+   * (a json_pack that failed on a file name that is not UTF-8, say) */
+  loom_ckpt_meta check;
+  char why[512];
+  if (!text || loom__ckpt_meta_parse(text, &check, why, sizeof why) != 0) {
+    snprintf(tr->err, sizeof tr->err, "saving step %d: the checkpoint metadata would not read "
+             "back: %s (are data.train's file names UTF-8?)", tr->step,
+             text ? why : "out of host memory");
+    free(text);
+    return -1;
+  }
+  loom__ckpt_meta_free(&check);
   rank_blob blob = {tr->rank_rng, tr->sample_rng};
   loom_ckpt_state_v1 st = {.struct_size = sizeof st, .step = tr->step, .n_items = n,
                            .items = items, .meta_json = text, .rank_blob = &blob,
@@ -152,30 +253,154 @@ int loom__ckpt_save(loom_trainer *tr) {
   return 0;
 }
 
-/* Resuming with a different seed, global batch or data is allowed (an elastic restart may
- * change the batch) but never silent: rank 0 says what changed. */
-static void warn_changes(loom_trainer *tr, json_t *saved, int step) {
-  if (!saved || tr->rt.mesh.world_rank != 0) return;
-  static const char *const keys[][2] = {{"train", "seed"},
-                                        {"train", "micro_batch_size"},
-                                        {"train", "grad_accum_steps"},
-                                        {"data", "train"}};
-  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-    json_t *a = json_object_get(json_object_get(saved, keys[i][0]), keys[i][1]);
-    json_t *b = json_object_get(json_object_get(tr->cfg.root, keys[i][0]), keys[i][1]);
-    if (a && b && !json_equal(a, b)) {
-      char *sa = json_dumps(a, JSON_ENCODE_ANY), *sb = json_dumps(b, JSON_ENCODE_ANY);
-      fprintf(stderr, "loom[0] warning: resuming step %d with %s.%s = %s (the checkpoint was "
-              "trained with %s)\n", step, keys[i][0], keys[i][1], sb ? sb : "?", sa ? sa : "?");
-      free(sa);
-      free(sb);
-    }
+/* "[2, 4]": units per stage of the saved split (from the checked stages array) and of now. */
+static void units_text(loom_trainer *tr, const loom_ckpt_meta *m, char *saved, char *run,
+                       size_t n) {
+  loom_runtime *rt = &tr->rt;
+  snprintf(saved, n, "[");
+  snprintf(run, n, "[");
+  for (int s = 0; m->stages && s < m->pp; s++) {
+    json_t *x = json_array_get(m->stages, (size_t)s);
+    size_t k = strlen(saved);
+    snprintf(saved + k, n - k, "%s%lld", s ? ", " : "",
+             (long long)(json_integer_value(json_object_get(x, "last_unit")) -
+                         json_integer_value(json_object_get(x, "first_unit")) + 1));
   }
+  for (int s = 0; s < rt->mesh.pp; s++) {
+    size_t k = strlen(run);
+    snprintf(run + k, n - k, "%s%d", s ? ", " : "", rt->pp_last[s] - rt->pp_first[s] + 1);
+  }
+  strncat(saved, "]", n - strlen(saved) - 1);
+  strncat(run, "]", n - strlen(run) - 1);
+  if (!m->stages) snprintf(saved, n, "[all]");
+  if (rt->mesh.pp <= 1) snprintf(run, n, "[all]");
+}
+
+/* The items' names carry the tensor-parallel and pipeline coordinates: a different split is
+ * named as such rather than as missing chunks. */
+static int check_split(loom_trainer *tr, const loom_ckpt_meta *m) {
+  loom_runtime *rt = &tr->rt;
+  int same_split = 1;
+  for (int s = 0; m->pp == rt->mesh.pp && rt->mesh.pp > 1 && s < rt->mesh.pp; s++) {
+    json_t *x = json_array_get(m->stages, (size_t)s);
+    same_split &= json_integer_value(json_object_get(x, "first_unit")) == rt->pp_first[s] &&
+                  json_integer_value(json_object_get(x, "last_unit")) == rt->pp_last[s];
+  }
+  if (m->pp != rt->mesh.pp || !same_split) {
+    char saved[128], run[128];
+    units_text(tr, m, saved, run, sizeof saved);
+    snprintf(tr->err, sizeof tr->err,
+             "checkpoint step %d: the pipeline split differs: it was saved with pp %d, units "
+             "per stage %s; this run has pp %d, units per stage %s (each stage's items hold "
+             "its own units; resume with the same pipeline \"size\" and \"stages\", or start "
+             "a new checkpoint dir)", m->step, m->pp, saved, rt->mesh.pp, run);
+    return -1;
+  }
+  if (m->tp != rt->mesh.tp) {
+    snprintf(tr->err, sizeof tr->err,
+             "checkpoint step %d: the tensor-parallel size differs: it was saved with tp %d, "
+             "this run has tp %d (each tp rank's tensors are slices of that split; resume "
+             "with the same tensor_parallel \"size\", or start a new checkpoint dir)", m->step,
+             m->tp, rt->mesh.tp);
+    return -1;
+  }
+  return 0;
+}
+
+/* What would reinterpret the saved numbers is refused: another model (any model key) or
+ * another vocabulary (token ids would mean other tokens). */
+static int check_identity(loom_trainer *tr, const loom_ckpt_meta *m) {
+  const loom_config *cfg = &tr->cfg;
+  struct { const char *key; int saved, now; } keys[] = {
+    {"model.vocab_size", m->model.vocab_size, cfg->model.vocab_size},
+    {"model.context_length", m->model.context_length, cfg->model.context_length},
+    {"model.n_layer", m->model.n_layer, cfg->model.n_layer},
+    {"model.n_head", m->model.n_head, cfg->model.n_head},
+    {"model.n_embd", m->model.n_embd, cfg->model.n_embd},
+    {"the tokenizer's type", m->tokenizer.type, (int)tr->tok.type},
+    {"the tokenizer's vocab_size", m->tokenizer.vocab_size, tr->tok.vocab_size},
+  };
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (keys[i].saved != keys[i].now) {
+      snprintf(tr->err, sizeof tr->err,
+               "checkpoint step %d: %s was %d, this run has %d: the saved weights mean "
+               "something else under it; resume with %s = %d, or start a new checkpoint dir",
+               m->step, keys[i].key, keys[i].saved, keys[i].now, keys[i].key, keys[i].saved);
+      return -1;
+    }
+  if (strcmp(m->tokenizer.fingerprint, tr->vocab_fingerprint) != 0) {
+    snprintf(tr->err, sizeof tr->err,
+             "checkpoint step %d: the vocabulary differs: data.vocab (%s) has fingerprint %s, "
+             "the checkpoint was trained with %s: token ids would name other tokens; use the "
+             "vocabulary the checkpoint was trained with, or start a new checkpoint dir",
+             m->step, tr->cfg.data.vocab[0] ? tr->cfg.data.vocab : "bytes, no file",
+             tr->vocab_fingerprint, m->tokenizer.fingerprint);
+    return -1;
+  }
+  return 0;
+}
+
+/* Load the items and this rank's blob of `step` (the metadata was read already). */
+static int load_state(loom_trainer *tr, const loom_ckpt_meta *m) {
+  loom_runtime *rt = &tr->rt;
+  loom_ckpt_item_v1 items[MAX_ITEMS];
+  int n;
+  if (build_items(tr, items, &n) != 0) return -1;
+  rank_blob blob;
+  memset(&blob, 0, sizeof blob);
+  loom_ckpt_state_v1 st = {.struct_size = sizeof st, .step = m->step, .n_items = n,
+                           .items = items, .rank_blob = &blob, .rank_blob_bytes = sizeof blob};
+  const char *meta_text = NULL;
+  if (rt->checkpoint.u.checkpoint.load(rt->checkpoint_ctx, m->step, &st, &meta_text) !=
+      LOOM_OK) {
+    snprintf(tr->err, sizeof tr->err, "plugin %s: loading step %d failed: %s",
+             rt->checkpoint_host.label, m->step, ckpt_error(tr));
+    return -1;
+  }
+  if (m->world_size != rt->mesh.world_size) return 0; /* fresh per-rank streams: reported */
+  /* collective, so every rank refuses (and rank 0 reports nothing) when any rank's is bad */
+  int32_t bad_rank = loom__rng_valid(&blob.rank_rng) && loom__rng_valid(&blob.sample_rng)
+                         ? INT32_MAX : rt->mesh.world_rank;
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (rt->mesh.world_size > 1 &&
+      c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_WORLD], &bad_rank, 1, LOOM_I32,
+                    LOOM_OP_MIN, NULL) != LOOM_OK) {
+    snprintf(tr->err, sizeof tr->err, "checkpoint step %d: agreeing on the restored random "
+             "state failed: %s", m->step, rt->comm_host.error);
+    return -1;
+  }
+  if (bad_rank != INT32_MAX) {
+    snprintf(tr->err, sizeof tr->err,
+             "checkpoint step %d: rank %d's saved random state is all zero, which no "
+             "xoshiro256** generator can reach: the checkpoint is corrupt", m->step,
+             (int)bad_rank);
+    return -1;
+  }
+  tr->rank_rng = blob.rank_rng;
+  tr->sample_rng = blob.sample_rng;
+  return 0;
+}
+
+/* Restore the precision plugin's state (loss scaler). */
+static int load_precision(loom_trainer *tr, const loom_ckpt_meta *m) {
+  loom_runtime *rt = &tr->rt;
+  const loom_precision_v1 *prec = &rt->precision.u.precision;
+  if (!m->precision || !prec->load_state_json) return 0;
+  char *ps = json_dumps(m->precision, JSON_COMPACT);
+  int rc = ps ? prec->load_state_json(rt->precision_ctx, ps) : LOOM_NOMEM;
+  free(ps);
+  if (rc != LOOM_OK) {
+    snprintf(tr->err, sizeof tr->err, "plugin %s: restoring its state failed: %s",
+             rt->precision_host.label, rt->precision_host.error);
+    return -1;
+  }
+  return 0;
 }
 
 int loom__ckpt_resume(loom_trainer *tr) {
   loom_runtime *rt = &tr->rt;
   const loom_checkpoint_v1 *ck = &rt->checkpoint.u.checkpoint;
+  if (vocab_fingerprint(tr, tr->vocab_fingerprint) != 0) return -1;
   int step = 0;
   if (ck->resume_step(rt->checkpoint_ctx, &step) != LOOM_OK) {
     snprintf(tr->err, sizeof tr->err, "plugin %s: finding a checkpoint failed: %s",
@@ -183,108 +408,34 @@ int loom__ckpt_resume(loom_trainer *tr) {
     return -1;
   }
   if (step <= 0) return 0;
-  /* The items' names carry the tensor-parallel coordinate: read the metadata first (a load
-   * of no items) so a different tp size is named as such rather than as missing chunks. */
-  {
-    loom_ckpt_state_v1 st0 = {.struct_size = sizeof st0, .step = step};
-    const char *mt = NULL;
-    if (ck->load(rt->checkpoint_ctx, step, &st0, &mt) != LOOM_OK) {
-      snprintf(tr->err, sizeof tr->err, "plugin %s: loading step %d failed: %s",
-               rt->checkpoint_host.label, step, ckpt_error(tr));
-      return -1;
-    }
-    json_t *m0 = mt ? json_loads(mt, 0, NULL) : NULL;
-    json_t *jtp = m0 ? json_object_get(m0, "tp") : NULL;
-    int saved_tp = json_is_integer(jtp) ? (int)json_integer_value(jtp) : 1;
-    json_t *jpp = m0 ? json_object_get(m0, "pp") : NULL;
-    int saved_pp = json_is_integer(jpp) ? (int)json_integer_value(jpp) : 1;
-    json_t *jst = m0 ? json_object_get(m0, "stages") : NULL;
-    int same_split = 1;
-    for (int s = 0; saved_pp == rt->mesh.pp && rt->mesh.pp > 1 && s < rt->mesh.pp; s++) {
-      json_t *x = json_array_get(jst, (size_t)s);
-      same_split &= json_integer_value(json_object_get(x, "first_unit")) == rt->pp_first[s] &&
-                    json_integer_value(json_object_get(x, "last_unit")) == rt->pp_last[s];
-    }
-    /* "[2, 4]": units per stage, saved and now, for the message */
-    char saved_units[128] = "[", run_units[128] = "[";
-    for (size_t s = 0; s < json_array_size(jst); s++) {
-      json_t *x = json_array_get(jst, s);
-      size_t k = strlen(saved_units);
-      snprintf(saved_units + k, sizeof saved_units - k, "%s%lld", s ? ", " : "",
-               (long long)(json_integer_value(json_object_get(x, "last_unit")) -
-                           json_integer_value(json_object_get(x, "first_unit")) + 1));
-    }
-    for (int s = 0; s < rt->mesh.pp; s++) {
-      size_t k = strlen(run_units);
-      snprintf(run_units + k, sizeof run_units - k, "%s%d", s ? ", " : "",
-               rt->pp_last[s] - rt->pp_first[s] + 1);
-    }
-    strncat(saved_units, "]", sizeof saved_units - strlen(saved_units) - 1);
-    strncat(run_units, "]", sizeof run_units - strlen(run_units) - 1);
-    if (json_array_size(jst) == 0) snprintf(saved_units, sizeof saved_units, "[all]");
-    if (rt->mesh.pp <= 1) snprintf(run_units, sizeof run_units, "[all]");
-    json_decref(m0);
-    if (saved_pp != rt->mesh.pp || !same_split) {
-      snprintf(tr->err, sizeof tr->err,
-               "checkpoint step %d: the pipeline split differs: it was saved with pp %d, units "
-               "per stage %s; this run has pp %d, units per stage %s (each stage's items hold "
-               "its own units; resume with the same pipeline \"size\" and \"stages\", or start "
-               "a new checkpoint dir)", step, saved_pp, saved_units, rt->mesh.pp, run_units);
-      return -1;
-    }
-    if (saved_tp != rt->mesh.tp) {
-      snprintf(tr->err, sizeof tr->err,
-               "checkpoint step %d: the tensor-parallel size differs: it was saved with tp %d, "
-               "this run has tp %d (each tp rank's tensors are slices of that split; resume "
-               "with the same tensor_parallel \"size\", or start a new checkpoint dir)", step,
-               saved_tp, rt->mesh.tp);
-      return -1;
-    }
-  }
-  loom_ckpt_item_v1 items[MAX_ITEMS];
-  int n;
-  if (build_items(tr, items, &n) != 0) return -1;
-  rank_blob blob;
-  loom_ckpt_state_v1 st = {.struct_size = sizeof st, .step = step, .n_items = n, .items = items,
-                           .rank_blob = &blob, .rank_blob_bytes = sizeof blob};
-  const char *meta_text = NULL;
-  if (ck->load(rt->checkpoint_ctx, step, &st, &meta_text) != LOOM_OK) {
+  /* the metadata first (a load of no items): everything that decides whether the saved state
+   * means the same thing under this config is checked before any of it is loaded */
+  loom_ckpt_state_v1 st0 = {.struct_size = sizeof st0, .step = step};
+  const char *mt = NULL;
+  if (ck->load(rt->checkpoint_ctx, step, &st0, &mt) != LOOM_OK) {
     snprintf(tr->err, sizeof tr->err, "plugin %s: loading step %d failed: %s",
              rt->checkpoint_host.label, step, ckpt_error(tr));
     return -1;
   }
-  json_error_t je;
-  json_t *meta = meta_text ? json_loads(meta_text, 0, &je) : NULL;
-  const char *format = meta ? json_string_value(json_object_get(meta, "format")) : NULL;
-  if (!format || strcmp(format, CKPT_FORMAT) != 0 ||
-      !json_is_integer(json_object_get(meta, "data_cursor"))) {
-    json_decref(meta);
-    snprintf(tr->err, sizeof tr->err,
-             "checkpoint step %d: metadata is not a %s document (corrupt or foreign)", step,
-             CKPT_FORMAT);
+  loom_ckpt_meta m;
+  char why[512];
+  if (loom__ckpt_meta_parse(mt, &m, why, sizeof why) != 0) {
+    snprintf(tr->err, sizeof tr->err, "checkpoint step %d: manifest.json \"meta\": %s (the "
+             "checkpoint is corrupt, or another version of loom wrote it)", step, why);
     return -1;
   }
-  tr->step = step;
-  tr->train.cursor = (uint64_t)json_integer_value(json_object_get(meta, "data_cursor"));
-  warn_changes(tr, json_object_get(meta, "config"), step);
-  int saved_world = (int)json_integer_value(json_object_get(meta, "world_size"));
-  if (saved_world == rt->mesh.world_size) {
-    tr->rank_rng = blob.rank_rng;
-    tr->sample_rng = blob.sample_rng;
-  } /* else: a different world size has different per-rank streams; keep the fresh seeds */
-  json_t *pj = json_object_get(meta, "precision");
-  const loom_precision_v1 *prec = &rt->precision.u.precision;
-  if (pj && !json_is_null(pj) && prec->load_state_json) {
-    char *ps = json_dumps(pj, JSON_COMPACT);
-    int rc = prec->load_state_json(rt->precision_ctx, ps);
-    free(ps);
-    if (rc != LOOM_OK) {
-      json_decref(meta);
-      snprintf(tr->err, sizeof tr->err, "plugin %s: restoring its state failed: %s",
-               rt->precision_host.label, rt->precision_host.error);
-      return -1;
-    }
+  int rc = m.step != step ? -1 : 0;
+  if (rc) snprintf(tr->err, sizeof tr->err, "checkpoint step %d: its metadata says step %d: "
+                   "the checkpoint is corrupt", step, m.step);
+  if (!rc) rc = check_split(tr, &m);
+  if (!rc) rc = check_identity(tr, &m);
+  if (!rc) rc = loom__ckpt_seek_data(tr, &m);
+  if (!rc) rc = load_state(tr, &m);
+  if (!rc) rc = load_precision(tr, &m);
+  if (!rc) {
+    tr->step = step;
+    if (rt->mesh.world_rank == 0) loom__ckpt_report(tr, &m);
   }
-  json_decref(meta);
-  return 0;
+  loom__ckpt_meta_free(&m);
+  return rc;
 }

@@ -571,6 +571,23 @@ int loom_trainer_eval(loom_trainer *tr, double *val_loss) {
   return 0;
 }
 
+/* LOOM_DATA_TRACE=FILE (tests): rank 0 appends, for every sequence of the global batch of
+ * `step`, "step STEP epoch E shard INDEX token OFFSET len T": the tokens [OFFSET, OFFSET + T)
+ * of that shard, in epoch E, are the step's inputs. How the resume tests prove no token is read twice or skipped. */
+static int trace_data(loom_trainer *tr, int step) {
+  const char *path = getenv("LOOM_DATA_TRACE");
+  if (!path || !*path || tr->rt.mesh.world_rank != 0) return 0;
+  FILE *f = fopen(path, "a");
+  if (!f) return fail(tr, "LOOM_DATA_TRACE=%s: cannot open it for appending", path);
+  for (uint64_t k = 0; k < tr->G; k++) {
+    loom_data_pos pos;
+    loom_loader_seq_position(&tr->train, tr->train.cursor + k, &pos);
+    fprintf(f, "step %d epoch %llu shard %d token %llu len %d\n", step,
+            (unsigned long long)pos.epoch, pos.shard, (unsigned long long)pos.token, tr->T);
+  }
+  return fclose(f) == 0 ? 0 : fail(tr, "LOOM_DATA_TRACE=%s: write error", path);
+}
+
 int loom_trainer_run(loom_trainer *tr) {
   loom_config *cfg = &tr->cfg;
   loom_runtime *rt = &tr->rt;
@@ -578,18 +595,22 @@ int loom_trainer_run(loom_trainer *tr) {
   int start = tr->start_step = tr->step;
   tr->t0 = now_s();
   loom_metrics_start(tr);
+  int horizon = loom_lr_horizon(steps, cfg->lr_schedule.decay_steps);
   if (start >= steps && rt->mesh.world_rank == 0)
-    printf("loom: the checkpoint is at step %d of train.steps = %d: nothing left to train "
-           "(raise train.steps, or remove %s to start over)\n", start, steps,
-           rt->has_checkpoint ? "the checkpoint dir" : "it");
+    printf("loom: the checkpoint is at step %d of train.steps = %d: nothing left to train. "
+           "To train on, raise train.steps and keep the schedule's horizon, so the lr "
+           "continues at min_lr instead of jumping back up the cosine: --set train.steps=%d "
+           "--set lr_schedule.decay_steps=%d (or remove %s to start over)\n", start, steps,
+           2 * start, horizon, rt->has_checkpoint ? "the checkpoint dir" : "it");
   if (loom_watchdog_start(&tr->watchdog, cfg->train.timeout_s, rt->mesh.world_rank) != 0)
     return fail(tr, "cannot start the watchdog thread");
   signal(SIGINT, on_stop_signal);
   signal(SIGTERM, on_stop_signal);
   for (int step = start + 1; step <= steps; step++) {
     double t = now_s();
-    double lr = loom_lr_at(step, steps, cfg->lr_schedule.warmup_steps, cfg->optimizer.lr,
+    double lr = loom_lr_at(step, horizon, cfg->lr_schedule.warmup_steps, cfg->optimizer.lr,
                            cfg->lr_schedule.min_lr, strcmp(cfg->lr_schedule.decay, "cosine") == 0);
+    if (trace_data(tr, step) != 0) return -1;
     loom_step_metrics sm = {.step = step, .lr = lr};
     if (train_step(tr, step, lr, &sm) != 0) return -1;
     tr->step = step;

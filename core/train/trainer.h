@@ -25,6 +25,9 @@ typedef struct loom_trainer {
   int start_step;          /* steps completed when this process started training */
   loom_rng rank_rng;       /* per-rank stream (seed, rank) */
   loom_rng sample_rng;     /* same on every rank, so sampling runs in lockstep */
+  char vocab_fingerprint[17]; /* identity of data.vocab, kept in checkpoints (ckpt_meta.h) */
+  int resume_shard_found;  /* resume: the saved data position's shard is in data.train */
+  uint64_t resume_skipped_tokens; /* resume: tokens skipped to the new seq_len's grid */
   int32_t *inputs, *targets; /* host (B,T) staging */
   FILE *metrics;
   double t0;               /* wall clock at start of training, seconds */

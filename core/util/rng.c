@@ -13,6 +13,10 @@ void loom__rng_seed(loom_rng *rng, uint64_t seed) {
   for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&seed);
 }
 
+int loom__rng_valid(const loom_rng *rng) {
+  return (rng->s[0] | rng->s[1] | rng->s[2] | rng->s[3]) != 0;
+}
+
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 uint64_t loom__rng_u64(loom_rng *rng) {

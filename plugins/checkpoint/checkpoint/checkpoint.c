@@ -1,14 +1,26 @@
 /* checkpoint.so — sharded checkpoints in a directory per step, published atomically.
  *
  *   DIR/step-00000100/manifest.json   format, step, world size, the host's metadata, and every
- *                                     item's chunks {rank, offset, count, file, at, crc32}
+ *                                     item's chunks {rank, offset, count, file, at, crc32} and
+ *                                     each rank's private blob {blob_at, blob_bytes, blob_crc32}
+ *   DIR/step-00000100/manifest.crc32  CRC-32 of manifest.json's bytes ("%08x\n")
  *   DIR/step-00000100/rank-00001.bin  the chunks rank 1 wrote, then its private blob
- *   DIR/latest                        "step-00000100"
+ *   DIR/latest                        "step-00000100" (a hint for people and tools)
+ *
+ * Every byte the loader uses is covered by a checksum: the manifest by manifest.crc32, each
+ * chunk and each blob by its CRC-32 in the manifest. Every field of the manifest is type- and
+ * range-checked before use (manifest.c), and every file is opened without blocking and
+ * refused unless it is a regular file (a FIFO never hangs a resume).
  *
  * Save: every rank writes and fsyncs its shard into DIR/.tmp-step-N/; the ranks agree that all
- * succeeded; rank 0 writes the manifest, fsyncs, renames the directory to step-N and then
- * replaces `latest` (write + fsync + rename). A crash at any point leaves either the previous
- * checkpoint or the new one, never a half-written one that `latest` names.
+ * succeeded; rank 0 writes the manifest and its checksum, fsyncs, renames the directory to
+ * step-N and then replaces `latest` (write + fsync + rename). A crash at any point leaves
+ * either the previous checkpoint or the new one, never a half-written one.
+ * Resume: the newest step-N directory with a manifest, verified against its checksum; `latest`
+ * only confirms it (a crash between the rename and the update of `latest` leaves `latest` one
+ * checkpoint behind: the newer one is used, and said so). A newest checkpoint that fails
+ * verification stops the resume with the reason rather than silently falling back to an
+ * older one whose continuation would overwrite it.
  * Load: each rank reads the chunks it asks for from whichever shard holds them (so a replicated
  * item written once by rank 0 is read by all), verifying each chunk's CRC-32 and the tensor's
  * global size. */
@@ -27,17 +39,20 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "manifest.h"
+
 typedef struct ckpt {
   const loom_host_api_v1 *api;
   loom_host *host;
   const char *dir;
   int64_t every;  /* save every N steps (0 = only the last step) */
   int64_t keep;   /* keep the newest N checkpoints (0 = all) */
-  int resume;     /* resume from `latest` at start */
+  int resume;     /* resume from the newest verified checkpoint at start */
   int rank, world;
   loom_comm *comm;
   char *meta;     /* last loaded metadata (returned by load) */
   int lock_fd;    /* rank 0: DIR/.lock held with flock while the job runs, else -1 */
+  char last_error[1024]; /* the last io_fail message, for wrapping in a wider one */
 } ckpt;
 
 /* Record an I/O failure as the plugin's error; returns 0 so it reads `ok = io_fail(...)`. */
@@ -47,6 +62,7 @@ __attribute__((format(printf, 2, 3))) static int io_fail(ckpt *c, const char *fm
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  snprintf(c->last_error, sizeof c->last_error, "%s", msg);
   c->api->set_error(c->host, "%s", msg);
   return 0;
 }
@@ -73,7 +89,7 @@ static int mkdirs(const char *path) {
 }
 
 static int fsync_path(const char *path) {
-  int fd = open(path, O_RDONLY);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return -1;
   int rc = fsync(fd);
   close(fd);
@@ -94,18 +110,70 @@ static int write_all(int fd, const void *buf, size_t n) {
   return 0;
 }
 
-/* Write `text` to path atomically: path.tmp, fsync, rename. */
-static int write_file_atomic(const char *path, const char *text) {
+/* Write `len` bytes to path atomically: path.tmp, fsync, rename. */
+static int write_file_atomic(const char *path, const char *text, size_t len) {
   char tmp[PATH_MAX];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return -1;
-  if (write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0) {
+  if (write_all(fd, text, len) != 0 || fsync(fd) != 0) {
     close(fd);
     return -1;
   }
   close(fd);
   return rename(tmp, path);
+}
+
+/* Open `path` for reading only if it is a regular file: opened non-blocking so a FIFO (or a
+ * device) planted in the checkpoint dir is refused at once instead of blocking the job, then
+ * switched back to blocking reads. Returns the fd and its size, or -1 with the error set. */
+static int open_regular(ckpt *c, const char *path, off_t *size) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    io_fail(c, "cannot open %s: %s", path, strerror(errno));
+    return -1;
+  }
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    io_fail(c, "%s: not a regular file", path);
+    close(fd);
+    return -1;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  *size = sb.st_size;
+  return fd;
+}
+
+/* The whole of a regular file of at most max_bytes, NUL-terminated (caller frees), or NULL
+ * with the error set. */
+static char *read_small_file(ckpt *c, const char *path, size_t max_bytes, size_t *len) {
+  off_t size;
+  int fd = open_regular(c, path, &size);
+  if (fd < 0) return NULL;
+  if (size < 0 || (uint64_t)size > max_bytes) {
+    io_fail(c, "%s: %lld bytes, more than the %zu such a file can hold: not loom's", path,
+            (long long)size, max_bytes);
+    close(fd);
+    return NULL;
+  }
+  char *buf = malloc((size_t)size + 1);
+  size_t got = 0;
+  while (buf && got < (size_t)size) {
+    ssize_t r = read(fd, buf + got, (size_t)size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  if (!buf || got != (size_t)size) {
+    io_fail(c, "reading %s: %s", path, buf ? "short read" : "out of memory");
+    free(buf);
+    return NULL;
+  }
+  buf[got] = '\0';
+  *len = got;
+  return buf;
 }
 
 static int rm_tree(const char *path) {
@@ -122,17 +190,28 @@ static int rm_tree(const char *path) {
   return rmdir(path);
 }
 
-/* The step of a "step-%08d" directory name, or -1. */
+static uint32_t crc_of(const void *buf, size_t bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t off = 0; off < bytes; off += 1u << 30) {
+    size_t n = bytes - off < (1u << 30) ? bytes - off : (1u << 30);
+    crc = crc32(crc, (const Bytef *)buf + off, (uInt)n);
+  }
+  return (uint32_t)crc;
+}
+
+/* The step of a directory named exactly "step-%08d", or -1 (".tmp-step-…", "step-5x", …). */
 static int step_of(const char *name) {
   int step;
-  char tail;
-  return sscanf(name, "step-%d%c", &step, &tail) == 1 && step >= 0 ? step : -1;
+  char tail, canon[32];
+  if (sscanf(name, "step-%d%c", &step, &tail) != 1 || step < 0) return -1;
+  snprintf(canon, sizeof canon, "step-%08d", step);
+  return strcmp(canon, name) == 0 ? step : -1;
 }
 
 static int has_manifest(ckpt *c, const char *name) {
   char p[PATH_MAX];
   path_fmt(p, sizeof p, "%s/%s/manifest.json", c->dir, name);
-  return access(p, R_OK) == 0;
+  return access(p, F_OK) == 0;
 }
 
 /* The newest step with a complete (published) checkpoint in the directory, or 0. */
@@ -149,6 +228,48 @@ static int newest_complete_step(ckpt *c) {
   return best;
 }
 
+/* Read, verify against manifest.crc32, parse and check the manifest of `step`. Returns the
+ * document (caller decrefs), or NULL with the error set (LOOM_CORRUPT-worthy). */
+static json_t *read_manifest(ckpt *c, int step) {
+  char mp[PATH_MAX], cp[PATH_MAX];
+  path_fmt(mp, sizeof mp, "%s/step-%08d/manifest.json", c->dir, step);
+  path_fmt(cp, sizeof cp, "%s/step-%08d/manifest.crc32", c->dir, step);
+  size_t len, clen;
+  char *text = read_small_file(c, mp, CKPT_MAX_MANIFEST_BYTES, &len);
+  if (!text) return NULL;
+  char *ctext = read_small_file(c, cp, 64, &clen);
+  uint32_t want;
+  if (!ctext || ckpt_parse_crc_text(ctext, clen, &want) != 0) {
+    if (ctext) io_fail(c, "%s: expected 8 hex digits (the CRC-32 of manifest.json): the "
+                       "checkpoint is corrupt", cp);
+    free(text);
+    free(ctext);
+    return NULL;
+  }
+  free(ctext);
+  uint32_t got = crc_of(text, len);
+  if (got != want) {
+    io_fail(c, "%s: checksum mismatch (CRC-32 %08x, manifest.crc32 says %08x): the checkpoint "
+            "is corrupt", mp, got, want);
+    free(text);
+    return NULL;
+  }
+  json_error_t je;
+  json_t *man = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  free(text);
+  if (!man) {
+    io_fail(c, "%s: line %d: %s", mp, je.line, je.text);
+    return NULL;
+  }
+  char why[512];
+  if (ckpt_manifest_check(man, step, why, sizeof why) != 0) {
+    io_fail(c, "%s: %s", mp, why);
+    json_decref(man);
+    return NULL;
+  }
+  return man;
+}
+
 /* ---- collectives helpers ---- */
 /* 1 if every rank says ok, else 0 (an all-reduce MIN of the flags). */
 static int all_ok(ckpt *c, int ok) {
@@ -157,6 +278,23 @@ static int all_ok(ckpt *c, int ok) {
       c->api->all_reduce(c->host, c->comm, &v, 1, LOOM_I32, LOOM_OP_MIN, NULL) != LOOM_OK)
     return 0;
   return v;
+}
+
+/* Collective: 1 if every rank says ok. Else 0, and every rank's error is the message of the
+ * lowest failing rank ("rank 1: …"), so whichever rank reports the failure names the cause. */
+static int agree(ckpt *c, int ok) {
+  if (c->world <= 1) return ok;
+  int32_t first = ok ? INT32_MAX : c->rank;
+  if (c->api->all_reduce(c->host, c->comm, &first, 1, LOOM_I32, LOOM_OP_MIN, NULL) != LOOM_OK)
+    return 0;
+  if (first == INT32_MAX) return 1;
+  char msg[sizeof c->last_error];
+  snprintf(msg, sizeof msg, "%s", c->last_error);
+  if (c->api->broadcast(c->host, c->comm, msg, sizeof msg, LOOM_U8, first, NULL) != LOOM_OK)
+    snprintf(msg, sizeof msg, "(its message could not be received)");
+  msg[sizeof msg - 1] = '\0';
+  if (c->rank != first) io_fail(c, "rank %d: %s", (int)first, msg);
+  return 0;
 }
 
 static int ckpt_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
@@ -202,13 +340,17 @@ static int ckpt_create(const loom_host_api_v1 *api, loom_host *host, const loom_
   if (c->rank == 0) {
     char lp[PATH_MAX];
     path_fmt(lp, sizeof lp, "%s/.lock", c->dir);
-    c->lock_fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (c->lock_fd < 0 || flock(c->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-      int busy = c->lock_fd >= 0 && errno == EWOULDBLOCK;
+    c->lock_fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
+    struct stat lb;
+    int regular = c->lock_fd >= 0 && fstat(c->lock_fd, &lb) == 0 && S_ISREG(lb.st_mode);
+    if (c->lock_fd < 0 || !regular || flock(c->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      int busy = c->lock_fd >= 0 && regular && errno == EWOULDBLOCK;
       api->set_error(host, "option 'dir': %s %s", c->dir,
                      busy ? "is in use by another running job (it holds .lock): wait for it "
                             "to end, or give this run its own checkpoint dir"
-                          : "cannot be locked");
+                     : !regular && c->lock_fd >= 0 ? "cannot be locked: .lock is not a regular "
+                                                     "file (remove it)"
+                                                   : "cannot be locked");
       if (c->lock_fd >= 0) close(c->lock_fd);
       free(c);
       return busy ? LOOM_INVALID_USAGE : LOOM_IO;
@@ -242,9 +384,9 @@ static int ckpt_should_save(void *ctx, int step, int last) {
 /* This rank's shard: the chunks it writes, then its blob. Returns its index as JSON. */
 static json_t *write_shard(ckpt *c, const char *dir, const loom_ckpt_state_v1 *st) {
   char path[PATH_MAX], file[32];
-  snprintf(file, sizeof file, "rank-%05d.bin", c->rank);
+  ckpt_shard_name(file, c->rank);
   path_fmt(path, sizeof path, "%s/%s", dir, file);
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     io_fail(c, "cannot create %s: %s", path, strerror(errno));
     return NULL;
@@ -264,11 +406,7 @@ static json_t *write_shard(ckpt *c, const char *dir, const loom_ckpt_state_v1 *s
       break;
     }
     dev->to_host(dev_ctx, host, it->data, bytes);
-    uLong crc = crc32(0L, host, (uInt)0);
-    for (size_t off = 0; off < bytes; off += 1u << 30) {
-      size_t n = bytes - off < (1u << 30) ? bytes - off : (1u << 30);
-      crc = crc32(crc, (const Bytef *)host + off, (uInt)n);
-    }
+    uint32_t crc = crc_of(host, bytes);
     if (write_all(fd, host, bytes) != 0) {
       ok = io_fail(c, "writing %s: %s", path, strerror(errno));
     }
@@ -293,8 +431,10 @@ static json_t *write_shard(ckpt *c, const char *dir, const loom_ckpt_state_v1 *s
     json_decref(chunks);
     return NULL;
   }
-  return json_pack("{s:i, s:o, s:I, s:I}", "rank", c->rank, "chunks", chunks, "blob_at",
-                   (json_int_t)at, "blob_bytes", (json_int_t)st->rank_blob_bytes);
+  uint32_t blob_crc = crc_of(st->rank_blob_bytes ? st->rank_blob : "", st->rank_blob_bytes);
+  return json_pack("{s:i, s:o, s:I, s:I, s:I}", "rank", c->rank, "chunks", chunks, "blob_at",
+                   (json_int_t)at, "blob_bytes", (json_int_t)st->rank_blob_bytes, "blob_crc32",
+                   (json_int_t)blob_crc);
 }
 
 /* Keep the checkpoint just saved and the newest keep-1 older ones of this run. Checkpoints
@@ -315,6 +455,42 @@ static void prune(ckpt *c, int current) {
     free(ents[i]);
   }
   free(ents);
+}
+
+/* Rank 0: merge the ranks' shard indexes into manifest.json (+ manifest.crc32) in tmp, and
+ * remove the per-rank index files (nothing in a published checkpoint goes unverified). */
+static int write_manifest(ckpt *c, const char *tmp, const loom_ckpt_state_v1 *st) {
+  json_error_t je;
+  json_t *meta = json_loads(st->meta_json ? st->meta_json : "{}", 0, &je);
+  if (!json_is_object(meta)) {
+    json_decref(meta);
+    return io_fail(c, "the host's metadata is not a JSON object");
+  }
+  json_t *man = json_pack("{s:s, s:i, s:i, s:o, s:[]}", "format", CKPT_MANIFEST_FORMAT, "step",
+                          st->step, "world_size", c->world, "meta", meta, "shards");
+  json_t *shards = json_object_get(man, "shards");
+  int ok = 1;
+  for (int r = 0; r < c->world && ok; r++) {
+    char p[PATH_MAX];
+    path_fmt(p, sizeof p, "%s/rank-%05d.json", tmp, r);
+    json_t *ix = json_load_file(p, 0, &je);
+    if (!ix) ok = io_fail(c, "%s: %s", p, je.text);
+    else json_array_append_new(shards, ix);
+    unlink(p);
+  }
+  char *text = ok ? json_dumps(man, JSON_INDENT(1)) : NULL;
+  json_decref(man);
+  if (ok && !text) return io_fail(c, "out of host memory writing the manifest");
+  if (!ok) return 0;
+  size_t len = strlen(text);
+  char crc[16], mp[PATH_MAX], cp[PATH_MAX];
+  snprintf(crc, sizeof crc, "%08x\n", crc_of(text, len));
+  path_fmt(mp, sizeof mp, "%s/manifest.json", tmp);
+  path_fmt(cp, sizeof cp, "%s/manifest.crc32", tmp);
+  if (write_file_atomic(mp, text, len) != 0 || write_file_atomic(cp, crc, strlen(crc)) != 0)
+    ok = io_fail(c, "writing %s: %s", mp, strerror(errno));
+  free(text);
+  return ok;
 }
 
 static int ckpt_save(void *ctx, const loom_ckpt_state_v1 *st) {
@@ -339,81 +515,104 @@ static int ckpt_save(void *ctx, const loom_ckpt_state_v1 *st) {
   if (index_text) {
     char p[PATH_MAX];
     path_fmt(p, sizeof p, "%s/rank-%05d.json", tmp, c->rank);
-    if (write_file_atomic(p, index_text) != 0) ok = io_fail(c, "writing %s: %s", p, strerror(errno));
+    if (write_file_atomic(p, index_text, strlen(index_text)) != 0)
+      ok = io_fail(c, "writing %s: %s", p, strerror(errno));
   } else {
     ok = 0;
   }
   free(index_text);
   if (!all_ok(c, ok)) {
-    if (ok) c->api->set_error(c->host, "another rank failed to write its shard");
+    if (ok) io_fail(c, "another rank failed to write its shard");
     return LOOM_IO;
   }
 
   if (c->rank == 0) {
-    json_error_t je;
-    json_t *meta = json_loads(st->meta_json ? st->meta_json : "{}", 0, &je);
-    json_t *man = json_pack("{s:s, s:i, s:i, s:o, s:[]}", "format", "loom-checkpoint-1", "step",
-                            st->step, "world_size", c->world, "meta",
-                            meta ? meta : json_object(), "shards");
-    json_t *shards = json_object_get(man, "shards");
-    for (int r = 0; r < c->world && ok; r++) {
-      char p[PATH_MAX];
-      path_fmt(p, sizeof p, "%s/rank-%05d.json", tmp, r);
-      json_t *ix = json_load_file(p, 0, &je);
-      if (!ix) ok = io_fail(c, "%s: %s", p, je.text);
-      else json_array_append_new(shards, ix);
-    }
-    char mp[PATH_MAX];
-    path_fmt(mp, sizeof mp, "%s/manifest.json", tmp);
-    if (ok && json_dump_file(man, mp, JSON_INDENT(1)) != 0)
-      ok = io_fail(c, "writing %s", mp);
-    json_decref(man);
-    if (ok && (fsync_path(mp) != 0 || fsync_path(tmp) != 0))
-      ok = io_fail(c, "fsync %s: %s", tmp, strerror(errno));
+    ok = write_manifest(c, tmp, st);
+    if (ok && fsync_path(tmp) != 0) ok = io_fail(c, "fsync %s: %s", tmp, strerror(errno));
     if (ok) {
-      rm_tree(final); /* an older save of the same step (a rerun) */
+      if (has_manifest(c, name)) /* resume starts from the newest, so only a rerun by hand */
+        c->api->log(c->host, LOOM_LOG_WARN, "replacing the existing %s", final);
+      rm_tree(final);
       if (rename(tmp, final) != 0 || fsync_path(c->dir) != 0)
         ok = io_fail(c, "publishing %s: %s", final, strerror(errno));
     }
     char latest[PATH_MAX];
     path_fmt(latest, sizeof latest, "%s/latest", c->dir);
-    if (ok && (write_file_atomic(latest, name) != 0 || fsync_path(c->dir) != 0))
+    /* Fault injection for tests/integration/resume_verify.sh: die between publishing the
+     * step and updating `latest`, the window a kill can land in. */
+    if (ok && getenv("LOOM_FAULT_CKPT_BEFORE_LATEST")) _exit(3);
+    if (ok && (write_file_atomic(latest, name, strlen(name)) != 0 || fsync_path(c->dir) != 0))
       ok = io_fail(c, "updating %s: %s", latest, strerror(errno));
     if (ok) prune(c, st->step);
   }
   if (!all_ok(c, ok)) {
-    if (ok) c->api->set_error(c->host, "rank 0 failed to publish the checkpoint");
+    if (ok) io_fail(c, "rank 0 failed to publish the checkpoint");
     return LOOM_IO;
   }
   return LOOM_OK;
 }
 
+/* What `latest` says, for comparing with the newest checkpoint: its step, 0 when it is missing,
+ * -1 when it is not a regular file of one "step-%08d" line. */
+static int latest_step(ckpt *c) {
+  char p[PATH_MAX];
+  path_fmt(p, sizeof p, "%s/latest", c->dir);
+  if (access(p, F_OK) != 0) return 0;
+  size_t len;
+  char *text = read_small_file(c, p, 64, &len);
+  if (!text) return -1;
+  if (len > 0 && text[len - 1] == '\n') text[--len] = '\0';
+  int s = strlen(text) == len ? step_of(text) : -1;
+  free(text);
+  return s > 0 ? s : -1;
+}
+
+/* Rank 0: the step to resume from (0: none), or -1 with the error set. */
+static int choose_step(ckpt *c) {
+  int newest = newest_complete_step(c);
+  int hint = latest_step(c);
+  if (newest == 0) {
+    if (hint != 0) c->api->log(c->host, LOOM_LOG_WARN, "%s/latest is there but no step-N "
+                               "directory holds a complete checkpoint: starting from step 0",
+                               c->dir);
+    return 0;
+  }
+  json_t *man = read_manifest(c, newest);
+  if (!man) {
+    io_fail(c, "%s/step-%08d, the newest checkpoint, fails verification: %s. Resuming from "
+            "an older one would train those steps again and then overwrite it: move it away "
+            "(mv %s/step-%08d %s/damaged-step-%08d) to resume from the checkpoint before it",
+            c->dir, newest, c->last_error, c->dir, newest, c->dir, newest);
+    return -1;
+  }
+  json_decref(man);
+  if (hint < 0)
+    c->api->log(c->host, LOOM_LOG_WARN, "%s/latest is damaged (not one \"step-NNNNNNNN\" line "
+                "naming a checkpoint): ignoring it; resuming from the newest verified "
+                "checkpoint, step-%08d", c->dir, newest);
+  else if (hint == 0)
+    c->api->log(c->host, LOOM_LOG_WARN, "%s/latest is missing: resuming from the newest "
+                "verified checkpoint, step-%08d", c->dir, newest);
+  else if (hint > newest)
+    c->api->log(c->host, LOOM_LOG_WARN, "%s/latest names step-%08d, which is not a complete "
+                "checkpoint: resuming from the newest verified one, step-%08d", c->dir, hint,
+                newest);
+  else if (hint != newest)
+    c->api->log(c->host, LOOM_LOG_WARN, "%s/latest names step-%08d, but step-%08d is newer, "
+                "complete and verified (a run stopped after publishing it, before updating "
+                "latest): resuming from step %d", c->dir, hint, newest, newest);
+  return newest;
+}
+
 /* Rank 0 decides; every rank gets the same step. */
-/* Rank 0 decides; every rank gets the same step. `latest` names the checkpoint; without it
- * (deleted, or a crash before the first publish) the newest complete one is used. */
 static int ckpt_resume_step(void *ctx, int *step) {
   ckpt *c = ctx;
   int32_t s = 0;
-  if (c->resume && c->rank == 0) {
-    char p[PATH_MAX], buf[64] = "";
-    path_fmt(p, sizeof p, "%s/latest", c->dir);
-    FILE *f = fopen(p, "r");
-    if (f) {
-      if (!fgets(buf, sizeof buf, f) || (s = step_of(buf)) <= 0) s = -1;
-      fclose(f);
-    } else if ((s = newest_complete_step(c)) > 0) {
-      c->api->log(c->host, LOOM_LOG_WARN, "%s/latest is missing: resuming from the newest "
-                  "complete checkpoint, step-%08d", c->dir, s);
-    }
-  }
+  if (c->resume && c->rank == 0) s = choose_step(c);
+  if (!agree(c, s >= 0)) return LOOM_CORRUPT;
   if (c->world > 1 &&
       c->api->broadcast(c->host, c->comm, &s, 1, LOOM_I32, 0, NULL) != LOOM_OK)
     return LOOM_REMOTE;
-  if (s < 0) {
-    c->api->set_error(c->host, "%s/latest does not name a step-N directory (empty or "
-                      "damaged): fix or delete it", c->dir);
-    return LOOM_CORRUPT;
-  }
   *step = s;
   return LOOM_OK;
 }
@@ -423,18 +622,22 @@ static int read_at(ckpt *c, const char *dir, const char *file, uint64_t at, void
                    size_t bytes) {
   char p[PATH_MAX];
   path_fmt(p, sizeof p, "%s/%s", dir, file);
-  int fd = open(p, O_RDONLY);
-  if (fd < 0) {
-    io_fail(c, "cannot open %s: %s", p, strerror(errno));
+  off_t size;
+  int fd = open_regular(c, p, &size);
+  if (fd < 0) return -1;
+  if (at > (uint64_t)size || bytes > (uint64_t)size - at) {
+    close(fd);
+    io_fail(c, "%s: truncated: %zu bytes wanted at %llu, the file holds %lld: the checkpoint "
+            "is corrupt", p, bytes, (unsigned long long)at, (long long)size);
     return -1;
   }
   size_t got = 0;
   while (got < bytes) {
     ssize_t r = pread(fd, (char *)buf + got, bytes - got, (off_t)(at + got));
+    if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
       close(fd);
-      c->api->set_error(c->host, "%s: truncated (wanted %zu bytes at %llu)", p, bytes,
-                        (unsigned long long)at);
+      io_fail(c, "%s: truncated (wanted %zu bytes at %llu)", p, bytes, (unsigned long long)at);
       return -1;
     }
     got += (size_t)r;
@@ -443,7 +646,13 @@ static int read_at(ckpt *c, const char *dir, const char *file, uint64_t at, void
   return 0;
 }
 
-/* Fill one requested chunk from the saved chunks of the same item that overlap it. */
+/* An integer field of a chunk or shard that ckpt_manifest_check already range-checked. */
+static uint64_t u64_of(json_t *o, const char *key) {
+  return (uint64_t)json_integer_value(json_object_get(o, key));
+}
+
+/* Fill one requested chunk from the saved chunks of the same item that overlap it. The
+ * manifest passed ckpt_manifest_check: every field read here has its type and range. */
 static int load_item(ckpt *c, const char *dir, json_t *shards, loom_ckpt_item_v1 *it) {
   void *dev_ctx;
   const loom_device_v1 *dev = c->api->device(c->host, &dev_ctx);
@@ -456,41 +665,45 @@ static int load_item(ckpt *c, const char *dir, json_t *shards, loom_ckpt_item_v1
     json_t *ch;
     json_array_foreach(json_object_get(shard, "chunks"), ci, ch) {
       if (strcmp(json_string_value(json_object_get(ch, "name")), it->name) != 0) continue;
-      uint64_t gn = (uint64_t)json_integer_value(json_object_get(ch, "global_numel"));
-      int dt = (int)json_integer_value(json_object_get(ch, "dtype"));
+      uint64_t gn = u64_of(ch, "global_numel");
+      int dt = (int)u64_of(ch, "dtype");
       if (gn != it->global_numel || dt != (int)it->dtype) {
-        c->api->set_error(c->host,
-                          "%s: item '%s' has %llu elements of dtype %d, this run needs %llu of "
-                          "dtype %d: the checkpoint was made for a different model (compare "
-                          "the model section with meta.config.model in its manifest.json)",
-                          dir, it->name, (unsigned long long)gn, dt,
-                          (unsigned long long)it->global_numel, (int)it->dtype);
+        io_fail(c,
+        "%s: item '%s' has %llu elements of dtype %d, this run needs %llu of "
+        "dtype %d: the checkpoint was made for a different model (compare "
+        "the model section with meta.config.model in its manifest.json)",
+        dir, it->name, (unsigned long long)gn, dt,
+        (unsigned long long)it->global_numel, (int)it->dtype);
         return LOOM_CORRUPT;
       }
-      uint64_t lo = (uint64_t)json_integer_value(json_object_get(ch, "offset"));
-      uint64_t n = (uint64_t)json_integer_value(json_object_get(ch, "count"));
+      uint64_t lo = u64_of(ch, "offset"), n = u64_of(ch, "count");
       uint64_t a = lo > want_lo ? lo : want_lo, b = lo + n < want_hi ? lo + n : want_hi;
       if (a >= b) continue;
       size_t bytes = (size_t)n * esz;
+      const char *file = json_string_value(json_object_get(ch, "file"));
+      char p[PATH_MAX];
+      path_fmt(p, sizeof p, "%s/%s", dir, file);
+      struct stat sb; /* the size first: a huge count in a damaged manifest allocates nothing */
+      if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) &&
+          (u64_of(ch, "at") > (uint64_t)sb.st_size ||
+           bytes > (uint64_t)sb.st_size - u64_of(ch, "at"))) {
+        io_fail(c, "%s: truncated: item '%s' needs %zu bytes at %llu, the file holds %lld: the "
+                "checkpoint is corrupt", p, it->name, bytes,
+                (unsigned long long)u64_of(ch, "at"), (long long)sb.st_size);
+        return LOOM_CORRUPT;
+      }
       void *buf = malloc(bytes ? bytes : 1);
       if (!buf) {
         io_fail(c, "out of host memory reading %s", it->name);
         return LOOM_NOMEM;
       }
-      const char *file = json_string_value(json_object_get(ch, "file"));
-      if (read_at(c, dir, file, (uint64_t)json_integer_value(json_object_get(ch, "at")), buf,
-                  bytes) != 0) {
+      if (read_at(c, dir, file, u64_of(ch, "at"), buf, bytes) != 0) {
         free(buf);
-        return LOOM_IO;
+        return LOOM_CORRUPT;
       }
-      uLong crc = crc32(0L, Z_NULL, 0);
-      for (size_t off = 0; off < bytes; off += 1u << 30) {
-        size_t k = bytes - off < (1u << 30) ? bytes - off : (1u << 30);
-        crc = crc32(crc, (const Bytef *)buf + off, (uInt)k);
-      }
-      if ((json_int_t)crc != json_integer_value(json_object_get(ch, "crc32"))) {
+      if (crc_of(buf, bytes) != (uint32_t)u64_of(ch, "crc32")) {
         free(buf);
-        c->api->set_error(c->host, "%s/%s: checksum mismatch in item '%s' [%llu, +%llu): the "
+        io_fail(c, "%s/%s: checksum mismatch in item '%s' [%llu, +%llu): the "
                           "checkpoint is corrupt", dir, file, it->name,
                           (unsigned long long)lo, (unsigned long long)n);
         return LOOM_CORRUPT;
@@ -502,10 +715,33 @@ static int load_item(ckpt *c, const char *dir, json_t *shards, loom_ckpt_item_v1
     }
   }
   if (covered != it->count) {
-    c->api->set_error(c->host, "%s: item '%s' [%llu, +%llu) is not fully in the checkpoint "
-                      "(%llu of %llu elements found)", dir, it->name,
+    io_fail(c, "%s: item '%s' [%llu, +%llu) is not fully in the checkpoint "
+                      "(%llu of %llu elements found%s)", dir, it->name,
                       (unsigned long long)it->offset, (unsigned long long)it->count,
-                      (unsigned long long)covered, (unsigned long long)it->count);
+                      (unsigned long long)covered, (unsigned long long)it->count,
+                      covered > it->count ? ": chunks overlap, the checkpoint is corrupt" : "");
+    return LOOM_CORRUPT;
+  }
+  return LOOM_OK;
+}
+
+/* This rank's private blob, when the world size is the one it was saved with, verified. */
+static int load_blob(ckpt *c, const char *dir, json_t *man, loom_ckpt_state_v1 *st) {
+  if (!st->rank_blob_bytes || u64_of(man, "world_size") != (uint64_t)c->world) return LOOM_OK;
+  json_t *mine = json_array_get(json_object_get(man, "shards"), (size_t)c->rank);
+  uint64_t n = u64_of(mine, "blob_bytes");
+  char file[32];
+  ckpt_shard_name(file, c->rank);
+  if (n != st->rank_blob_bytes) {
+    io_fail(c, "%s/%s: private state is %llu bytes, expected %zu", dir, file,
+                      (unsigned long long)n, st->rank_blob_bytes);
+    return LOOM_CORRUPT;
+  }
+  if (read_at(c, dir, file, u64_of(mine, "blob_at"), st->rank_blob, (size_t)n) != 0)
+    return LOOM_CORRUPT;
+  if (crc_of(st->rank_blob, (size_t)n) != (uint32_t)u64_of(mine, "blob_crc32")) {
+    io_fail(c, "%s/%s: checksum mismatch in rank %d's private state (its RNG "
+                      "streams): the checkpoint is corrupt", dir, file, c->rank);
     return LOOM_CORRUPT;
   }
   return LOOM_OK;
@@ -513,56 +749,31 @@ static int load_item(ckpt *c, const char *dir, json_t *shards, loom_ckpt_item_v1
 
 static int ckpt_load(void *ctx, int step, loom_ckpt_state_v1 *st, const char **meta_json) {
   ckpt *c = ctx;
-  char dir[PATH_MAX], mp[PATH_MAX];
+  char dir[PATH_MAX];
   path_fmt(dir, sizeof dir, "%s/step-%08d", c->dir, step);
-  path_fmt(mp, sizeof mp, "%s/manifest.json", dir);
-  json_error_t je;
-  json_t *man = json_load_file(mp, 0, &je);
-  int rc = LOOM_OK;
-  if (!man) {
-    c->api->set_error(c->host, "%s: %s", mp, je.text);
-    rc = LOOM_CORRUPT;
-  }
-  json_t *shards = man ? json_object_get(man, "shards") : NULL;
-  if (!rc && (!json_is_array(shards) ||
-              json_integer_value(json_object_get(man, "step")) != step)) {
-    c->api->set_error(c->host, "%s: not a loom checkpoint manifest for step %d", mp, step);
-    rc = LOOM_CORRUPT;
-  }
+  json_t *man = read_manifest(c, step);
+  int rc = man ? LOOM_OK : LOOM_CORRUPT;
+  json_t *shards = json_object_get(man, "shards");
   for (int i = 0; !rc && i < st->n_items; i++) rc = load_item(c, dir, shards, &st->items[i]);
-  /* the private blob: this rank's own, when the world size is the same */
-  int saved_world = man ? (int)json_integer_value(json_object_get(man, "world_size")) : 0;
-  if (!rc && st->rank_blob_bytes && saved_world == c->world) {
-    json_t *mine = json_array_get(shards, (size_t)c->rank);
-    uint64_t at = (uint64_t)json_integer_value(json_object_get(mine, "blob_at"));
-    uint64_t n = (uint64_t)json_integer_value(json_object_get(mine, "blob_bytes"));
-    char file[32];
-    snprintf(file, sizeof file, "rank-%05d.bin", c->rank);
-    if (n != st->rank_blob_bytes) {
-      c->api->set_error(c->host, "%s/%s: private state is %llu bytes, expected %zu", dir, file,
-                        (unsigned long long)n, st->rank_blob_bytes);
-      rc = LOOM_CORRUPT;
-    } else if (read_at(c, dir, file, at, st->rank_blob, (size_t)n) != 0) {
-      rc = LOOM_IO;
-    }
-  }
+  if (!rc) rc = load_blob(c, dir, man, st);
   if (!rc) {
     free(c->meta);
     c->meta = json_dumps(json_object_get(man, "meta"), JSON_COMPACT);
     *meta_json = c->meta;
+    if (!c->meta) {
+      io_fail(c, "out of host memory");
+      rc = LOOM_NOMEM;
+    }
   }
   json_decref(man);
-  if (!all_ok(c, rc == LOOM_OK) && rc == LOOM_OK) {
-    c->api->set_error(c->host, "another rank failed to load step %d", step);
-    rc = LOOM_REMOTE;
-  }
+  if (!agree(c, rc == LOOM_OK) && rc == LOOM_OK) rc = LOOM_CORRUPT;
   return rc;
 }
 
 LOOM_EXPORT const loom_checkpoint_v1 loom_plugin_v1 = {
-  .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_CHECKPOINT, "checkpoint", "1.0.0",
+  .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_CHECKPOINT, "checkpoint", "1.1.0",
                                  "sharded checkpoints: per-rank shards + manifest, atomic "
-                                 "publish, CRC-32 verified, chunk-addressed",
+                                 "publish, every byte CRC-32 verified, chunk-addressed",
                                  LOOM_CKPT_CAP_RESHARD, loom_checkpoint_v1),
   .create = ckpt_create,
   .destroy = ckpt_destroy,
