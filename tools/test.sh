@@ -67,9 +67,10 @@ if stage asan-build configure_and_build build-asan -DCMAKE_BUILD_TYPE=Debug -DLO
      -DLOOM_TESTS_REQUIRED=ON; then
   # OpenMPI's own allocations are not freed at exit; leaks are checked in the unit tests only.
   # The big equivalence matrix (label "matrix") runs in the normal build only, and so does the
-  # fresh-machine build (label "fresh"): it tests the build scripts, not the code.
+  # fresh-machine build and the README scripts (labels "fresh", "readme"): they test the
+  # scripts and the docs, not the code.
   stage asan-tests bash -c "cd build-asan && ASAN_OPTIONS=detect_leaks=0 \
-    ctest --output-on-failure -j$jobs -LE 'unit|matrix|fresh'"
+    ctest --output-on-failure -j$jobs -LE 'unit|matrix|fresh|readme'"
   stage asan-unit-leaks bash -c "cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
     ctest --output-on-failure -j$jobs -L unit"
 else
