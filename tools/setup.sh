@@ -1,12 +1,17 @@
 #!/bin/bash
 # Install what loom needs from Debian (missing packages only) and build it into build/.
-#   tools/setup.sh            runtime + build dependencies
-#   tools/setup.sh --tests    also what the tests need (PyTorch for the reference tests)
+#   tools/setup.sh            runtime + build dependencies only (the main job). The tests are
+#                             built too when their packages happen to be there, skipped if not.
+#   tools/setup.sh --tests    also what the tests need (Check, PyTorch); a missing one is an error
+# LOOM_BUILD_DIR=DIR builds into DIR instead of build/ (the fresh-machine test uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tests=OFF
+if [ "${1:-}" = "--tests" ]; then tests=ON; fi
+build=${LOOM_BUILD_DIR:-build}
 pkgs="build-essential cmake pkg-config libjansson-dev libopenmpi-dev openmpi-bin
       libopenblas-dev zlib1g-dev fortunes-min fortunes python3"
-if [ "${1:-}" = "--tests" ]; then pkgs="$pkgs check libsubunit-dev python3-torch"; fi
+if [ "$tests" = ON ]; then pkgs="$pkgs check libsubunit-dev python3-torch"; fi
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -16,5 +21,18 @@ if [ -n "$missing" ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing
 fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)"
+# cmake's configure output is long; keep it in a log and show all of it when configuring fails
+# (the line that names a missing package must never be lost), else only loom's own lines.
+mkdir -p "$build"
+log=$build/configure.log
+if ! cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_TESTS_REQUIRED="$tests" \
+     > "$log" 2>&1; then
+  cat "$log" >&2
+  echo "setup: configuring $build failed: cmake's output is above (also in $log)" >&2
+  exit 1
+fi
+grep -E '^-- loom:|Warning' "$log" || true
+if ! cmake --build "$build" -j"$(nproc)"; then
+  echo "setup: building $build failed: the compiler's messages are above" >&2
+  exit 1
+fi

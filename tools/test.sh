@@ -1,17 +1,89 @@
 #!/bin/bash
 # Set up and run every test: unit (Check), reference (PyTorch), multi-rank integration
-# (mpirun), fault tests — on the normal build, then again on an AddressSanitizer + UBSan build.
-set -euo pipefail
+# (mpirun), fault tests — on the normal build, the main job's build on a machine without the
+# test packages, then everything again on an AddressSanitizer + UBSan build.
+# Every stage runs even when an earlier one fails (a stage that needs a failed build is skipped,
+# and says so); the run ends with one line per stage and exits non-zero if any stage failed.
+# Logs: build-logs/<stage>.log.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-tools/setup.sh --tests
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 jobs=$(nproc)
-echo "== tests (build/)"
-(cd build && ctest --output-on-failure -j"$jobs")
-echo "== tests under AddressSanitizer + UBSan (build-asan/)"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=ON >/dev/null
-cmake --build build-asan -j"$jobs"
-# OpenMPI's own allocations are not freed at exit; leaks are checked in the unit tests only.
-# The big equivalence matrix (label "matrix") runs in the normal build only.
-(cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j"$jobs" -LE 'unit|matrix' &&
-  ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -L unit)
+logs=build-logs
+rm -rf "$logs" && mkdir -p "$logs"
+names=() results=() notes=()
+
+# stage NAME COMMAND...: run it with its output shown and logged; record passed/failed, the
+# time it took and, for a ctest stage, ctest's closing line.
+stage() {
+  local name=$1 t0=$SECONDS rc note
+  shift
+  echo
+  echo "== $name"
+  "$@" 2>&1 | tee "$logs/$name.log"
+  rc=${PIPESTATUS[0]}
+  note="$((SECONDS - t0)) s"
+  local line skipped
+  line=$(grep -E '^[0-9]+% tests passed' "$logs/$name.log" | tail -n 1)
+  skipped=$(grep -cE '\((Skipped|Not Run|Disabled)\)' "$logs/$name.log")
+  [ -n "$line" ] && note="$note; $line"
+  # a failure without ctest's line: its last message (the whole output is in the log)
+  [ "$rc" -ne 0 ] && [ -z "$line" ] &&
+    note="$note; $(grep -v '^[[:space:]]*$' "$logs/$name.log" | tail -n 1 | cut -c1-100)"
+  [ "$skipped" -gt 0 ] && note="$note; $skipped test(s) skipped (listed above)"
+  names+=("$name")
+  if [ "$rc" -eq 0 ]; then results+=(passed); else results+=("FAILED (exit $rc)"); fi
+  notes+=("$note")
+  return "$rc"
+}
+skip() { # skip NAME WHY
+  echo
+  echo "== $1: skipped ($2)"
+  names+=("$1") results+=(skipped) notes+=("$2")
+}
+
+# cmake --build with its configure step's output in a log, shown whole when configuring fails
+configure_and_build() { # configure_and_build DIR CMAKE_ARGS...
+  local dir=$1
+  shift
+  mkdir -p "$dir"
+  if ! cmake -S . -B "$dir" "$@" > "$dir/configure.log" 2>&1; then
+    cat "$dir/configure.log"
+    echo "test.sh: configuring $dir failed: cmake's output is above"
+    return 1
+  fi
+  grep -E '^-- loom:' "$dir/configure.log"
+  cmake --build "$dir" -j"$jobs"
+}
+
+if stage setup tools/setup.sh --tests; then
+  stage tests bash -c "cd build && ctest --output-on-failure -j$jobs -LE fresh"
+else
+  skip tests "the setup stage (install + build of build/) failed"
+fi
+# Independent of build/: configures and builds its own temporary tree with Check hidden.
+stage fresh-machine env LOOM_SRC="$PWD" bash tests/integration/fresh_machine.sh
+if stage asan-build configure_and_build build-asan -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=ON \
+     -DLOOM_TESTS_REQUIRED=ON; then
+  # OpenMPI's own allocations are not freed at exit; leaks are checked in the unit tests only.
+  # The big equivalence matrix (label "matrix") runs in the normal build only, and so does the
+  # fresh-machine build and the README scripts (labels "fresh", "readme"): they test the
+  # scripts and the docs, not the code.
+  stage asan-tests bash -c "cd build-asan && ASAN_OPTIONS=detect_leaks=0 \
+    ctest --output-on-failure -j$jobs -LE 'unit|matrix|fresh|readme'"
+  stage asan-unit-leaks bash -c "cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
+    ctest --output-on-failure -j$jobs -L unit"
+else
+  skip asan-tests "the asan-build stage failed"
+  skip asan-unit-leaks "the asan-build stage failed"
+fi
+
+echo
+echo "== summary (logs in $logs/)"
+failed=0
+for i in "${!names[@]}"; do
+  printf '  %-16s %-18s %s\n' "${names[$i]}" "${results[$i]}" "${notes[$i]}"
+  case ${results[$i]} in FAILED*) failed=1 ;; esac
+done
+if [ "$failed" -ne 0 ]; then echo "test.sh: some stages FAILED (see above)"; exit 1; fi
+echo "test.sh: every stage passed"

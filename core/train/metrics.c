@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "trainer.h"
 
 static int is_rank0(const loom_trainer *tr) { return tr->rt.mesh.world_rank == 0; }
@@ -185,6 +187,19 @@ void loom_metrics_end(loom_trainer *tr) {
       printf(" %s %.2f MiB", loom__mem_category_name((loom_mem_category)k),
              tr->mem_peak_max[k] / 1048576.0);
   printf(" | total %.2f MiB\n", tr->mem_peak_max[LOOM_MEM__COUNT] / 1048576.0);
+  fflush(stdout);
+}
+
+void loom_metrics_where(loom_trainer *tr) {
+  if (!is_rank0(tr)) return;
+  const loom_config *c = &tr->cfg;
+  /* the checkpoint plugin's own option; a plugin without "dir" keeps its files elsewhere */
+  json_t *dir = tr->rt.has_checkpoint ? json_object_get(c->checkpoint.options, "dir") : NULL;
+  printf("loom: finished at step %d: metrics in %s, checkpoints in %s\n", tr->step,
+         c->logging.metrics[0] ? c->logging.metrics : "(none: logging.metrics is unset)",
+         json_is_string(dir)          ? json_string_value(dir)
+         : tr->rt.has_checkpoint ? "(see the checkpoint plugin's options)"
+                                 : "(none: no checkpoint plugin)");
   fflush(stdout);
 }
 

@@ -25,6 +25,8 @@ void loom_metrics_start(loom_trainer *tr); /* header line */
 int loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m);
 int loom_metrics_eval(loom_trainer *tr, int step, double val_loss);
 void loom_metrics_end(loom_trainer *tr);   /* summary: peak memory per category, throughput */
+/* rank 0, the run's last line: where the metrics file and the checkpoints went */
+void loom_metrics_where(loom_trainer *tr);
 void loom_metrics_close(loom_trainer *tr);
 
 #endif

@@ -638,6 +638,7 @@ int loom_trainer_run(loom_trainer *tr) {
         printf("loom: stopped by a signal after step %d%s\n", step,
                rt->has_checkpoint ? "; checkpoint saved, run again to resume" : "");
       tr->stopped = 1;
+      loom_metrics_where(tr);
       return 0;
     }
   }
@@ -651,6 +652,7 @@ int loom_trainer_run(loom_trainer *tr) {
             rt->dev.bytes_peak[LOOM_MEM_ACTIVATIONS], rt->dev.bytes_peak[LOOM_MEM_PARAMS],
             rt->dev.bytes_peak[LOOM_MEM_GRADS], rt->dev.bytes_peak[LOOM_MEM_OPTIM]);
   if (cfg->sample.tokens > 0 && loom_trainer_sample(tr) != 0) return -1;
+  loom_metrics_where(tr);
   return 0;
 }
 

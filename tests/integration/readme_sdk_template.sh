@@ -1,0 +1,26 @@
+#!/bin/bash
+# sdk/template/README.md's build block, as written there (extracted, so the docs and this test
+# cannot drift): install loom into $HOME/loom (HOME is a scratch dir), build a copy of the
+# template against it, and list it with the command the README gives, on a PATH without loom.
+# Needs: LOOM_BUILD, LOOM_SRC.
+set -u
+. "$(dirname "$0")/lib.sh"
+readme=$LOOM_SRC/sdk/template/README.md
+awk '/readme_sdk_template.sh runs the block below/ { want = 1; next }
+     want && /^    / { inside = 1; sub(/^    /, ""); print; next }
+     inside { exit }' "$readme" > "$WORK/block.sh"
+grep -q "plugins" "$WORK/block.sh" || die "$readme: the build block (after its marker comment) was not found"
+sed "s|<loom build>|$LOOM_BUILD|g" "$WORK/block.sh" > "$WORK/run.sh"
+echo "== sdk/template/README.md's block:"
+cat "$WORK/run.sh"
+mkdir -p "$WORK/home"
+cp -r "$LOOM_SRC/sdk/template" "$WORK/template"
+rm -rf "$WORK/template/build"
+# a PATH without loom on it: the README must not assume `loom` is there
+path=/usr/local/bin:/usr/bin:/bin
+PATH=$path command -v loom > /dev/null && die "loom is on $path: this test cannot tell"
+(cd "$WORK/template" && env -u LOOM_PLUGIN_PATH HOME="$WORK/home" PATH="$path" bash -e "$WORK/run.sh") \
+  > "$WORK/out.log" 2>&1 || { cat "$WORK/out.log"; die "the README's block failed"; }
+grep -E "template.*parallel|parallel.*template" "$WORK/out.log" ||
+  { cat "$WORK/out.log"; die "the template plugin is not listed as a parallel plugin"; }
+echo "ok: the template README's commands build and list the plugin without loom on PATH"
