@@ -39,6 +39,7 @@
 
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "util/input_file.h"
 
 #define BLOCK_BYTES 8192 /* the unit of the train/val split */
 #define DEFAULT_VAL_EVERY 20
@@ -241,12 +242,15 @@ static int walk_path(walk *w, const char *path) {
   return rc;
 }
 
-/* Read a whole file; *out is malloc'ed (NUL-terminated for convenience). */
+/* Read a whole file; *out is malloc'ed (NUL-terminated for convenience). Opened without
+ * blocking and checked regular again: the walk's stat may be stale (a file replaced by a FIFO
+ * in between would hang the read). */
 static int read_file(const char *path, char **out, size_t *len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail("%s: cannot open: %s", path, strerror(errno));
-  struct stat st;
-  size_t cap = (fstat(fd, &st) == 0 && st.st_size > 0) ? (size_t)st.st_size + 1 : 4096;
+  char e[1024];
+  off_t size = 0;
+  int fd = loom__open_regular(path, &size, e, sizeof e);
+  if (fd < 0) return fail("%s", e);
+  size_t cap = size > 0 ? (size_t)size + 1 : 4096;
   char *buf = xrealloc(NULL, cap);
   size_t n = 0;
   for (;;) {

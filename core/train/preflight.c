@@ -50,41 +50,63 @@ static int stand_in_mesh(loom_runtime *rt, int world, char *err, size_t errlen) 
   return 0;
 }
 
-/* The data checks of loom_trainer_init, in its order and with its messages. */
-static int check_data(const loom_config *cfg, int dp, char *err, size_t errlen) {
+int loom__data_open(const loom_config *cfg, int dp, loom_run_data *d, char *err,
+                    size_t errlen) {
   char e[1500];
   int T = cfg->train.seq_len, B = cfg->train.micro_batch_size, V = cfg->model.vocab_size;
+  memset(d, 0, sizeof *d);
   if (!cfg->data.train[0])
     return fail(err, errlen, "%s: data.train: expected a glob of token shards, got nothing",
                 cfg->path);
-  loom_loader train, val;
-  if (loom_loader_open(&train, cfg->data.train, T, V, e, sizeof e) != 0)
+  if (loom_loader_open(&d->train, cfg->data.train, T, V, e, sizeof e) != 0)
     return fail(err, errlen, "%s: data.train: %s", cfg->path, e);
-  size_t train_seqs = train.n_seqs;
-  loom_loader_close(&train);
   if (cfg->data.val[0]) {
-    if (loom_loader_open(&val, cfg->data.val, T, V, e, sizeof e) != 0)
+    if (loom_loader_open(&d->val, cfg->data.val, T, V, e, sizeof e) != 0) {
+      loom__data_close(d);
       return fail(err, errlen, "%s: data.val: %s", cfg->path, e);
-    size_t val_seqs = val.n_seqs;
-    loom_loader_close(&val);
+    }
+    d->has_val = 1;
     uint64_t need = (uint64_t)cfg->train.eval_batches * (uint64_t)B * (uint64_t)dp;
-    if (need > val_seqs)
-      return fail(err, errlen, "%s: train.eval_batches: %d batches x %d sequences x dp %d = "
-                  "%llu validation sequences, but data.val holds only %zu sequences of %d "
-                  "tokens", cfg->path, cfg->train.eval_batches, B, dp,
-                  (unsigned long long)need, val_seqs, T);
+    if (need > d->val.n_seqs) {
+      fail(err, errlen, "%s: train.eval_batches: %d batches x %d sequences x dp %d = %llu "
+           "validation sequences, but data.val holds only %zu sequences of %d tokens",
+           cfg->path, cfg->train.eval_batches, B, dp, (unsigned long long)need,
+           d->val.n_seqs, T);
+      loom__data_close(d);
+      return -1;
+    }
   }
   uint64_t G = (uint64_t)cfg->train.global_batch_size;
-  if (G > train_seqs)
-    return fail(err, errlen, "%s: train.global_batch_size: %llu sequences per step, but "
-                "data.train holds only %zu sequences of %d tokens", cfg->path,
-                (unsigned long long)G, train_seqs, T);
-  loom_tokenizer tok;
-  if (loom_tokenizer_load(&tok, cfg->data.vocab, e, sizeof e) != 0)
+  if (G > d->train.n_seqs) {
+    fail(err, errlen, "%s: train.global_batch_size: %llu sequences per step, but data.train "
+         "holds only %zu sequences of %d tokens", cfg->path, (unsigned long long)G,
+         d->train.n_seqs, T);
+    loom__data_close(d);
+    return -1;
+  }
+  if (loom_tokenizer_load(&d->tok, cfg->data.vocab, e, sizeof e) != 0) {
+    loom__data_close(d);
     return fail(err, errlen, "%s: data.vocab: %s", cfg->path, e);
-  if (tok.vocab_size > V)
-    return fail(err, errlen, "%s: model.vocab_size: expected >= the tokenizer's vocabulary "
-                "(%d), got %d", cfg->path, tok.vocab_size, V);
+  }
+  if (d->tok.vocab_size > V) {
+    fail(err, errlen, "%s: model.vocab_size: expected >= the tokenizer's vocabulary (%d), "
+         "got %d", cfg->path, d->tok.vocab_size, V);
+    loom__data_close(d);
+    return -1;
+  }
+  return 0;
+}
+
+void loom__data_close(loom_run_data *d) {
+  loom_loader_close(&d->train); /* a zeroed loader closes as a no-op */
+  loom_loader_close(&d->val);
+  memset(d, 0, sizeof *d);
+}
+
+static int check_data(const loom_config *cfg, int dp, char *err, size_t errlen) {
+  loom_run_data d;
+  if (loom__data_open(cfg, dp, &d, err, errlen) != 0) return -1;
+  loom__data_close(&d);
   return 0;
 }
 

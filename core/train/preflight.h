@@ -11,6 +11,28 @@
 
 #include <stddef.h>
 
+#include "../config/config.h"
+#include "../data/shards.h"
+#include "../data/tokenizer.h"
+
+/* The data a run reads: training and validation token shards and the vocabulary. */
+typedef struct loom_run_data {
+  loom_loader train;
+  loom_loader val;     /* zeroed when has_val is 0 */
+  int has_val;         /* data.val is set */
+  loom_tokenizer tok;
+} loom_run_data;
+
+/* Open cfg's data as `loom train` does and check that it fits the config on `dp` data-parallel
+ * ranks: data.train set and readable, data.val (when set) holds train.eval_batches x
+ * micro_batch_size x dp sequences, data.train holds one global batch, the vocabulary fits
+ * model.vocab_size. Returns 0 with everything open in *d (close with loom__data_close), or -1
+ * with "CONFIG: KEY: reason" in err and nothing left open. One code path for train and check,
+ * so their messages cannot drift apart. */
+int loom__data_open(const loom_config *cfg, int dp, loom_run_data *d, char *err,
+                    size_t errlen);
+void loom__data_close(loom_run_data *d);
+
 /* Returns 0, or -1 with one line in err (the message train would print, minus its prefix). */
 int loom_preflight(const char *config_path, const char *const *overrides, int n_overrides,
                    int world, char *err, size_t errlen);

@@ -17,6 +17,7 @@
 #include "../runtime/pp_split.h"
 #include "lr_schedule.h"
 #include "metrics.h"
+#include "preflight.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -210,28 +211,12 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
       return fail(tr, "out of memory (optimizer state)");
   }
 
-  if (loom_loader_open(&tr->train, cfg->data.train, tr->T, cfg->model.vocab_size, e, sizeof e))
-    return fail(tr, "%s: data.train: %s", cfg->path, e);
-  if (cfg->data.val[0]) {
-    if (loom_loader_open(&tr->val, cfg->data.val, tr->T, cfg->model.vocab_size, e, sizeof e))
-      return fail(tr, "%s: data.val: %s", cfg->path, e);
-    tr->has_val = 1;
-    uint64_t need = (uint64_t)cfg->train.eval_batches * tr->B * rt->mesh.dp;
-    if (need > tr->val.n_seqs)
-      return fail(tr, "%s: train.eval_batches: %d batches x %d sequences x dp %d = %llu "
-                  "validation sequences, but data.val holds only %zu sequences of %d tokens",
-                  cfg->path, cfg->train.eval_batches, tr->B, rt->mesh.dp,
-                  (unsigned long long)need, tr->val.n_seqs, tr->T);
-  }
-  if (tr->G > tr->train.n_seqs)
-    return fail(tr, "%s: train.global_batch_size: %llu sequences per step, but data.train "
-                "holds only %zu sequences of %d tokens", cfg->path, (unsigned long long)tr->G,
-                tr->train.n_seqs, tr->T);
-  if (loom_tokenizer_load(&tr->tok, cfg->data.vocab, e, sizeof e) != 0)
-    return fail(tr, "%s: data.vocab: %s", cfg->path, e);
-  if (tr->tok.vocab_size > cfg->model.vocab_size)
-    return fail(tr, "%s: model.vocab_size: expected >= the tokenizer's vocabulary (%d), got %d",
-                cfg->path, tr->tok.vocab_size, cfg->model.vocab_size);
+  loom_run_data data; /* opened and checked as `loom check` does (preflight.c) */
+  if (loom__data_open(cfg, rt->mesh.dp, &data, e, sizeof e) != 0) return fail(tr, "%s", e);
+  tr->train = data.train; /* the trainer owns them from here (closed in loom_trainer_free) */
+  tr->val = data.val;
+  tr->has_val = data.has_val;
+  tr->tok = data.tok;
   tr->inputs = malloc((size_t)tr->B * tr->T * sizeof(int32_t));
   tr->targets = malloc((size_t)tr->B * tr->T * sizeof(int32_t));
   if (!tr->inputs || !tr->targets) return fail(tr, "out of host memory (batch)");
