@@ -97,6 +97,10 @@ typedef struct loom_estimate {
   uint64_t comm_bytes;      /* per optimizer step per rank */
   uint64_t comm_bytes_paper; /* the same by the paper's formula (no tied-embedding terms) */
   char comm_formula[160];
+  /* activation checkpointing (gpt.h GPT_CKPT_*, "every" k) and its recompute scratch, which a
+   * rank holds once whatever the micro-batches in flight (included in bytes[activations]) */
+  int ckpt_policy, ckpt_every;
+  uint64_t act_recompute;
 } loom_estimate;
 
 /* Load `config_path` with the overrides, open its plugins (roles only: nothing is created) and
