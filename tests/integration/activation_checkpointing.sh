@@ -2,7 +2,8 @@
 # Activation checkpointing under every kind of strategy: the tiny model (3 blocks, 4 heads so
 # tp 2 divides them), 10 steps, under ddp (2 ranks), zero3 (2 ranks), tp 2 and pp 2 1f1b (4
 # micro-batches of 2), each with "activation_checkpointing" none, full and selective (and
-# {"policy": "full", "every": 2} under ddp and pp 2): every checkpointed run must give BITWISE
+# {"policy": "full", "every": 2} under ddp and pp 2), and zero2 + cpu_offload (2 ranks) with none
+# and full: every checkpointed run must give BITWISE
 # the per-step loss and grad norm and the final parameters of its run without checkpointing
 # (recompute runs the same kernels on the same inputs; fp32, same threads).
 # Then memory: rank 0's measured activation peak (mem_peak_bytes.activations) must equal
@@ -15,7 +16,7 @@
 . "$(dirname "$0")/lib.sh"
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
-for p in ddp zero3 tensor_parallel pipeline; do
+for p in ddp zero2 zero3 cpu_offload tensor_parallel pipeline; do
   [ -f "$PLUGINS/$p.so" ] || { echo "SKIP: $PLUGINS/$p.so is not built"; exit 0; }
 done
 MODEL=(--set model.n_head=4 --set model.n_layer=3 --set train.steps=10
@@ -24,6 +25,7 @@ PP='{"plugin":"pipeline","size":2,"schedule":"1f1b"}'
 declare -A PAR=(
   [ddp]='[{"plugin":"ddp"}]|2|4|1'
   [zero3]='[{"plugin":"zero3"}]|2|4|1'
+  [zero2off]='[{"plugin":"zero2"},{"plugin":"cpu_offload","offload_optimizer":{"device":"cpu"}}]|2|4|1'
   [tp2]='[{"plugin":"tensor_parallel","size":2}]|2|8|1'
   [pp2]="[$PP]|2|2|4"
 )  # parallel | ranks | micro-batch | accumulation: 8 sequences per step everywhere
@@ -35,10 +37,11 @@ policy_json() {
   esac
 }
 RUNS=()
-for strat in ddp zero3 tp2 pp2; do
+for strat in ddp zero3 zero2off tp2 pp2; do
   IFS='|' read -r par n micro accum <<<"${PAR[$strat]}"
   for pol in "${POLICIES[@]}"; do
     [ "$pol" = every2 ] && [ "$strat" != ddp ] && [ "$strat" != pp2 ] && continue
+    [ "$pol" = selective ] && [ "$strat" = zero2off ] && continue
     name=${strat}_$pol
     args=("${MODEL[@]}" --set "parallel=$par" --set train.micro_batch_size="$micro"
           --set train.grad_accum_steps="$accum"
