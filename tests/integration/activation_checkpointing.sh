@@ -102,6 +102,14 @@ def model_bytes(est, stage, policy, every):
     return pool * stage["in_flight"] + recompute
 
 
+def block_model(est):
+    """The per-block bytes `loom estimate` prints (Korthikanti-style), from the same terms."""
+    m = est["model"]
+    s, b, h, a, t = m["seq_len"], m["micro_batch_size"], m["n_embd"], m["n_head"], est["tp"]
+    kept = s * b * h * 16 + s * b * h * 48 // t + 16 * s * b
+    return {"none": kept + 4 * a * s * s * b // t, "selective": kept, "full": 4 * s * b * h}
+
+
 fails = 0
 peaks = {}
 print(f"{'run':<16} {'measured':>10} {'estimate':>10} {'model':>10} {'model err':>9}"
@@ -129,6 +137,9 @@ for name in runs:
         print(f"FAIL {name}: rank 0 sent {comm} bytes in a step, the estimate says {comm_est}")
         fails += 1
     peaks[name] = measured
+    if ac["block_bytes"] != block_model(est):
+        print(f"FAIL {name}: estimate's per-block bytes {ac['block_bytes']} != {block_model(est)}")
+        fails += 1
 for strat in ("ddp", "zero3", "tp2", "pp2"):
     p = {pol: peaks[f"{strat}_{pol}"] for pol in ("none", "selective", "full")}
     ok = p["none"] > p["selective"] > p["full"]
