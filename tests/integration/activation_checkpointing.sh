@@ -3,7 +3,8 @@
 # tp 2 divides them), 10 steps, under ddp (2 ranks), zero3 (2 ranks), tp 2 and pp 2 1f1b (4
 # micro-batches of 2), each with "activation_checkpointing" none, full and selective (and
 # {"policy": "full", "every": 2} under ddp and pp 2), and zero2 + cpu_offload (2 ranks) with none
-# and full: every checkpointed run must give BITWISE
+# and full, pp 2 gpipe (4 micro-batches in flight sharing one recompute scratch) with none and
+# full: every checkpointed run must give BITWISE
 # the per-step loss and grad norm and the final parameters of its run without checkpointing
 # (recompute runs the same kernels on the same inputs; fp32, same threads).
 # Then memory: rank 0's measured activation peak (mem_peak_bytes.activations) must equal
@@ -28,6 +29,7 @@ declare -A PAR=(
   [zero2off]='[{"plugin":"zero2"},{"plugin":"cpu_offload","offload_optimizer":{"device":"cpu"}}]|2|4|1'
   [tp2]='[{"plugin":"tensor_parallel","size":2}]|2|8|1'
   [pp2]="[$PP]|2|2|4"
+  [pp2gpipe]='[{"plugin":"pipeline","size":2,"schedule":"gpipe"}]|2|2|4'
 )  # parallel | ranks | micro-batch | accumulation: 8 sequences per step everywhere
 POLICIES=(none full selective every2)
 policy_json() {
@@ -37,11 +39,11 @@ policy_json() {
   esac
 }
 RUNS=()
-for strat in ddp zero3 zero2off tp2 pp2; do
+for strat in ddp zero3 zero2off tp2 pp2 pp2gpipe; do
   IFS='|' read -r par n micro accum <<<"${PAR[$strat]}"
   for pol in "${POLICIES[@]}"; do
     [ "$pol" = every2 ] && [ "$strat" != ddp ] && [ "$strat" != pp2 ] && continue
-    [ "$pol" = selective ] && [ "$strat" = zero2off ] && continue
+    [ "$pol" = selective ] && { [ "$strat" = zero2off ] || [ "$strat" = pp2gpipe ]; } && continue
     name=${strat}_$pol
     args=("${MODEL[@]}" --set "parallel=$par" --set train.micro_batch_size="$micro"
           --set train.grad_accum_steps="$accum"
