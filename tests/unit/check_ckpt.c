@@ -2,7 +2,8 @@
  *  - recompute is exact: full, selective, every 2nd / 3rd block, with tensor-parallel local
  *    shapes too, give the bitwise loss and every bitwise gradient of no checkpointing over two
  *    accumulated micro-steps of different batches (so a stale scratch would show);
- *  - two micro-batches in flight (pipeline slots), backward in reverse order: bitwise again;
+ *  - two micro-batches in flight (pipeline slots), backward in reverse order, for the whole
+ *    model and for a last pipeline stage (blocks 1, 2 and the head): bitwise again;
  *  - memory really drops: the device's activation peak equals the slots' pools plus ONE
  *    recompute scratch (gpt_activation_bytes x slots + gpt_recompute_bytes, what `loom
  *    estimate` adds up) and orders none > selective > full;
@@ -70,6 +71,17 @@ static void tokens(int32_t *t, size_t n, int V, uint64_t seed) {
 /* Build the model under `cfg`, then either two accumulated micro-steps one after the other
  * (slots = 1) or two micro-batches in flight on slots 0 and 1, both forwards first, backwards
  * in reverse order (slots = 2, a pipeline schedule's pattern). */
+static void fill_stage_input(gpt_model *m, int slot, uint64_t seed) {
+  size_t n = (size_t)B * T * m->cfg.n_embd;
+  float *h = malloc(n * sizeof(float));
+  ck_assert_ptr_nonnull(h);
+  loom_rng rng;
+  loom__rng_seed(&rng, seed);
+  for (size_t j = 0; j < n; j++) h[j] = loom__rng_normal(&rng);
+  dev.ops->from_host(dev.ctx, gpt_stage_buffer(m, slot, GPT_BUF_INPUT), h, n * sizeof(float));
+  free(h);
+}
+
 static run_result run(const gpt_config *cfg, int slots) {
   char err[256];
   gpt_model m;
@@ -91,8 +103,13 @@ static run_result run(const gpt_config *cfg, int slots) {
       ck_assert_int_eq(gpt_backward(&m, dloss, NULL), LOOM_OK);
     }
   } else {
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2; k++) {
+      if (m.first_unit > 0) { /* a later pipeline stage: its input activation comes from before */
+        ck_assert_int_eq(gpt_slot_ensure(&m, k, B, T), LOOM_OK);
+        fill_stage_input(&m, k, 300 + (uint64_t)k);
+      }
       ck_assert_int_eq(gpt_stage_forward(&m, k, in[k], tg[k], B, T, NULL, &r.loss[k]), LOOM_OK);
+    }
     for (int k = 1; k >= 0; k--) ck_assert_int_eq(gpt_stage_backward(&m, k, dloss, NULL), LOOM_OK);
   }
   r.n = m.num_parameters;
@@ -157,6 +174,15 @@ END_TEST
 START_TEST(test_bitwise_two_in_flight) { bitwise_all(base, 2, "two slots"); }
 END_TEST
 
+/* A last pipeline stage holding blocks 1 and 2 and the head (units 2..4): "every 2" counts
+ * global block indices, so it checkpoints block 2 only; two micro-batches in flight. */
+START_TEST(test_bitwise_pipeline_stage) {
+  gpt_config c = base;
+  c.pp_first = 2;
+  bitwise_all(c, 2, "stage units 2..4");
+}
+END_TEST
+
 /* The measured activation peak is the pools of the micro-batches in flight plus one scratch,
  * and the policies order as they should. */
 START_TEST(test_memory_drops) {
@@ -201,6 +227,7 @@ static Suite *ckpt_suite(void) {
       {"bitwise_whole_model", test_bitwise_whole_model},
       {"bitwise_tp_local_shapes", test_bitwise_tp_local_shapes},
       {"bitwise_two_in_flight", test_bitwise_two_in_flight},
+      {"bitwise_pipeline_stage", test_bitwise_pipeline_stage},
       {"memory_drops", test_memory_drops},
       {"bad_policy", test_bad_policy},
   };
