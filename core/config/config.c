@@ -341,6 +341,44 @@ static int load_model(ctx *c) {
   return 0;
 }
 
+/* "activation_checkpointing": absent, null or "none" = off; "full" or "selective" for every
+ * block; or {"policy": "full" | "selective" | "none", "every": k} for the blocks whose index
+ * is a multiple of k (gpt.h, GPT_CKPT_*). */
+static int load_activation_checkpointing(ctx *c) {
+  static const char *const keys[] = {"policy", "every", NULL};
+  static const char *const expected = "\"none\", \"full\" or \"selective\"";
+  const char *key = "activation_checkpointing";
+  loom_config *cfg = c->cfg;
+  cfg->activation_checkpointing.policy = GPT_CKPT_NONE;
+  cfg->activation_checkpointing.every = 1;
+  json_t *v = json_object_get(cfg->root, key);
+  if (!v || json_is_null(v)) return 0;
+  loom_options top = {.file = c->file, .obj = cfg->root};
+  const char *name = json_string_value(v);
+  if (json_is_object(v)) {
+    loom_options o;
+    if (section(c, key, keys, &o) ||
+        loom_opt_string(&o, "policy", "full", &name, c->err, c->errlen) ||
+        get_int(c, &o, "every", 1, 1, GPT_MAX_N_LAYER, &cfg->activation_checkpointing.every))
+      return -1;
+    top = o; /* errors below name activation_checkpointing.policy */
+    key = "policy";
+  }
+  static const struct { const char *name; int policy; } policies[] = {
+      {"none", GPT_CKPT_NONE}, {"full", GPT_CKPT_FULL}, {"selective", GPT_CKPT_SELECTIVE}};
+  for (size_t i = 0; name && i < sizeof policies / sizeof policies[0]; i++) {
+    if (strcmp(name, policies[i].name) == 0) {
+      cfg->activation_checkpointing.policy = policies[i].policy;
+      return 0;
+    }
+  }
+  char got[96];
+  loom__json_repr(json_object_get(top.obj, key), got, sizeof got);
+  return loom__opt_error(&top, key, c->err, c->errlen,
+                         "expected %s, or an object {\"policy\": ..., \"every\": k}, got %s",
+                         expected, got);
+}
+
 static int load_data(ctx *c) {
   static const char *const keys[] = {"train", "val", "vocab", NULL};
   loom_options o;
@@ -545,7 +583,7 @@ static int load_sample(ctx *c) {
 static int finish(loom_config *cfg, const char *file, json_t *root, const char *const *overrides,
                   int n_overrides, char *err, size_t errlen) {
   static const char *const top_keys[] = {
-      "model",  "data",     "train",     "optimizer",  "lr_schedule", "device",
+      "model",  "activation_checkpointing", "data", "train", "optimizer", "lr_schedule", "device",
       "comm",   "parallel", "precision", "checkpoint", "logging",     "sample",
       NULL};
   ctx c = {.cfg = cfg, .file = file, .err = err, .errlen = errlen};
@@ -562,7 +600,8 @@ static int finish(loom_config *cfg, const char *file, json_t *root, const char *
   }
   normalize_parallel(root);
   loom_options top = {.file = file, .obj = root};
-  if (loom_opt_check_keys(&top, top_keys, err, errlen) || load_model(&c) || load_data(&c) ||
+  if (loom_opt_check_keys(&top, top_keys, err, errlen) || load_model(&c) ||
+      load_activation_checkpointing(&c) || load_data(&c) ||
       load_train(&c) || load_optimizer(&c) || load_lr_schedule(&c) || load_device(&c) ||
       plugin_section(&c, "comm", "mpi", "mpi", 0, &cfg->comm) || load_parallel(&c) ||
       plugin_section(&c, "precision", "fp32", "fp32", 0, &cfg->precision) ||

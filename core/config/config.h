@@ -39,6 +39,11 @@ typedef struct loom_config {
   } model;
 
   struct {
+    int policy; /* GPT_CKPT_NONE (default), GPT_CKPT_FULL, GPT_CKPT_SELECTIVE (model/gpt.h) */
+    int every;  /* the policy applies to blocks whose index is a multiple of this; default 1 */
+  } activation_checkpointing;
+
+  struct {
     char train[LOOM_PATH_MAX]; /* glob of train shards, required for `loom train` */
     char val[LOOM_PATH_MAX];   /* glob of val shards, "" = no eval */
     char vocab[LOOM_PATH_MAX]; /* vocabulary file written by loom-prepare, "" = bytes */

@@ -136,18 +136,22 @@ static gpt_param *param(const gpt_model *m, int u, gpt_param_role role) {
 /* ---- activations ---- */
 
 /* Everything a forward saves for backward plus backward's scratch: one device allocation
- * (LOOM_MEM_ACTIVATIONS) carved into the tensors below, each 64-byte aligned. */
+ * (LOOM_MEM_ACTIVATIONS) carved into the tensors below, each 64-byte aligned. Under activation
+ * checkpointing the per-block arrays hold only the blocks that keep them (Lf = blocks not under
+ * GPT_CKPT_FULL, La = blocks not checkpointed at all, for att); a checkpointed block's other
+ * tensors live in the model's shared recompute scratch (see block_acts_at). */
 struct gpt_acts {
   float *pool;
   float *encoded;                     /* (B,T,C) wte[inp] + wpe */
-  float *ln1, *ln1_mean, *ln1_rstd;   /* (L,B,T,C), (L,B,T), (L,B,T) */
-  float *qkv;                         /* (L,B,T,3C/tp) this rank's heads' q, k, v */
-  float *atty;                        /* (L,B,T,C/tp) attention output before the projection */
-  float *att;                         /* (L,B,NH/tp,T,T) softmax probabilities */
-  float *residual2;                   /* (L,B,T,C) residual + attention branch */
-  float *ln2, *ln2_mean, *ln2_rstd;   /* (L,B,T,C), (L,B,T), (L,B,T) */
-  float *fch, *fch_gelu;              /* (L,B,T,4C/tp) */
-  float *residual3;                   /* (L,B,T,C) residual2 + MLP branch: the block's output */
+  float *ln1, *ln1_mean, *ln1_rstd;   /* (Lf,B,T,C), (Lf,B,T), (Lf,B,T) */
+  float *qkv;                         /* (Lf,B,T,3C/tp) this rank's heads' q, k, v */
+  float *atty;                        /* (Lf,B,T,C/tp) attention output before the projection */
+  float *att;                         /* (La,B,NH/tp,T,T) softmax probabilities */
+  float *residual2;                   /* (Lf,B,T,C) residual + attention branch */
+  float *ln2, *ln2_mean, *ln2_rstd;   /* (Lf,B,T,C), (Lf,B,T), (Lf,B,T) */
+  float *fch, *fch_gelu;              /* (Lf,B,T,4C/tp) */
+  float *residual3;                   /* (L,B,T,C) residual2 + MLP branch: the block's output,
+                                         kept under every policy (the next block's input) */
   float *lnf, *lnf_mean, *lnf_rstd;   /* (B,T,C), (B,T), (B,T) */
   float *logits;                      /* (B,T,V) */
   float *probs;                       /* (B,T,V) only with targets */
@@ -162,6 +166,38 @@ struct gpt_acts {
   size_t tokens_cap;  /* capacity of m->inputs, m->targets, losses_host (B*T entries) */
   int forward_done;   /* the last forward ran every unit */
 };
+
+/* The activations of one block, wherever they live (the slot's pool or the recompute
+ * scratch). Shapes as in gpt_acts without the leading L. */
+typedef struct block_acts {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res2, *ln2, *ln2_mean, *ln2_rstd,
+      *fch, *fch_gelu;
+} block_acts;
+
+/* ---- activation checkpointing: which block keeps what ---- */
+
+/* 1 if block l (global, 0-based) is checkpointed (full or selective) under the config. */
+static int block_checkpointed(const gpt_config *c, int l) {
+  if (c->ckpt_policy == GPT_CKPT_NONE) return 0;
+  int k = c->ckpt_every > 1 ? c->ckpt_every : 1;
+  return l % k == 0;
+}
+
+/* 1 if block l keeps only its input (full recompute). */
+static int block_full_ckpt(const gpt_config *c, int l) {
+  return c->ckpt_policy == GPT_CKPT_FULL && block_checkpointed(c, l);
+}
+
+/* Among the stage's blocks before local block la: how many keep all their tensors (*full)
+ * and how many keep their attention probabilities (*att). With la = the stage's block count,
+ * the sizes of the per-block arrays. */
+static void kept_before(const gpt_config *c, int block0, int la, size_t *full, size_t *att) {
+  *full = *att = 0;
+  for (int i = 0; i < la; i++) {
+    *full += !block_full_ckpt(c, block0 + i);
+    *att += !block_checkpointed(c, block0 + i);
+  }
+}
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; } /* 16 floats = 64 bytes */
 
@@ -195,6 +231,8 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   size_t V = cfg_has_head(c) ? (size_t)c->vocab_size : 0, off = 0;
   /* tensor parallel: qkv, attention and the MLP hidden layer hold this rank's part only */
   size_t Cl = C / (size_t)cfg_tp(c), NHl = (size_t)(c->n_head / cfg_tp(c));
+  size_t Lf, La; /* blocks that keep their tensors, their attention probabilities */
+  kept_before(c, cfg_block0(c), (int)L, &Lf, &La);
   block_scratch bs;
   size_t scratch = L ? block_scratch_layout(&bs, NULL, c, B, T) : 0;
   if (round16(N * V) > scratch) scratch = round16(N * V);
@@ -204,18 +242,18 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
     off += round16(count);                    \
   } while (0)
   CARVE(encoded, N * C);
-  CARVE(ln1, L * N * C);
-  CARVE(ln1_mean, L * N);
-  CARVE(ln1_rstd, L * N);
-  CARVE(qkv, L * N * 3 * Cl);
-  CARVE(atty, L * N * Cl);
-  CARVE(att, L * B * NHl * T * T);
-  CARVE(residual2, L * N * C);
-  CARVE(ln2, L * N * C);
-  CARVE(ln2_mean, L * N);
-  CARVE(ln2_rstd, L * N);
-  CARVE(fch, L * N * 4 * Cl);
-  CARVE(fch_gelu, L * N * 4 * Cl);
+  CARVE(ln1, Lf * N * C);
+  CARVE(ln1_mean, Lf * N);
+  CARVE(ln1_rstd, Lf * N);
+  CARVE(qkv, Lf * N * 3 * Cl);
+  CARVE(atty, Lf * N * Cl);
+  CARVE(att, La * B * NHl * T * T);
+  CARVE(residual2, Lf * N * C);
+  CARVE(ln2, Lf * N * C);
+  CARVE(ln2_mean, Lf * N);
+  CARVE(ln2_rstd, Lf * N);
+  CARVE(fch, Lf * N * 4 * Cl);
+  CARVE(fch_gelu, Lf * N * 4 * Cl);
   CARVE(residual3, L * N * C);
   size_t H = V ? 1 : 0;
   CARVE(lnf, H * N * C);
@@ -250,6 +288,61 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T) {
   return acts_layout(&probe, NULL, cfg, B, T) * sizeof(float);
 }
 
+/* Carve the recompute scratch from `base` (NULL: just count); returns floats needed. Under
+ * GPT_CKPT_FULL one whole block (a checkpointed block's tensors between its recompute and its
+ * backward), under GPT_CKPT_SELECTIVE one block's attention probabilities; the fields it does not
+ * carve are left NULL. */
+static size_t recompute_layout(block_acts *b, float *base, const gpt_config *c, int B, int T) {
+  memset(b, 0, sizeof *b);
+  size_t nb = (size_t)cfg_blocks(c), any = 0;
+  for (size_t i = 0; i < nb; i++) any |= (size_t)block_checkpointed(c, cfg_block0(c) + (int)i);
+  if (!any) return 0;
+  size_t N = (size_t)B * T, C = (size_t)c->n_embd, Cl = C / (size_t)cfg_tp(c), off = 0;
+  size_t NHl = (size_t)(c->n_head / cfg_tp(c));
+  int full = c->ckpt_policy == GPT_CKPT_FULL;
+#define CARVE(field, count)                   \
+  do {                                        \
+    b->field = base ? base + off : NULL;      \
+    off += round16(count);                    \
+  } while (0)
+  CARVE(att, (size_t)B * NHl * T * T);
+  if (full) {
+    CARVE(ln1, N * C);
+    CARVE(ln1_mean, N);
+    CARVE(ln1_rstd, N);
+    CARVE(qkv, N * 3 * Cl);
+    CARVE(atty, N * Cl);
+    CARVE(res2, N * C);
+    CARVE(ln2, N * C);
+    CARVE(ln2_mean, N);
+    CARVE(ln2_rstd, N);
+    CARVE(fch, N * 4 * Cl);
+    CARVE(fch_gelu, N * 4 * Cl);
+  }
+#undef CARVE
+  return off;
+}
+
+size_t gpt_recompute_bytes(const gpt_config *cfg, int B, int T) {
+  if (!acts_size_fits(cfg, B, T)) return SIZE_MAX;
+  block_acts probe;
+  return recompute_layout(&probe, NULL, cfg, B, T) * sizeof(float);
+}
+
+/* Grow the model's recompute scratch to fit (B,T); it is never shrunk (like the pools). */
+static int recompute_ensure(gpt_model *m, int B, int T) {
+  size_t bytes = gpt_recompute_bytes(&m->cfg, B, T);
+  if (bytes == SIZE_MAX) return LOOM_NOMEM;
+  size_t floats = bytes / sizeof(float);
+  if (floats <= m->recompute_floats) return LOOM_OK;
+  loom__dev_free(m->dev, m->recompute);
+  m->recompute_floats = 0;
+  m->recompute = loom__dev_alloc(m->dev, bytes, LOOM_MEM_ACTIVATIONS);
+  if (!m->recompute) return LOOM_NOMEM;
+  m->recompute_floats = floats;
+  return LOOM_OK;
+}
+
 static void acts_free(gpt_model *m) {
   if (m->acts) {
     loom__dev_free(m->dev, m->acts->pool);
@@ -270,6 +363,7 @@ static int acts_ensure(gpt_model *m, int B, int T) {
   size_t N = (size_t)B * T;
   size_t bytes = gpt_activation_bytes(&m->cfg, B, T);
   if (bytes == SIZE_MAX) return LOOM_NOMEM; /* beyond any memory (see acts_size_fits) */
+  if (recompute_ensure(m, B, T) != LOOM_OK) return LOOM_NOMEM;
   size_t floats = bytes / sizeof(float);
   if (!m->acts || floats > m->acts->pool_floats || N > m->acts->tokens_cap) {
     acts_free(m);
@@ -315,12 +409,45 @@ static int region(gpt_model *m, const gpt_hooks *h, int which, int backward, flo
   return h->region(h->ud, which, backward, buf, n);
 }
 
+/* Where block l's (global, 0-based) activations live for the current slot and shape: its
+ * place in the slot's per-block arrays (the index counts only the blocks that keep that
+ * tensor), or the shared recompute scratch when the policy drops them. */
+static void block_acts_at(const gpt_model *m, int l, block_acts *b) {
+  const gpt_config *c = &m->cfg;
+  gpt_acts *a = m->acts;
+  const int B = m->B, T = m->T, la = l - cfg_block0(c);
+  const size_t N = (size_t)B * T, NC = N * c->n_embd, NCl = NC / cfg_tp(c);
+  const size_t NHTT = (size_t)B * (c->n_head / cfg_tp(c)) * T * T;
+  block_acts scratch;
+  recompute_layout(&scratch, m->recompute, c, B, T);
+  if (block_full_ckpt(c, l)) {
+    *b = scratch;
+    return;
+  }
+  size_t kf, ka;
+  kept_before(c, cfg_block0(c), la, &kf, &ka);
+  b->ln1 = a->ln1 + kf * NC;
+  b->ln1_mean = a->ln1_mean + kf * N;
+  b->ln1_rstd = a->ln1_rstd + kf * N;
+  b->qkv = a->qkv + kf * NCl * 3;
+  b->atty = a->atty + kf * NCl;
+  b->att = block_checkpointed(c, l) ? scratch.att : a->att + ka * NHTT;
+  b->res2 = a->residual2 + kf * NC;
+  b->ln2 = a->ln2 + kf * NC;
+  b->ln2_mean = a->ln2_mean + kf * N;
+  b->ln2_rstd = a->ln2_rstd + kf * N;
+  b->fch = a->fch + kf * NCl * 4;
+  b->fch_gelu = a->fch_gelu + kf * NCl * 4;
+}
+
 /* One block. Under tensor parallel (tp > 1) this rank computes NH/tp heads and 4C/tp hidden
  * units: qkv and mlp.fc are column-parallel (f before them), attn.proj and mlp.proj are
  * row-parallel (g after them, which sums the ranks' partial outputs); the row-parallel biases
- * are added by tp rank 0 only, so the sum holds them once. */
-static int block_forward(gpt_model *m, int u, const gpt_hooks *h) {
-  gpt_acts *a = m->acts;
+ * are added by tp rank 0 only, so the sum holds them once.
+ * recompute = 1 (full activation checkpointing, from block_backward): rebuild what backward
+ * reads and stop before mlp.proj, whose output (the block's output, kept) backward does not
+ * need; the attention's g region runs again (Megatron recomputes its all-reduce too). */
+static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute) {
   const int tp = cfg_tp(&m->cfg), rank0 = m->cfg.tp_rank == 0;
   const int l = u - 1, la = l - cfg_block0(&m->cfg), B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head / tp;
   const int Cl = C / tp; /* this rank's attention channels (NH/tp heads x HS) */
@@ -328,87 +455,86 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h) {
   const int N = B * T;
   const size_t NC = (size_t)N * C, NCl = (size_t)N * Cl;
   const float *res_in = block_input(m, l);
-  float *ln1 = a->ln1 + la * NC, *ln1_mean = a->ln1_mean + (size_t)la * N;
-  float *ln1_rstd = a->ln1_rstd + (size_t)la * N;
-  float *qkv = a->qkv + la * NCl * 3, *atty = a->atty + la * NCl;
-  float *att = a->att + (size_t)la * B * NH * T * T;
-  float *res2 = a->residual2 + la * NC;
-  float *ln2 = a->ln2 + la * NC, *ln2_mean = a->ln2_mean + (size_t)la * N;
-  float *ln2_rstd = a->ln2_rstd + (size_t)la * N;
-  float *fch = a->fch + la * NCl * 4, *fch_gelu = a->fch_gelu + la * NCl * 4;
-  float *res3 = a->residual3 + la * NC;
+  block_acts b;
+  block_acts_at(m, l, &b);
+  float *res3 = m->acts->residual3 + la * NC;
   int rc;
 
-  OPS->layernorm_forward(CTX, ln1, ln1_mean, ln1_rstd, res_in, W(GPT_LN1_W), W(GPT_LN1_B), N, C);
-  if ((rc = region(m, h, GPT_REGION_F, 0, ln1, NC)) != LOOM_OK) return rc;
-  OPS->matmul_forward(CTX, qkv, ln1, W(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * Cl);
-  OPS->attention_forward(CTX, atty, att, qkv, B, T, NH, HS);
-  OPS->matmul_forward(CTX, res2, atty, W(GPT_ATTPROJ_W), rank0 ? W(GPT_ATTPROJ_B) : NULL, N, Cl,
-                      C);
-  if ((rc = region(m, h, GPT_REGION_G, 0, res2, NC)) != LOOM_OK) return rc;
-  OPS->residual_forward(CTX, res2, res2, res_in, NC);
-  OPS->layernorm_forward(CTX, ln2, ln2_mean, ln2_rstd, res2, W(GPT_LN2_W), W(GPT_LN2_B), N, C);
-  if ((rc = region(m, h, GPT_REGION_F, 0, ln2, NC)) != LOOM_OK) return rc;
-  OPS->matmul_forward(CTX, fch, ln2, W(GPT_FC_W), W(GPT_FC_B), N, C, 4 * Cl);
-  OPS->gelu_forward(CTX, fch_gelu, fch, NCl * 4);
-  OPS->matmul_forward(CTX, res3, fch_gelu, W(GPT_FCPROJ_W), rank0 ? W(GPT_FCPROJ_B) : NULL, N,
+  OPS->layernorm_forward(CTX, b.ln1, b.ln1_mean, b.ln1_rstd, res_in, W(GPT_LN1_W), W(GPT_LN1_B),
+                         N, C);
+  if ((rc = region(m, h, GPT_REGION_F, 0, b.ln1, NC)) != LOOM_OK) return rc;
+  OPS->matmul_forward(CTX, b.qkv, b.ln1, W(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * Cl);
+  OPS->attention_forward(CTX, b.atty, b.att, b.qkv, B, T, NH, HS);
+  OPS->matmul_forward(CTX, b.res2, b.atty, W(GPT_ATTPROJ_W), rank0 ? W(GPT_ATTPROJ_B) : NULL, N,
+                      Cl, C);
+  if ((rc = region(m, h, GPT_REGION_G, 0, b.res2, NC)) != LOOM_OK) return rc;
+  OPS->residual_forward(CTX, b.res2, b.res2, res_in, NC);
+  OPS->layernorm_forward(CTX, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, W(GPT_LN2_W), W(GPT_LN2_B),
+                         N, C);
+  if ((rc = region(m, h, GPT_REGION_F, 0, b.ln2, NC)) != LOOM_OK) return rc;
+  OPS->matmul_forward(CTX, b.fch, b.ln2, W(GPT_FC_W), W(GPT_FC_B), N, C, 4 * Cl);
+  OPS->gelu_forward(CTX, b.fch_gelu, b.fch, NCl * 4);
+  if (recompute) return LOOM_OK;
+  OPS->matmul_forward(CTX, res3, b.fch_gelu, W(GPT_FCPROJ_W), rank0 ? W(GPT_FCPROJ_B) : NULL, N,
                       4 * Cl, C);
   if ((rc = region(m, h, GPT_REGION_G, 0, res3, NC)) != LOOM_OK) return rc;
-  OPS->residual_forward(CTX, res3, res3, res2, NC);
+  OPS->residual_forward(CTX, res3, res3, b.res2, NC);
   return LOOM_OK;
 }
 
 /* Entry: a->dres = d(block output). Exit: a->dres = d(block input). Under tensor parallel the
  * row-parallel biases' gradients are computed (identically) on every rank, and the input
- * gradient of each column-parallel matmul is summed over tp at f before its LayerNorm. */
+ * gradient of each column-parallel matmul is summed over tp at f before its LayerNorm.
+ * A checkpointed block first recomputes what it dropped: the whole forward (full, into the
+ * recompute scratch) or, just before attention's backward, the attention probabilities
+ * (selective). */
 static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   gpt_acts *a = m->acts;
   const int tp = cfg_tp(&m->cfg);
-  const int l = u - 1, la = l - cfg_block0(&m->cfg), B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head / tp;
+  const int l = u - 1, B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head / tp;
   const int Cl = C / tp, HS = m->cfg.n_embd / m->cfg.n_head;
   const int N = B * T;
   const size_t NC = (size_t)N * C, NCl = (size_t)N * Cl;
   const float *res_in = block_input(m, l);
-  const float *ln1 = a->ln1 + la * NC, *ln1_mean = a->ln1_mean + (size_t)la * N;
-  const float *ln1_rstd = a->ln1_rstd + (size_t)la * N;
-  const float *qkv = a->qkv + la * NCl * 3, *atty = a->atty + la * NCl;
-  const float *att = a->att + (size_t)la * B * NH * T * T;
-  const float *res2 = a->residual2 + la * NC;
-  const float *ln2 = a->ln2 + la * NC, *ln2_mean = a->ln2_mean + (size_t)la * N;
-  const float *ln2_rstd = a->ln2_rstd + (size_t)la * N;
-  const float *fch = a->fch + la * NCl * 4, *fch_gelu = a->fch_gelu + la * NCl * 4;
   float *dres = a->dres, *dln = a->dln;
   block_scratch s;
   block_scratch_layout(&s, a->dscratch, &m->cfg, B, T);
+  block_acts b;
+  block_acts_at(m, l, &b);
   int rc;
+  if (block_full_ckpt(&m->cfg, l) && (rc = block_forward(m, u, h, 1)) != LOOM_OK) return rc;
 
   /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); d(fcproj out) = dres */
   if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
   OPS->memset_zero(CTX, s.dfch_gelu, NCl * 4 * sizeof(float));
-  OPS->matmul_backward(CTX, s.dfch_gelu, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), dres, fch_gelu,
+  OPS->matmul_backward(CTX, s.dfch_gelu, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), dres, b.fch_gelu,
                        W(GPT_FCPROJ_W), N, 4 * Cl, C);
   OPS->memset_zero(CTX, s.dfch, NCl * 4 * sizeof(float));
-  OPS->gelu_backward(CTX, s.dfch, fch, s.dfch_gelu, NCl * 4);
+  OPS->gelu_backward(CTX, s.dfch, b.fch, s.dfch_gelu, NCl * 4);
   OPS->memset_zero(CTX, dln, NC * sizeof(float));
-  OPS->matmul_backward(CTX, dln, G(GPT_FC_W), G(GPT_FC_B), s.dfch, ln2, W(GPT_FC_W), N, C,
+  OPS->matmul_backward(CTX, dln, G(GPT_FC_W), G(GPT_FC_B), s.dfch, b.ln2, W(GPT_FC_W), N, C,
                        4 * Cl);
   if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
   /* dres becomes d(res2): the skip path (already in dres) plus the branch */
-  OPS->layernorm_backward(CTX, dres, G(GPT_LN2_W), G(GPT_LN2_B), dln, res2, W(GPT_LN2_W),
-                          ln2_mean, ln2_rstd, N, C);
+  OPS->layernorm_backward(CTX, dres, G(GPT_LN2_W), G(GPT_LN2_B), dln, b.res2, W(GPT_LN2_W),
+                          b.ln2_mean, b.ln2_rstd, N, C);
   /* attention branch: res2 = res_in + proj(attn(qkv(ln1(res_in)))) */
   if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
   OPS->memset_zero(CTX, s.datty, NCl * sizeof(float));
-  OPS->matmul_backward(CTX, s.datty, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dres, atty,
+  OPS->matmul_backward(CTX, s.datty, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dres, b.atty,
                        W(GPT_ATTPROJ_W), N, Cl, C);
+  /* selective: the probabilities again from the saved q, k (the attention output it also
+   * writes goes to dfch_gelu, free by now: the saved atty stays untouched) */
+  if (block_checkpointed(&m->cfg, l) && !block_full_ckpt(&m->cfg, l))
+    OPS->attention_forward(CTX, s.dfch_gelu, b.att, b.qkv, B, T, NH, HS);
   OPS->memset_zero(CTX, s.dqkv, NCl * 3 * sizeof(float));
-  OPS->attention_backward(CTX, s.dqkv, s.datt, s.datty, qkv, att, B, T, NH, HS);
+  OPS->attention_backward(CTX, s.dqkv, s.datt, s.datty, b.qkv, b.att, B, T, NH, HS);
   OPS->memset_zero(CTX, dln, NC * sizeof(float));
-  OPS->matmul_backward(CTX, dln, G(GPT_QKV_W), G(GPT_QKV_B), s.dqkv, ln1, W(GPT_QKV_W), N, C,
+  OPS->matmul_backward(CTX, dln, G(GPT_QKV_W), G(GPT_QKV_B), s.dqkv, b.ln1, W(GPT_QKV_W), N, C,
                        3 * Cl);
   if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
   OPS->layernorm_backward(CTX, dres, G(GPT_LN1_W), G(GPT_LN1_B), dln, res_in, W(GPT_LN1_W),
-                          ln1_mean, ln1_rstd, N, C);
+                          b.ln1_mean, b.ln1_rstd, N, C);
   return LOOM_OK;
 }
 
@@ -449,7 +575,7 @@ static int unit_forward(gpt_model *m, int u, const gpt_hooks *h) {
                          m->cfg.n_embd);
     return LOOM_OK;
   }
-  if (u <= m->cfg.n_layer) return block_forward(m, u, h);
+  if (u <= m->cfg.n_layer) return block_forward(m, u, h, 0);
   return head_forward(m, u);
 }
 
@@ -509,6 +635,14 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
     if (err)
       snprintf(err, errlen, "model: pipeline stage units [%d, %d] are outside [0, %d]",
                c->pp_first, cfg_last(c), c->n_layer + 1);
+    return LOOM_INVALID_CONFIG;
+  }
+  if (c->ckpt_policy < GPT_CKPT_NONE || c->ckpt_policy > GPT_CKPT_SELECTIVE ||
+      c->ckpt_every < 0) {
+    if (err)
+      snprintf(err, errlen, "model: activation checkpointing policy %d every %d: expected a "
+               "policy in [%d, %d] and every >= 0", c->ckpt_policy, c->ckpt_every,
+               GPT_CKPT_NONE, GPT_CKPT_SELECTIVE);
     return LOOM_INVALID_CONFIG;
   }
   const struct { const char *name; int value, max; } limits[] = {
@@ -639,6 +773,7 @@ void gpt_free(gpt_model *m) {
       m->slots = NULL;
     }
     acts_free(m);
+    loom__dev_free(m->dev, m->recompute);
     loom__dev_free(m->dev, m->grads_memory);
     loom__dev_free(m->dev, m->params_memory);
   }

@@ -47,7 +47,27 @@ typedef struct gpt_config {
    * end of its flat buffer: the host sums its gradient with the first stage's. */
   int pp_first;
   int pp_end;
+  /* Activation checkpointing (gpt_ckpt_policy): which blocks keep less for backward and
+   * recompute the rest there. ckpt_every k >= 1 applies the policy to the blocks whose global
+   * index is a multiple of k (k = 1, or 0 meaning 1: every block). */
+  int ckpt_policy;
+  int ckpt_every;
 } gpt_config;
+
+/* Activation checkpointing policies (Chen et al. 2016; Korthikanti et al. 2022, §5):
+ *   GPT_CKPT_NONE       every block keeps all it saves for backward;
+ *   GPT_CKPT_FULL       a checkpointed block keeps only its input (the residual stream entering
+ *                       it, which is the previous block's output anyway) and its backward first
+ *                       reruns the block's forward into one scratch block shared by all blocks
+ *                       and all micro-batches in flight;
+ *   GPT_CKPT_SELECTIVE  a checkpointed block drops only the attention probabilities
+ *                       softmax(QK^T/sqrt(HS)), the (B, NH, T, T) part that grows with T^2, and
+ *                       recomputes them from the saved q, k just before attention's backward.
+ * Recompute runs the same kernels on the same inputs, so gradients are bitwise those of
+ * GPT_CKPT_NONE. */
+#define GPT_CKPT_NONE 0
+#define GPT_CKPT_FULL 1
+#define GPT_CKPT_SELECTIVE 2
 
 /* What a parameter is, so plugins (tensor parallel, weight decay) can treat it by role. */
 typedef enum gpt_param_role {
@@ -134,6 +154,10 @@ typedef struct gpt_model {
    * what LOOM_MEM_ACTIVATIONS reports) */
   gpt_slot *slots;
   int n_slots, cur_slot;
+  /* activation checkpointing: one block's recomputed activations, shared by every block and
+   * slot (LOOM_MEM_ACTIVATIONS; NULL under GPT_CKPT_NONE) */
+  float *recompute;
+  size_t recompute_floats;
 } gpt_model;
 
 /* Check `cfg` and build the parameter table; allocate parameters and gradients on `dev`.
@@ -165,6 +189,11 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
  * (2 * B*T int32, LOOM_MEM_OTHER) are not included. SIZE_MAX when the pool would exceed 2^54
  * bytes (sizes that 64-bit arithmetic cannot carve; no machine has that memory). */
 size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
+/* Bytes of the recompute scratch (LOOM_MEM_ACTIVATIONS) that activation checkpointing adds once
+ * per model, whatever the number of micro-batches in flight: one block's activations under
+ * GPT_CKPT_FULL, one block's attention probabilities under GPT_CKPT_SELECTIVE, 0 without
+ * checkpointing or blocks. Same saturation as gpt_activation_bytes. */
+size_t gpt_recompute_bytes(const gpt_config *cfg, int B, int T);
 
 /* Free everything gpt_init and gpt_forward allocated. */
 void gpt_free(gpt_model *m);

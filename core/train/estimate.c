@@ -173,8 +173,10 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   }
   /* activations: exactly gpt.c's pool; other: the (B,T) input and target token buffers */
   e->bytes[LOOM_MEM_ACTIVATIONS] = gpt_activation_bytes(&m->cfg, e->micro_batch, e->seq_len);
-  snprintf(e->formula[LOOM_MEM_ACTIVATIONS], 64, "gpt pool at B=%d, T=%d", e->micro_batch,
-           e->seq_len);
+  /* activation checkpointing's recompute scratch: once per rank, not per micro-batch */
+  e->act_recompute = gpt_recompute_bytes(&m->cfg, e->micro_batch, e->seq_len);
+  snprintf(e->formula[LOOM_MEM_ACTIVATIONS], 64, "gpt pool at B=%d, T=%d%s", e->micro_batch,
+           e->seq_len, e->act_recompute ? " + recompute" : "");
   e->bytes[LOOM_MEM_OTHER] = 2 * (uint64_t)e->micro_batch * e->seq_len * sizeof(int32_t);
   snprintf(e->formula[LOOM_MEM_OTHER], 64, "tokens 2*4*B*T");
   /* communication buffers: DDP reduces in place; ZeRO-1 receives its reduce-scatter blocks
@@ -274,11 +276,12 @@ static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_esti
   if (P > 1 && !strcmp(e->schedule, "gpipe")) k = (int)A;
   else if (P > 1 && !strcmp(e->schedule, "1f1b")) k = P - s < (int)A ? P - s : (int)A;
   st->in_flight = k;
-  e->bytes[LOOM_MEM_ACTIVATIONS] = sat_mul(e->bytes[LOOM_MEM_ACTIVATIONS], (uint64_t)k);
+  e->bytes[LOOM_MEM_ACTIVATIONS] =
+      sat_add(sat_mul(e->bytes[LOOM_MEM_ACTIVATIONS], (uint64_t)k), e->act_recompute);
   e->bytes[LOOM_MEM_OTHER] = sat_mul(e->bytes[LOOM_MEM_OTHER], (uint64_t)k);
   if (P > 1) {
-    snprintf(e->formula[LOOM_MEM_ACTIVATIONS], 64, "%d in flight x stage pool at B=%d, T=%d", k,
-             e->micro_batch, e->seq_len);
+    snprintf(e->formula[LOOM_MEM_ACTIVATIONS], 64, "%d in flight x stage pool at B=%d, T=%d%s",
+             k, e->micro_batch, e->seq_len, e->act_recompute ? " + recompute" : "");
     snprintf(e->formula[LOOM_MEM_OTHER], 64, "%d x tokens 2*4*B*T", k);
   }
   const int tied = P > 1 && (s == 0 || s == last);
@@ -293,8 +296,14 @@ static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_esti
   st->dp_comm_bytes = e->comm_bytes;
   if (tied) st->tied_comm_bytes = 2 * (2 * N - 1) * 4 * VC / (2 * N);
   st->p2p_comm_bytes = A * 4 * B * T * C * (uint64_t)((s < last) + (s > 0));
+  /* a fully recomputed block runs its attention's g (an all-reduce) again in backward */
+  uint64_t recomputed = 0;
+  for (int u = m->first_unit; u <= m->last_unit; u++)
+    recomputed += u >= 1 && u <= e->n_layer && e->ckpt_policy == GPT_CKPT_FULL &&
+                  (u - 1) % (e->ckpt_every > 1 ? e->ckpt_every : 1) == 0;
   if (tp > 1)
-    st->tp_comm_bytes = (uint64_t)st->n_blocks * 4 * A * 2 * (tp - 1) * B * T * C * 4 / tp;
+    st->tp_comm_bytes =
+        ((uint64_t)st->n_blocks * 4 + recomputed) * A * 2 * (tp - 1) * B * T * C * 4 / tp;
   e->tp_comm_bytes = st->tp_comm_bytes;
   uint64_t extra = st->tied_comm_bytes + st->p2p_comm_bytes + st->tp_comm_bytes;
   e->comm_bytes += extra;
@@ -384,7 +393,11 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   gpt_config full = {.vocab_size = cfg->model.vocab_size,
                      .max_seq_len = cfg->model.context_length, .n_layer = cfg->model.n_layer,
                      .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
-                     .tp_size = e->tp, .tp_rank = 0};
+                     .tp_size = e->tp, .tp_rank = 0,
+                     .ckpt_policy = cfg->activation_checkpointing.policy,
+                     .ckpt_every = cfg->activation_checkpointing.every};
+  e->ckpt_policy = full.ckpt_policy;
+  e->ckpt_every = full.ckpt_every;
   char me[512];
   if (gpt_init_ex(&m, &full, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, me, sizeof me) !=
       LOOM_OK) {
@@ -446,6 +459,27 @@ out:
 
 /* ---- output ---- */
 
+static const char *policy_name(int policy) {
+  return policy == GPT_CKPT_FULL ? "full" : policy == GPT_CKPT_SELECTIVE ? "selective" : "none";
+}
+
+/* The bytes one transformer block keeps for backward at (B, T), in the style of Korthikanti et
+ * al. 2022, Table 2, for loom's fp32 kernels (s = T, b = B, h = C, a = NH, t = tp; gpt.c's
+ * 64-byte alignment aside): LayerNorm outputs 2 x 4sbh and their mean/rstd 2 x 8sb, the residual
+ * stream after attention and after the MLP 2 x 4sbh, q k v 12sbh/t, the attention output
+ * 4sbh/t, fc and gelu(fc) 2 x 16sbh/t, the attention probabilities 4as^2b/t:
+ *   none       sbh(16 + 48/t) + 16sb + 4as^2b/t
+ *   selective  sbh(16 + 48/t) + 16sb              (the probabilities are recomputed)
+ *   full       4sbh                               (the block's output, the next block's input)
+ * A rank with checkpointing holds one recompute scratch on top (act_recompute). */
+static uint64_t block_act_bytes(const loom_estimate *e, int policy) {
+  const uint64_t s = (uint64_t)e->seq_len, b = (uint64_t)e->micro_batch, h = (uint64_t)e->n_embd,
+                 a = (uint64_t)e->n_head, t = (uint64_t)(e->tp > 1 ? e->tp : 1);
+  if (policy == GPT_CKPT_FULL) return 4 * s * b * h;
+  uint64_t kept = s * b * h * 16 + s * b * h * 48 / t + 16 * s * b;
+  return policy == GPT_CKPT_SELECTIVE ? kept : kept + 4 * a * s * s * b / t;
+}
+
 static const loom_mem_category order[] = {LOOM_MEM_PARAMS, LOOM_MEM_GRADS, LOOM_MEM_OPTIM,
                                           LOOM_MEM_HOST,   LOOM_MEM_ACTIVATIONS,
                                           LOOM_MEM_COMM,   LOOM_MEM_OTHER};
@@ -470,9 +504,10 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
           e->world * tp * pp, e->world, tp, pp);
   if (tp > 1)
     fprintf(out, "tensor parallel: Psi below is per tp rank (heads and MLP units split %d ways; "
-            "embeddings, LayerNorms replicated); f/g traffic 4 x L%s x 2(tp-1)/tp x B*T*C*4 x accum "
-            "= %llu bytes per step, included in the communication below\n", tp,
-            e->pp > 1 ? " (the stage's blocks)" : "", (unsigned long long)e->tp_comm_bytes);
+            "embeddings, LayerNorms replicated); f/g traffic (4 x L%s%s) x 2(tp-1)/tp x B*T*C*4 x "
+            "accum = %llu bytes per step, included in the communication below\n", tp,
+            e->pp > 1 ? " (the stage's blocks)" : "",
+            e->ckpt_policy == GPT_CKPT_FULL ? " + 1 per recomputed block" : "", (unsigned long long)e->tp_comm_bytes);
   fprintf(out, "model: Psi = %llu parameters (n_layer %d, n_head %d, n_embd %d, vocab %d, "
           "context %d); per rank: micro-batch %d x %d tokens, accum %d\n",
           (unsigned long long)e->psi_model, e->n_layer, e->n_head, e->n_embd, e->vocab_size,
@@ -516,6 +551,16 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "total", "sum of the rows (>= every rank's peak)",
           (unsigned long long)e->total,
           (double)e->total / 1048576.0);
+  fprintf(out, "activations per block (Korthikanti et al. 2022 Table 2 style, fp32; s=T b=B h=C "
+          "a=NH t=tp): none sbh(16+48/t)+16sb+4as^2b/t = %llu, selective sbh(16+48/t)+16sb = "
+          "%llu, full 4sbh = %llu; activation_checkpointing %s",
+          (unsigned long long)block_act_bytes(e, GPT_CKPT_NONE),
+          (unsigned long long)block_act_bytes(e, GPT_CKPT_SELECTIVE),
+          (unsigned long long)block_act_bytes(e, GPT_CKPT_FULL), policy_name(e->ckpt_policy));
+  if (e->ckpt_policy != GPT_CKPT_NONE)
+    fprintf(out, " every %d, recompute scratch %llu bytes once per rank", e->ckpt_every,
+            (unsigned long long)e->act_recompute);
+  fprintf(out, "\n");
   fprintf(out, "communication per step per rank: %s = %llu bytes (%.2f MiB)", e->comm_formula,
           (unsigned long long)e->comm_bytes, (double)e->comm_bytes / 1048576.0);
   if (e->comm_bytes_paper != e->comm_bytes)
@@ -582,6 +627,13 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
     json_object_set_new(doc, "stages", stages);
     json_object_set_new(doc, "tp", json_integer(e->tp > 1 ? e->tp : 1));
     json_object_set_new(doc, "tp_comm_bytes", json_integer((json_int_t)e->tp_comm_bytes));
+    json_object_set_new(
+        doc, "activation_checkpointing",
+        json_pack("{s:s, s:i, s:I, s:{s:I, s:I, s:I}}", "policy", policy_name(e->ckpt_policy),
+                  "every", e->ckpt_every, "recompute_bytes", (json_int_t)e->act_recompute,
+                  "block_bytes", "none", (json_int_t)block_act_bytes(e, GPT_CKPT_NONE),
+                  "selective", (json_int_t)block_act_bytes(e, GPT_CKPT_SELECTIVE), "full",
+                  (json_int_t)block_act_bytes(e, GPT_CKPT_FULL)));
   }
   if (doc)
     json_object_set_new(doc, "comm_bytes_per_step_paper",

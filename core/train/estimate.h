@@ -15,7 +15,8 @@
  * working set is the largest unit (the head counted with the tied wte it reads), or with
  * prefetch (the sharding plugin's "prefetch" option, off unless true) the largest pair of
  * neighbouring units. Activations are the exact pool gpt.c allocates for (micro_batch_size,
- * seq_len) (gpt_activation_bytes), "other" the two token buffers. Communication buffers follow
+ * seq_len) (gpt_activation_bytes) under the activation_checkpointing policy, plus once its
+ * recompute scratch (gpt_recompute_bytes), "other" the two token buffers. Communication buffers follow
  * the sharding plugin's working set: ZeRO-1's reduce-scatter scratch (4Ψ/N), ZeRO-2/3's
  * gradient buckets of whole units (reduce_bucket_size, default 2^20 elements; exact when the
  * reductions block, an upper bound when one overlaps the next bucket's backward). Every
@@ -97,6 +98,10 @@ typedef struct loom_estimate {
   uint64_t comm_bytes;      /* per optimizer step per rank */
   uint64_t comm_bytes_paper; /* the same by the paper's formula (no tied-embedding terms) */
   char comm_formula[160];
+  /* activation checkpointing (gpt.h GPT_CKPT_*, "every" k) and its recompute scratch, which a
+   * rank holds once whatever the micro-batches in flight (included in bytes[activations]) */
+  int ckpt_policy, ckpt_every;
+  uint64_t act_recompute;
 } loom_estimate;
 
 /* Load `config_path` with the overrides, open its plugins (roles only: nothing is created) and

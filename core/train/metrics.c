@@ -114,6 +114,13 @@ void loom_metrics_start(loom_trainer *tr) {
   for (int i = 0; i < rt->n_parallel; i++) printf(" %s", c->parallel[i].name);
   printf(" %s%s%s\n", c->precision.name, rt->has_checkpoint ? " " : "",
          rt->has_checkpoint ? c->checkpoint.name : "");
+  if (c->activation_checkpointing.policy != GPT_CKPT_NONE) { /* what the activation peak shows */
+    int k = c->activation_checkpointing.every;
+    printf("loom: activation checkpointing: %s, ",
+           c->activation_checkpointing.policy == GPT_CKPT_FULL ? "full" : "selective");
+    if (k > 1) printf("blocks 0, %d, %d, ... (every %d)\n", k, 2 * k, k);
+    else printf("every block\n");
+  }
   if (tr->step > 0) printf("loom: resumed at step %d\n", tr->step);
   fflush(stdout);
 }

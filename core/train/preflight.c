@@ -118,7 +118,9 @@ static int check_model(loom_runtime *rt, char *err, size_t errlen) {
   gpt_config full = {.vocab_size = cfg->model.vocab_size,
                      .max_seq_len = cfg->model.context_length, .n_layer = cfg->model.n_layer,
                      .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
-                     .tp_size = rt->mesh.tp, .tp_rank = 0};
+                     .tp_size = rt->mesh.tp, .tp_rank = 0,
+                     .ckpt_policy = cfg->activation_checkpointing.policy,
+                     .ckpt_every = cfg->activation_checkpointing.every};
   if (rt->mesh.pp > 1 && loom__pp_split(rt, &full, e, sizeof e) != 0)
     return fail(err, errlen, "%s: %s", cfg->path, e);
   for (int s = 0; s < rt->mesh.pp; s++) {

@@ -175,7 +175,9 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   gpt_config mc = {.vocab_size = cfg->model.vocab_size, .max_seq_len = cfg->model.context_length,
                    .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
                    .n_embd = cfg->model.n_embd, .tp_size = rt->mesh.tp,
-                   .tp_rank = rt->mesh.tp_rank};
+                   .tp_rank = rt->mesh.tp_rank,
+                   .ckpt_policy = cfg->activation_checkpointing.policy,
+                   .ckpt_every = cfg->activation_checkpointing.every};
   if (rt->mesh.pp > 1) {
     /* the split loom estimate accounts by (core/runtime/pp_split.c) */
     if (loom__pp_split(rt, &mc, e, sizeof e) != 0) return fail(tr, "%s: %s", cfg->path, e);

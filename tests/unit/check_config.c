@@ -1,6 +1,7 @@
 /* Unit tests for core/config: loading, defaults, every error message (asserted on the text),
  * --set overrides, the global batch rule and the loom_opt_* getters. */
 #include "config/config.h"
+#include "model/gpt.h"
 
 #include <check.h>
 #include <limits.h>
@@ -202,6 +203,46 @@ START_TEST(test_parallel_forms) {
 }
 END_TEST
 
+/* "activation_checkpointing": absent = none, a policy name, or {policy, every}; errors name the
+ * key and what was expected. */
+START_TEST(test_activation_checkpointing) {
+  static const struct { const char *json; int policy, every; } ok[] = {
+      {"{}", GPT_CKPT_NONE, 1},
+      {"{\"activation_checkpointing\": null}", GPT_CKPT_NONE, 1},
+      {"{\"activation_checkpointing\": \"none\"}", GPT_CKPT_NONE, 1},
+      {"{\"activation_checkpointing\": \"full\"}", GPT_CKPT_FULL, 1},
+      {"{\"activation_checkpointing\": \"selective\"}", GPT_CKPT_SELECTIVE, 1},
+      {"{\"activation_checkpointing\": {\"policy\": \"full\", \"every\": 2}}", GPT_CKPT_FULL, 2},
+      {"{\"activation_checkpointing\": {\"every\": 3}}", GPT_CKPT_FULL, 3},
+  };
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    ck_assert_msg(load(ok[i].json) == 0, "%s: %s", ok[i].json, err);
+    ck_assert_int_eq(cfg.activation_checkpointing.policy, ok[i].policy);
+    ck_assert_int_eq(cfg.activation_checkpointing.every, ok[i].every);
+    loom_config_free(&cfg);
+  }
+  static const struct { const char *json, *msg; } bad[] = {
+      {"{\"activation_checkpointing\": \"ful\"}",
+       "t.json: activation_checkpointing: expected \"none\", \"full\" or \"selective\", or an "
+       "object {\"policy\": ..., \"every\": k}, got \"ful\""},
+      {"{\"activation_checkpointing\": true}",
+       "t.json: activation_checkpointing: expected \"none\", \"full\" or \"selective\", or an "
+       "object {\"policy\": ..., \"every\": k}, got true"},
+      {"{\"activation_checkpointing\": {\"policy\": \"all\"}}",
+       "t.json: activation_checkpointing.policy: expected \"none\", \"full\" or \"selective\", "
+       "or an object {\"policy\": ..., \"every\": k}, got \"all\""},
+      {"{\"activation_checkpointing\": {\"every\": 0}}",
+       "t.json: activation_checkpointing.every: expected an integer in [1, 65536], got 0"},
+      {"{\"activation_checkpointing\": {\"k\": 2}}",
+       "t.json: activation_checkpointing.k: unknown key (expected one of: policy, every)"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_msg(load(bad[i].json) == -1, "%s loaded", bad[i].json);
+    ck_assert_msg(strcmp(err, bad[i].msg) == 0, "got      %s\nexpected %s", err, bad[i].msg);
+  }
+}
+END_TEST
+
 START_TEST(test_free_twice_and_zeroed) {
   loom_config z;
   memset(&z, 0, sizeof z);
@@ -356,8 +397,8 @@ static const err_case ERR_CASES[] = {
      "t.json: train.stpes: unknown key (expected one of: micro_batch_size, seq_len, "
      "grad_accum_steps, global_batch_size, steps, eval_interval, eval_batches, seed, timeout_s)"},
     {"{\"modle\": {}}",
-     "t.json: modle: unknown key (expected one of: model, data, train, optimizer, lr_schedule, "
-     "device, comm, parallel, precision, checkpoint, logging, sample)"},
+     "t.json: modle: unknown key (expected one of: model, activation_checkpointing, data, train, "
+     "optimizer, lr_schedule, device, comm, parallel, precision, checkpoint, logging, sample)"},
     {"{\"device\": {\"gpus\": 8}}",
      "t.json: device.gpus: unknown key (expected one of: type, threads)"},
     {"{\"optimizer\": {\"momentum\": 0.9}}",
@@ -875,6 +916,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_defaults);
   tcase_add_test(tc, test_derived_defaults);
   tcase_add_test(tc, test_parallel_forms);
+  tcase_add_test(tc, test_activation_checkpointing);
   tcase_add_test(tc, test_free_twice_and_zeroed);
   tcase_add_test(tc, test_tiny_json);
   suite_add_tcase(s, tc);
