@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -32,10 +33,15 @@ static int truncate_after(const char *path, int step, char *err, size_t errlen) 
   if (!in) return 0; /* nothing logged yet */
   char tmp[LOOM_PATH_MAX + 8];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *out = fopen(tmp, "w");
+  /* never fopen(tmp, "w"): a FIFO left at that name would block start-up before the watchdog */
+  char e[1024];
+  int fd = loom__create_tmp(tmp, e, sizeof e);
+  FILE *out = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (!out) {
+    if (fd >= 0) close(fd);
     fclose(in);
-    snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    if (fd >= 0) snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    else snprintf(err, errlen, "%s", e);
     return -1;
   }
   char line[4096];

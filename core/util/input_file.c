@@ -101,8 +101,59 @@ char *loom__read_regular(const char *path, size_t max_bytes, size_t *len, char *
 
 int loom__check_output_path(const char *path, char *err, size_t errlen) {
   struct stat st;
-  if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return 0; /* absent: created when opened */
-  set_err(err, errlen, "%s: expected a regular file (or none), got %s", path,
-          loom__file_kind((unsigned)st.st_mode));
-  return -1;
+  if (stat(path, &st) == 0) {
+    if (S_ISREG(st.st_mode)) return 0;
+    set_err(err, errlen, "%s: expected a regular file (or none), got %s", path,
+            loom__file_kind((unsigned)st.st_mode));
+    return -1;
+  }
+  /* absent: the trainer makes the missing directories and creates it, which works only if the
+   * nearest existing ancestor is a directory we may write in (checked here so that `loom check`
+   * refuses what the trainer would) */
+  size_t n = strlen(path);
+  char *dir = malloc(n + 2);
+  if (!dir) return 0; /* defensive: the trainer's open still reports it */
+  memcpy(dir, path, n + 1);
+  int rc = 0;
+  for (;;) {
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, n + 2, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    if (stat(dir, &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) {
+        set_err(err, errlen, "%s: cannot be created: %s is %s, not a directory", path, dir,
+                loom__file_kind((unsigned)st.st_mode));
+        rc = -1;
+      } else if (access(dir, W_OK | X_OK) != 0) {
+        set_err(err, errlen, "%s: cannot be created: the directory %s is not writable: %s", path,
+                dir, strerror(errno));
+        rc = -1;
+      }
+      break;
+    }
+    if (errno != ENOENT || !slash || slash == dir) break; /* let the open report the rest */
+  }
+  free(dir);
+  return rc;
+}
+
+int loom__create_tmp(const char *path, char *err, size_t errlen) {
+  struct stat st;
+  /* lstat: a symlink is itself replaced, never followed */
+  if (lstat(path, &st) == 0 && !S_ISDIR(st.st_mode) && unlink(path) != 0 && errno != ENOENT) {
+    set_err(err, errlen, "%s: cannot create: it is %s and cannot be removed: %s", path,
+            loom__file_kind((unsigned)st.st_mode), strerror(errno));
+    return -1;
+  }
+  /* O_EXCL | O_NOFOLLOW: whatever appears between the unlink and here fails the open instead
+   * of being written through; O_NONBLOCK so even that case cannot wait */
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+    return -1;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
 }

@@ -114,8 +114,14 @@ static int write_all(int fd, const void *buf, size_t n) {
 static int write_file_atomic(const char *path, const char *text, size_t len) {
   char tmp[PATH_MAX];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* replace whatever a killed run or anyone left at tmp: a FIFO there would block the save,
+   * a symlink would send the bytes elsewhere (O_EXCL | O_NOFOLLOW refuse what reappears) */
+  struct stat st;
+  if (lstat(tmp, &st) == 0 && !S_ISDIR(st.st_mode)) (void)unlink(tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd < 0) return -1;
+  int fl = fcntl(fd, F_GETFL);
+  if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
   if (write_all(fd, text, len) != 0 || fsync(fd) != 0) {
     close(fd);
     return -1;
