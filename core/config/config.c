@@ -480,10 +480,12 @@ static int load_lr_schedule(ctx *c) {
     return bad_choice(c, &o, "decay", "\"cosine\" or \"constant\"");
   snprintf(cfg->lr_schedule.decay, sizeof cfg->lr_schedule.decay, "%s", decay);
   if (get_int(c, &o, "decay_steps", 0, 0, INT_MAX, &cfg->lr_schedule.decay_steps)) return -1;
+  /* == warmup_steps is a horizon at the end of the warm-up (min_lr after it): what a finished
+   * run with train.steps == warmup_steps is extended with, as its resume message advises */
   if (cfg->lr_schedule.decay_steps > 0 &&
-      cfg->lr_schedule.decay_steps <= cfg->lr_schedule.warmup_steps)
+      cfg->lr_schedule.decay_steps < cfg->lr_schedule.warmup_steps)
     return loom__opt_error(&o, "decay_steps", c->err, c->errlen,
-                           "expected 0 (= train.steps) or > warmup_steps (%d), got %d",
+                           "expected 0 (= train.steps) or >= warmup_steps (%d), got %d",
                            cfg->lr_schedule.warmup_steps, cfg->lr_schedule.decay_steps);
   double lr = cfg->optimizer.lr;
   json_t *v = json_object_get(o.obj, "min_lr");

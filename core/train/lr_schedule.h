@@ -8,7 +8,9 @@
  *   step <= warmup:   lr * step / warmup
  *   cosine:           min_lr + 0.5 (1 + cos(pi * p)) (lr - min_lr), p = (step - warmup - 1) /
  *                     (steps - warmup - 1) in [0, 1]: the first step after warm-up runs at lr,
- *                     the last at min_lr (Loshchilov & Hutter 2017, SGDR, without restarts)
+ *                     the last at min_lr (Loshchilov & Hutter 2017, SGDR, without restarts);
+ *                     steps past the horizon run at min_lr, also when the horizon leaves no
+ *                     cosine phase (steps <= warmup + 1)
  *   constant:         lr */
 double loom_lr_at(int step, int steps, int warmup, double lr, double min_lr, int cosine);
 
