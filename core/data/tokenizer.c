@@ -65,6 +65,17 @@ int loom_tokenizer_load(loom_tokenizer *tok, const char *path, char *err, size_t
             (long long)json_integer_value(vs), LOOM_TOKENIZER_BYTE_VOCAB);
   } else {
     rc = 0;
+    /* a mistyped key ("vocab_sz") must not be ignored: the byte vocabulary has these two;
+     * keys starting with '_' are comments, as in a config (they count in the fingerprint) */
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+      if (key[0] == '_' || !strcmp(key, "type") || !strcmp(key, "vocab_size")) continue;
+      set_err(err, errlen, "%s: unknown key \"%.64s\" (a \"byte\" vocabulary has \"type\" and "
+              "\"vocab_size\"; keys starting with '_' are comments)", path, key);
+      rc = -1;
+      break;
+    }
   }
   json_decref(root);
   return rc;

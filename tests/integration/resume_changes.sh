@@ -133,7 +133,7 @@ grep -q "model.n_head was 2, this run has 4" "$WORK/heads/out2.log" ||
   { cat "$WORK/heads/out2.log"; die "the model change is not named"; }
 grep -q "^step " "$WORK/heads/out2.log" && die "it trained before refusing"
 fork base vocab
-printf '{"type": "byte", "vocab_size": 256, "note": "another vocabulary"}\n' >"$WORK/vocab2.json"
+printf '{"type": "byte", "vocab_size": 256, "_note": "another vocabulary"}\n' >"$WORK/vocab2.json"
 if resume 1 vocab out2.log --set "data.vocab=$WORK/vocab2.json"; then
   die "another vocabulary was accepted"; fi
 grep -q "the vocabulary differs" "$WORK/vocab/out2.log" ||

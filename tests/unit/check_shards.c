@@ -443,6 +443,9 @@ START_TEST(test_tok_files) {
     {"{\"type\": \"byte\", \"vocab_size\": \"x\"}", "\"vocab_size\" must be an integer"},
     {"[1, 2]", "expected a JSON object"},
     {"{\"type\": ", "not a vocabulary file: line 1"},
+    /* a mistyped key is an error, not ignored; '_' keys are comments (accepted below) */
+    {"{\"type\": \"byte\", \"vocab_sz\": 300}", "unknown key \"vocab_sz\" (a \"byte\" vocabulary"},
+    {"{\"type\": \"byte\", \"merges\": []}", "unknown key \"merges\""},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     FILE *f = fopen(path_in("bad.json"), "w");
@@ -453,6 +456,11 @@ START_TEST(test_tok_files) {
                   "case %zu: message '%s' lacks '%s'", i, g_err, bad[i].want);
     ck_assert_int_eq(tok2.vocab_size, 256); /* still usable */
   }
+  FILE *f = fopen(path_in("commented.json"), "w");
+  fputs("{\"type\": \"byte\", \"_note\": \"made by hand\"}", f);
+  fclose(f);
+  ck_assert_msg(loom_tokenizer_load(&tok2, path_in("commented.json"), g_err, sizeof(g_err)) == 0,
+                "%s", g_err);
   ck_assert_int_eq(loom_tokenizer_load(&tok2, path_in("missing.json"), g_err, sizeof(g_err)), -1);
   ck_assert_msg(strstr(g_err, "missing.json: cannot open"), "%s", g_err);
 }
