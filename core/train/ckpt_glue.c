@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../runtime/plugins.h"
+#include "ckpt_compat.h"
 #include "ckpt_meta.h"
 #include "ckpt_resume.h"
 #include "lr_schedule.h"
@@ -127,40 +128,6 @@ static const char *ckpt_error(loom_trainer *tr) {
   return tr->rt.checkpoint_host.error[0] ? tr->rt.checkpoint_host.error : "no message";
 }
 
-/* The identity of the vocabulary: FNV-1a 64 of data.vocab's canonical JSON (sorted keys,
- * compact), or of the byte tokenizer's when there is no file. The file was loaded and checked
- * by the tokenizer already; it is read again here without blocking, as untrusted input. */
-static int vocab_fingerprint(loom_trainer *tr, char out[17]) {
-  const char *path = tr->cfg.data.vocab;
-  char *text = NULL;
-  if (path[0]) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (64 << 20)) {
-      if (fd >= 0) close(fd);
-      snprintf(tr->err, sizeof tr->err, "%s: data.vocab: %s: cannot read it back as a regular "
-               "file of at most 64 MiB", tr->cfg.path, path);
-      return -1;
-    }
-    text = calloc(1, (size_t)sb.st_size + 1);
-    ssize_t got = text ? read(fd, text, (size_t)sb.st_size) : -1;
-    close(fd);
-    if (got != sb.st_size) {
-      free(text);
-      snprintf(tr->err, sizeof tr->err, "%s: data.vocab: %s: short read", tr->cfg.path, path);
-      return -1;
-    }
-  }
-  json_t *j = json_loads(text ? text : "{\"type\": \"byte\", \"vocab_size\": 256}", 0, NULL);
-  char *canon = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-  const char *bytes = canon ? canon : text ? text : "";
-  loom__fnv1a_hex(bytes, strlen(bytes), out);
-  free(canon);
-  json_decref(j);
-  free(text);
-  return 0;
-}
-
 /* The lr step `step` runs at under the config's schedule. */
 static double config_lr(const loom_config *cfg, int step) {
   return loom_lr_at(step, loom_lr_horizon(cfg->train.steps, cfg->lr_schedule.decay_steps),
@@ -253,93 +220,6 @@ int loom__ckpt_save(loom_trainer *tr) {
   return 0;
 }
 
-/* "[2, 4]": units per stage of the saved split (from the checked stages array) and of now. */
-static void units_text(loom_trainer *tr, const loom_ckpt_meta *m, char *saved, char *run,
-                       size_t n) {
-  loom_runtime *rt = &tr->rt;
-  snprintf(saved, n, "[");
-  snprintf(run, n, "[");
-  for (int s = 0; m->stages && s < m->pp; s++) {
-    json_t *x = json_array_get(m->stages, (size_t)s);
-    size_t k = strlen(saved);
-    snprintf(saved + k, n - k, "%s%lld", s ? ", " : "",
-             (long long)(json_integer_value(json_object_get(x, "last_unit")) -
-                         json_integer_value(json_object_get(x, "first_unit")) + 1));
-  }
-  for (int s = 0; s < rt->mesh.pp; s++) {
-    size_t k = strlen(run);
-    snprintf(run + k, n - k, "%s%d", s ? ", " : "", rt->pp_last[s] - rt->pp_first[s] + 1);
-  }
-  strncat(saved, "]", n - strlen(saved) - 1);
-  strncat(run, "]", n - strlen(run) - 1);
-  if (!m->stages) snprintf(saved, n, "[all]");
-  if (rt->mesh.pp <= 1) snprintf(run, n, "[all]");
-}
-
-/* The items' names carry the tensor-parallel and pipeline coordinates: a different split is
- * named as such rather than as missing chunks. */
-static int check_split(loom_trainer *tr, const loom_ckpt_meta *m) {
-  loom_runtime *rt = &tr->rt;
-  int same_split = 1;
-  for (int s = 0; m->pp == rt->mesh.pp && rt->mesh.pp > 1 && s < rt->mesh.pp; s++) {
-    json_t *x = json_array_get(m->stages, (size_t)s);
-    same_split &= json_integer_value(json_object_get(x, "first_unit")) == rt->pp_first[s] &&
-                  json_integer_value(json_object_get(x, "last_unit")) == rt->pp_last[s];
-  }
-  if (m->pp != rt->mesh.pp || !same_split) {
-    char saved[128], run[128];
-    units_text(tr, m, saved, run, sizeof saved);
-    snprintf(tr->err, sizeof tr->err,
-             "checkpoint step %d: the pipeline split differs: it was saved with pp %d, units "
-             "per stage %s; this run has pp %d, units per stage %s (each stage's items hold "
-             "its own units; resume with the same pipeline \"size\" and \"stages\", or start "
-             "a new checkpoint dir)", m->step, m->pp, saved, rt->mesh.pp, run);
-    return -1;
-  }
-  if (m->tp != rt->mesh.tp) {
-    snprintf(tr->err, sizeof tr->err,
-             "checkpoint step %d: the tensor-parallel size differs: it was saved with tp %d, "
-             "this run has tp %d (each tp rank's tensors are slices of that split; resume "
-             "with the same tensor_parallel \"size\", or start a new checkpoint dir)", m->step,
-             m->tp, rt->mesh.tp);
-    return -1;
-  }
-  return 0;
-}
-
-/* What would reinterpret the saved numbers is refused: another model (any model key) or
- * another vocabulary (token ids would mean other tokens). */
-static int check_identity(loom_trainer *tr, const loom_ckpt_meta *m) {
-  const loom_config *cfg = &tr->cfg;
-  struct { const char *key; int saved, now; } keys[] = {
-    {"model.vocab_size", m->model.vocab_size, cfg->model.vocab_size},
-    {"model.context_length", m->model.context_length, cfg->model.context_length},
-    {"model.n_layer", m->model.n_layer, cfg->model.n_layer},
-    {"model.n_head", m->model.n_head, cfg->model.n_head},
-    {"model.n_embd", m->model.n_embd, cfg->model.n_embd},
-    {"the tokenizer's type", m->tokenizer.type, (int)tr->tok.type},
-    {"the tokenizer's vocab_size", m->tokenizer.vocab_size, tr->tok.vocab_size},
-  };
-  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-    if (keys[i].saved != keys[i].now) {
-      snprintf(tr->err, sizeof tr->err,
-               "checkpoint step %d: %s was %d, this run has %d: the saved weights mean "
-               "something else under it; resume with %s = %d, or start a new checkpoint dir",
-               m->step, keys[i].key, keys[i].saved, keys[i].now, keys[i].key, keys[i].saved);
-      return -1;
-    }
-  if (strcmp(m->tokenizer.fingerprint, tr->vocab_fingerprint) != 0) {
-    snprintf(tr->err, sizeof tr->err,
-             "checkpoint step %d: the vocabulary differs: data.vocab (%s) has fingerprint %s, "
-             "the checkpoint was trained with %s: token ids would name other tokens; use the "
-             "vocabulary the checkpoint was trained with, or start a new checkpoint dir",
-             m->step, tr->cfg.data.vocab[0] ? tr->cfg.data.vocab : "bytes, no file",
-             tr->vocab_fingerprint, m->tokenizer.fingerprint);
-    return -1;
-  }
-  return 0;
-}
-
 /* Load the items and this rank's blob of `step` (the metadata was read already). */
 static int load_state(loom_trainer *tr, const loom_ckpt_meta *m) {
   loom_runtime *rt = &tr->rt;
@@ -400,7 +280,8 @@ static int load_precision(loom_trainer *tr, const loom_ckpt_meta *m) {
 int loom__ckpt_resume(loom_trainer *tr) {
   loom_runtime *rt = &tr->rt;
   const loom_checkpoint_v1 *ck = &rt->checkpoint.u.checkpoint;
-  if (vocab_fingerprint(tr, tr->vocab_fingerprint) != 0) return -1;
+  if (loom__vocab_fingerprint(&tr->cfg, tr->vocab_fingerprint, tr->err, sizeof tr->err) != 0)
+    return -1;
   int step = 0;
   if (ck->resume_step(rt->checkpoint_ctx, &step) != LOOM_OK) {
     snprintf(tr->err, sizeof tr->err, "plugin %s: finding a checkpoint failed: %s",
@@ -427,8 +308,8 @@ int loom__ckpt_resume(loom_trainer *tr) {
   int rc = m.step != step ? -1 : 0;
   if (rc) snprintf(tr->err, sizeof tr->err, "checkpoint step %d: its metadata says step %d: "
                    "the checkpoint is corrupt", step, m.step);
-  if (!rc) rc = check_split(tr, &m);
-  if (!rc) rc = check_identity(tr, &m);
+  if (!rc) rc = loom__ckpt_check_compat(&tr->rt, &tr->tok, tr->vocab_fingerprint, &m, tr->err,
+                                        sizeof tr->err);
   if (!rc) rc = loom__ckpt_seek_data(tr, &m);
   if (!rc) rc = load_state(tr, &m);
   if (!rc) rc = load_precision(tr, &m);

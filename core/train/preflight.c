@@ -20,6 +20,7 @@
 #include "../runtime/pp_split.h"
 #include "../runtime/runtime.h"
 #include "../util/input_file.h"
+#include "ckpt_compat.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -179,6 +180,14 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
     goto out;
   }
   if (loom__plugins_create(rt, err, errlen) != 0) goto out;
+  /* the checkpoint train would resume from: what train refuses in it before step 1 (another
+   * model, vocabulary or split; a manifest that fails verification) is refused here too */
+  loom_tokenizer tok;
+  if (loom_tokenizer_load(&tok, cfg->data.vocab, e, sizeof e) != 0) { /* checked above */
+    fail(err, errlen, "%s: data.vocab: %s", cfg->path, e);
+    goto out;
+  }
+  if (loom__ckpt_preflight(rt, &tok, err, errlen) != 0) goto out;
   rc = 0;
 out:
   loom__plugins_destroy(rt);
