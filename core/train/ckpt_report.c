@@ -107,9 +107,10 @@ static void report_schedule(report *r, loom_trainer *tr, const loom_ckpt_meta *m
   fprintf(stderr, "loom[0] warning: the lr jumps: step %d runs at %.6g where the saved "
           "schedule continues at %.6g", next, now, saved);
   if (cfg->train.steps != m->schedule.steps && cfg->lr_schedule.decay_steps == 0)
-    fprintf(stderr, " (raising train.steps recomputes the cosine over the new total). To "
-            "extend the run from the saved schedule instead, add --set "
-            "lr_schedule.decay_steps=%d (the lr then continues at %.6g)", m->schedule.horizon,
+    fprintf(stderr, " (%s train.steps recomputes the cosine over the new total). To "
+            "continue the run on the saved schedule instead, add --set "
+            "lr_schedule.decay_steps=%d (the lr then continues at %.6g)",
+            cfg->train.steps > m->schedule.steps ? "raising" : "lowering", m->schedule.horizon,
             saved);
   fprintf(stderr, "\n");
 }
