@@ -97,7 +97,15 @@ static int parse_overrides(int argc, char **argv, int first, const char **out, i
     const char *v = NULL;
     if (!strcmp(argv[i], "--set") && i + 1 < argc) v = argv[++i];
     else if (!strncmp(argv[i], "--set=", 6)) v = argv[i] + 6;
-    else {
+    else if (!strcmp(argv[i], "--world") && i + 1 < argc) { /* only train gets here so */
+      fprintf(stderr, "loom: --world is for loom check and estimate; train runs on the ranks "
+              "its launcher starts (mpirun -np N loom train CONFIG)\n");
+      return -1;
+    } else if (!strcmp(argv[i], "--set") || !strcmp(argv[i], "--world")) {
+      fprintf(stderr, "loom: %s needs a value after it (%s; see 'loom help')\n", argv[i],
+              argv[i][2] == 's' ? "--set KEY=VALUE" : "--world N, for loom check and estimate");
+      return -1;
+    } else {
       fprintf(stderr, "loom: unexpected argument '%s'\n", argv[i]);
       return -1;
     }
