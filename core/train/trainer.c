@@ -549,6 +549,9 @@ int loom_trainer_eval(loom_trainer *tr, double *val_loss) {
     float loss;
     if (loom__model_forward(tr, tr->inputs, tr->targets, tr->B, tr->T, &loss) != 0) return -1;
     sum += loss;
+    /* each batch is progress: a long evaluation is not a stall (train.timeout_s bounds the
+     * time without progress, not the evaluation's length) */
+    loom_watchdog_beat(&tr->watchdog, tr->step);
   }
   tr->val.cursor = saved;
   double stats[1] = {sum};
