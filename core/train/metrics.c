@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -44,12 +45,16 @@ static int truncate_after(const char *path, int step, char *err, size_t errlen) 
     else snprintf(err, errlen, "%s", e);
     return -1;
   }
-  char line[4096];
-  while (fgets(line, sizeof line, in)) {
+  /* whole lines of any length (getline): a fixed buffer would split a long record and keep
+   * its tail, a broken JSON line, after dropping its head */
+  char *line = NULL;
+  size_t cap = 0;
+  while (getline(&line, &cap, in) != -1) {
     int s;
     if (sscanf(line, "{\"step\":%d", &s) == 1 && s > step) continue;
     fputs(line, out);
   }
+  free(line);
   fclose(in);
   int bad = ferror(out);
   if (fclose(out) != 0 || bad || rename(tmp, path) != 0) {
