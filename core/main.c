@@ -15,6 +15,7 @@
 #include "train/estimate.h"
 #include "train/preflight.h"
 #include "train/trainer.h"
+#include "util/one_line.h"
 
 #ifndef LOOM_VERSION
 #define LOOM_VERSION "0.0.0"
@@ -175,7 +176,7 @@ static int cmd_check(int argc, char **argv) {
   if (n < 0) return 2;
   char err[2048];
   if (loom_preflight(argv[2], overrides, n, world, err, sizeof err) != 0) {
-    fprintf(stderr, "loom: error: %s\n", err);
+    loom__put_line(stderr, "loom: error: ", err);
     return 1;
   }
   if (world > 1) printf("%s: ok (on %d ranks)\n", argv[2], world);
@@ -192,7 +193,7 @@ static int cmd_estimate(int argc, char **argv) {
   loom_estimate e;
   char err[2048];
   if (loom_estimate_compute(argv[2], overrides, n, world, &e, err, sizeof err) != 0) {
-    fprintf(stderr, "loom: error: %s\n", err);
+    loom__put_line(stderr, "loom: error: ", err);
     return 1;
   }
   if (json) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "runtime.h"
+#include "util/one_line.h"
 
 int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) {
   loom_config *cfg = rt->cfg;
@@ -87,7 +88,9 @@ void loom__mesh_free(loom_runtime *rt) {
 
 void loom__fatal(loom_runtime *rt, int code, const char *msg) {
   int rank = rt && rt->comm_ctx ? rt->mesh.world_rank : loom__launcher_rank();
-  fprintf(stderr, "loom[%d]: error: %s\n", rank, msg);
+  char prefix[48];
+  snprintf(prefix, sizeof prefix, "loom[%d]: error: ", rank);
+  loom__put_line(stderr, prefix, msg); /* one line, whatever a quoted file name holds */
   fflush(stderr);
   fflush(stdout);
   if (rt && rt->comm_ctx && rt->mesh.world_size > 1)
