@@ -197,7 +197,13 @@ static void check_parallel_caps(tally *t, const loom_parallel_v1 *par) {
 static void check_other_caps(tally *t, const loom_plugin *p) {
   uint64_t c = p->u.hdr.caps, known = 0;
   if (p->kind == LOOM_KIND_CHECKPOINT) known = LOOM_CKPT_CAP_RESHARD;
+  if (p->kind == LOOM_KIND_COMM) known = LOOM_COMM_CAP_HOST_MEMORY | LOOM_COMM_CAP_DEVICE_MEMORY;
   char msg[256];
+  if (p->kind == LOOM_KIND_COMM && !(c & LOOM_COMM_CAP_HOST_MEMORY)) {
+    report(t, 0, "abi.caps", "a comm plugin without LOOM_COMM_CAP_HOST_MEMORY cannot move this "
+           "loom's buffers (the CPU device's memory is host memory)", NULL);
+    return;
+  }
   if (c & ~known)
     snprintf(msg, sizeof msg, "unknown capability bits 0x%llx for a %s plugin",
              (unsigned long long)(c & ~known), loom__kind_name(p->kind));

@@ -172,24 +172,33 @@ equiv() {
 }
 
 # ---------------------------------------------------------------- abi (options, create/destroy)
+EXTRA_CHECK=()
 check_config() { "$LOOM" check "$WORK/base.json" --set "checkpoint=null" "$@" >"$WORK/check.log" 2>&1; }
 if want abi; then
   case $KIND in
     parallel)
       if has_cap AXIS_TP; then ENTRY="{\"plugin\":$PJ,\"size\":2}"; W=2
       elif has_cap AXIS_PP; then ENTRY="{\"plugin\":$PJ,\"size\":2}"; W=2
+        EXTRA_CHECK=(--set train.grad_accum_steps=2 --set train.micro_batch_size=6) # 1F1B: micro-batches >= stages
       else ENTRY="{\"plugin\":$PJ}"; W=2; fi
       if has_cap GRAD_SYNC || ! has_cap AXIS_DP; then BASE_PAR="[$ENTRY$WITH_ENTRIES]"
       else BASE_PAR="[{\"plugin\":\"ddp\"},$ENTRY$WITH_ENTRIES]"; fi
       OPT_PATH="parallel[$([ "${BASE_PAR#\[\{\"plugin\":\"ddp\"\}}" != "$BASE_PAR" ] && echo 1 || echo 0)]"
-      ARGS=(--set "parallel=$BASE_PAR" --world "$W") ;;
+      ARGS=(--set "parallel=$BASE_PAR" --world "$W" "${EXTRA_CHECK[@]}") ;;
     precision) OPT_PATH=precision; W=2; ARGS=(--set "precision={\"plugin\":$PJ}" --set 'parallel=[{"plugin":"ddp"}]' --world 2) ;;
     comm) OPT_PATH=comm; W=2; ARGS=(--set "comm={\"plugin\":$PJ}" --set 'parallel=[{"plugin":"ddp"}]' --world 2) ;;
     checkpoint) OPT_PATH=checkpoint; W=2; ARGS=(--set "parallel=[{\"plugin\":\"ddp\"}]" --world 2) ;;
     *) OPT_PATH="" ;;
   esac
   if [ -n "$OPT_PATH" ]; then
-    if [ "$KIND" = checkpoint ]; then
+    if [ "$KIND" = comm ]; then
+      # loom check runs on a stand-in mesh without the comm plugin: a 1-rank, 1-step job
+      # creates it (and destroys it at the end) for real
+      ok_args=(--set "comm={\"plugin\":$PJ}" --set 'parallel=[]' --set train.steps=1 --set lr_schedule.warmup_steps=0)
+      bad_args=(--set "comm={\"plugin\":$PJ,\"conformance_unknown_key\":1}" --set 'parallel=[]' --set train.steps=1 --set lr_schedule.warmup_steps=0)
+      W=1
+      timeout 120 mpirun -np 1 "$LOOM" train "$WORK/base.json" --set checkpoint=null "${ok_args[@]}" >"$WORK/check.log" 2>&1
+    elif [ "$KIND" = checkpoint ]; then
       ok_args=("${ARGS[@]}" --set "checkpoint={\"plugin\":$PJ,\"dir\":$(json_path "$WORK/chk"),\"every\":0}")
       bad_args=("${ARGS[@]}" --set "checkpoint={\"plugin\":$PJ,\"dir\":$(json_path "$WORK/chk"),\"every\":0,\"conformance_unknown_key\":1}")
       "$LOOM" check "$WORK/base.json" "${ok_args[@]}" >"$WORK/check.log" 2>&1
@@ -198,14 +207,18 @@ if want abi; then
       check_config "${ARGS[@]}"
     fi
     if [ $? -eq 0 ]; then
-      pass abi.create_destroy "created with its defaults and destroyed on a $W-rank mesh (loom check)"
+      pass abi.create_destroy "created with its defaults and destroyed on a $W-rank mesh ($([ "$KIND" = comm ] && echo "a 1-step job" || echo "loom check"))"
     else
       fail abi.create_destroy "loom check with the plugin's defaults failed: $(tail -1 "$WORK/check.log" | cut -c1-300)"
     fi
-    "$LOOM" check "$WORK/base.json" --set checkpoint=null "${bad_args[@]}" >"$WORK/check_bad.log" 2>&1
+    if [ "$KIND" = comm ]; then
+      timeout 120 mpirun -np 1 "$LOOM" train "$WORK/base.json" --set checkpoint=null "${bad_args[@]}" >"$WORK/check_bad.log" 2>&1
+    else
+      "$LOOM" check "$WORK/base.json" --set checkpoint=null "${bad_args[@]}" >"$WORK/check_bad.log" 2>&1
+    fi
     rc=$?
     if [ $rc -ne 0 ] && grep -q "conformance_unknown_key" "$WORK/check_bad.log"; then
-      pass abi.unknown_option "refused, naming the key: $(tail -1 "$WORK/check_bad.log" | cut -c1-200)"
+      pass abi.unknown_option "refused, naming the key: $(grep -m1 conformance_unknown_key "$WORK/check_bad.log" | cut -c1-200)"
     elif [ $rc -ne 0 ]; then
       fail abi.unknown_option "refused, but the message does not name the unknown key: $(tail -1 "$WORK/check_bad.log" | cut -c1-200)"
     else
@@ -223,7 +236,7 @@ if [ "$KIND" = parallel ] && want parallel && [ "$NP" -ge 2 ]; then
   if has_cap AXIS_TP || has_cap AXIS_PP; then
     # a model-parallel plugin: its own axis at 2, then composed with ddp (dp 2) on 4 ranks
     E="{\"plugin\":$PJ,\"size\":2}"
-    if has_cap AXIS_PP; then ACC=4; else ACC=1; fi
+    if has_cap AXIS_PP; then ACC=2; else ACC=1; fi
     job 2 axis2 --set train.micro_batch_size=$(mb 1 $ACC) --set train.grad_accum_steps=$ACC \
       --set "parallel=[$E$WITH_ENTRIES,$(probe_rec axis2)]" &&
       equiv axis2 parallel.equivalence.size2 "size 2 on its axis ($ACC micro-batches)" ||
@@ -349,7 +362,7 @@ if want resume && [ "$NP" -ge 2 ]; then
   case $KIND in
     parallel)
       if has_cap AXIS_TP || has_cap AXIS_PP; then
-        has_cap AXIS_PP && A=4 || A=1
+        has_cap AXIS_PP && A=2 || A=1
         resume_check resume.bitwise 2 "[{\"plugin\":$PJ,\"size\":2}$WITH_ENTRIES]" $A '"checkpoint"' \
           --set train.micro_batch_size=$(mb 1 $A)
         skip resume.world_size "checkpoints of a tensor- or pipeline-parallel run resume on the same tp/pp size only (the host refuses another)"
@@ -440,7 +453,7 @@ fault_probe() { echo "{\"plugin\":$(json_path "$LOOM_CONF_PROBE"),\"fail_hook\":
 if want faults && [ "$NP" -ge 2 ]; then
   case $KIND in
     parallel)
-      if has_cap AXIS_TP || has_cap AXIS_PP; then E="{\"plugin\":$PJ,\"size\":2}"; has_cap AXIS_PP && A=4 || A=1; M=$(mb 1 $A)
+      if has_cap AXIS_TP || has_cap AXIS_PP; then E="{\"plugin\":$PJ,\"size\":2}"; has_cap AXIS_PP && A=2 || A=1; M=$(mb 1 $A)
       elif has_cap GRAD_SYNC; then E="{\"plugin\":$PJ}"; A=1; M=$(mb 2 1)
       else E="{\"plugin\":\"ddp\"},{\"plugin\":$PJ}"; A=1; M=$(mb 2 1); fi
       for hook in $HOOKS; do
@@ -467,7 +480,7 @@ fi
 if [ "$KIND" = comm ] && want comm && [ "$NP" -ge 2 ]; then
   for n in 2 3; do
     [ "$n" -le "$NP" ] || continue
-    if job "$n" comm$n --set "comm={\"plugin\":$PJ}" --set train.steps=1 \
+    if job "$n" comm$n --set "comm={\"plugin\":$PJ}" --set train.steps=1 --set lr_schedule.warmup_steps=0 \
          --set train.micro_batch_size=$(mb "$n" 1) \
          --set "parallel=[{\"plugin\":\"ddp\"},{\"plugin\":$(json_path "$LOOM_CONF_PROBE"),\"comm_selftest\":true}]"; then
       k=$(grep -c "comm self-test: .* checks passed on the world" "$WORK/comm$n/out.log")
