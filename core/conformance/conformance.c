@@ -330,7 +330,8 @@ int loom_conformance_main(int argc, char **argv) {
   setenv("LOOM_CONF_LOOM", exe, 1);
   setenv("LOOM_CONF_DIR", dir, 1);
   setenv("LOOM_CONF_PROBE", probe, 1);
-  setenv("LOOM_CONF_PLUGIN", p->path, 1);
+  char abs[PATH_MAX]; /* the jobs' configs name the plugin by this path: make it absolute */
+  setenv("LOOM_CONF_PLUGIN", realpath(p->path, abs) ? abs : p->path, 1);
   setenv("LOOM_CONF_NAME", p->u.hdr.name ? p->u.hdr.name : plugin, 1);
   setenv("LOOM_CONF_KIND", loom__kind_name(p->kind), 1);
   setenv("LOOM_CONF_CAPS", caps, 1);
