@@ -1,4 +1,4 @@
-/* `loom conformance PLUGIN [--with P]... [--np N] [--keep DIR] [--only GROUPS]`
+/* `loom conformance PLUGIN [--with P]... [--np N] [--rtol R] [--keep DIR] [--only GROUPS]`
  *
  * The ABI checks that need the plugin's table run here, in process, through the loader every
  * job uses; the checks that need training jobs (equivalence, resume, faults, collectives,
@@ -222,13 +222,15 @@ static int exe_path(char *buf, size_t len) {
 
 static int usage(FILE *out) {
   fprintf(out,
-          "usage: loom conformance PLUGIN [--with PLUGIN]... [--np N] [--keep DIR]\n"
-          "                               [--only GROUP[,GROUP...]]\n"
+          "usage: loom conformance PLUGIN [--with PLUGIN]... [--np N] [--rtol R]\n"
+          "                               [--keep DIR] [--only GROUP[,GROUP...]]\n"
           "Run the checks loom's own plugins pass on PLUGIN (a name on the plugin search path\n"
           "or a path to a .so), those that apply to its kind and its declared roles: abi,\n"
           "parallel (equivalence to the 1-rank run, composition, replicas agreeing), resume,\n"
           "faults, comm, precision, checkpoint. One line per check, then a summary; exit\n"
           "status 1 when a check fails. --np N: largest world size to use (default 4).\n"
+          "--rtol R: equivalence tolerance (default 1e-5, fp32; a 16-bit precision plugin\n"
+          "passes its derived bound, e.g. 1e-2 for bf16).\n"
           "--with: more plugins the runs need (added to every job). --keep DIR: keep the\n"
           "runs' logs and metrics there. Needs mpirun and python3. docs/conformance.md\n");
   return 2;
@@ -259,6 +261,15 @@ int loom_conformance_main(int argc, char **argv) {
                 np);
         return 2;
       }
+    } else if (!strcmp(a, "--rtol")) {
+      char *end;
+      double r = strtod(argv[++i], &end);
+      if (*end || !(r > 0 && r < 1)) {
+        fprintf(stderr, "loom conformance: --rtol: expected a relative tolerance in (0, 1), "
+                "got '%s'\n", argv[i]);
+        return 2;
+      }
+      setenv("LOOM_CONF_RTOL", argv[i], 1);
     } else if (!strcmp(a, "--keep")) {
       keep = argv[++i];
     } else if (!strcmp(a, "--only")) {

@@ -421,10 +421,12 @@ static int probe_end_step(void *ctx, int step) {
     a->set_error(p->host, "record: cannot open %s for appending", path);
     return LOOM_IO;
   }
+  char norm[40] = "null"; /* a skipped (overflowed) step has no finite norm: JSON null */
+  if (isfinite(p->grad_norm)) snprintf(norm, sizeof norm, "%.17g", p->grad_norm);
   fprintf(f, "{\"step\": %d, \"rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, "
-          "\"grad_norm\": %.17g, \"params_fnv\": \"%016llx\"}\n", step, w,
+          "\"grad_norm\": %s, \"params_fnv\": \"%016llx\"}\n", step, w,
           a->rank(p->host, LOOM_AXIS_DP), a->rank(p->host, LOOM_AXIS_TP),
-          a->rank(p->host, LOOM_AXIS_PP), p->grad_norm, (unsigned long long)params_hash(p));
+          a->rank(p->host, LOOM_AXIS_PP), norm, (unsigned long long)params_hash(p));
   if (fclose(f) != 0) {
     a->set_error(p->host, "record: cannot write %s", path);
     return LOOM_IO;

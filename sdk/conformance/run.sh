@@ -505,25 +505,61 @@ if [ "$KIND" = comm ] && want comm && [ "$NP" -ge 2 ]; then
 fi
 
 # ---------------------------------------------------------------- precision
+# The reference is the plugin's own 1-rank run: what is checked is that the plugin is right on
+# several ranks (its rounding points are its own business). Tolerance: --rtol (fp32: 1e-5; a
+# 16-bit plugin passes its derived bound, bf16's is 1e-2 in loom's equivalence_bf16).
 if [ "$KIND" = precision ] && want precision && [ "$NP" -ge 2 ]; then
-  reference
-  if job 2 prec --set "precision={\"plugin\":$PJ}" --set train.micro_batch_size=$(mb 2 1) \
+  PREC="precision={\"plugin\":$PJ}"
+  if ! job 1 prec_ref --set "$PREC" --set 'parallel=[]'; then
+    fail precision.equivalence "the 1-rank run with this precision failed: $(last_error prec_ref)"
+  elif job 2 prec --set "$PREC" --set train.micro_batch_size=$(mb 2 1) \
        --set "parallel=[{\"plugin\":\"ddp\"},$(probe_rec prec)]"; then
-    equiv prec precision.equivalence "ddp on 2 ranks with this precision against the fp32 1-rank run"
+    if cmp_runs prec prec_ref --rtol "$RTOL"; then
+      pass precision.equivalence "ddp on 2 ranks vs 1 rank, both with this precision: $(cmp_summary prec prec_ref)"
+    else
+      fail precision.equivalence "ddp on 2 ranks vs 1 rank with this precision, beyond rtol $RTOL: $(cmp_summary prec prec_ref)"
+    fi
     if msg=$(replicas prec); then pass precision.replicas_agree "$msg"; else fail precision.replicas_agree "$msg"; fi
     scales=$(python3 -c "
-import json,sys
+import json
 v=[r.get('loss_scale') for r in map(json.loads, open('$WORK/prec/metrics.jsonl')) if 'loss' in r]
-print(' '.join(str(x) for x in v if x not in (None, 1, 1.0)))")
+print(' '.join(sorted({str(x) for x in v if x not in (None, 1, 1.0)})))")
     if [ -z "$scales" ]; then
-      skip precision.loss_scale "the plugin does not scale the loss (no loss_scale other than 1 in the metrics): the skip-agreement and scaler round-trip checks apply to loss-scaling plugins"
+      skip precision.loss_scale "the plugin does not scale the loss (loss_scale 1 at every step): the skip-agreement and scaler round-trip checks apply to loss-scaling plugins"
     else
-      # the scale, its skips and the replicas: agreed on every rank (checked above) and the
-      # scaler state continues bitwise through a checkpoint (resume.bitwise)
-      pass precision.loss_scale "loss scales $scales; skips agreed on all ranks (replicas identical)"
+      # an infinity in rank 1's gradient at step 3 (after the sync: only rank 1 sees it): every
+      # rank must skip step 3 (rank 0's metrics say so) and the replicas stay identical
+      LOOM_INJECT_INF=1:3 job 2 prec_inf --set "$PREC" --set train.micro_batch_size=$(mb 2 1) \
+        --set "parallel=[{\"plugin\":\"ddp\"},$(probe_rec prec_inf)]"
+      rc=$?
+      if ! grep -q "LOOM_INJECT_INF" "$WORK/prec_inf/out.log"; then
+        skip precision.skip_agreed "this loom cannot inject an infinity (LOOM_INJECT_INF)"
+      elif [ $rc -ne 0 ]; then
+        fail precision.skip_agreed "an infinity on rank 1 at step 3 ended the run: $(last_error prec_inf)"
+      elif ! python3 -c "
+import json,sys
+r=[x for x in map(json.loads, open('$WORK/prec_inf/metrics.jsonl')) if x.get('step') == 3 and 'loss' in x]
+sys.exit(0 if r and r[0].get('skipped') else 1)"; then
+        fail precision.skip_agreed "an infinity on rank 1 at step 3 was not skipped on rank 0: the overflow flag must be agreed over all ranks (all_reduce MAX) before deciding"
+      elif ! msg=$(replicas prec_inf); then
+        fail precision.skip_agreed "after an infinity on rank 1 at step 3: $msg"
+      else
+        pass precision.skip_agreed "an infinity on rank 1 at step 3: skipped on every rank, replicas identical; loss scales seen: $scales"
+      fi
+      # the scaler's state continues bitwise through a checkpoint
+      resume_check precision.scaler_resume 2 '[{"plugin":"ddp"}]' 1 '"checkpoint"' \
+        --set train.micro_batch_size=$(mb 2 1) --set "$PREC"
+      if python3 -c "
+import json,sys
+def m(p): return [r.get('loss_scale') for r in map(json.loads, open(p)) if 'loss' in r and r['step'] >= 4]
+sys.exit(0 if m('$WORK/resumed/metrics.jsonl') == m('$WORK/straight/metrics.jsonl') else 1)"; then
+        pass precision.loss_scale "the loss scale of steps 4-6 after a restart at 3 equals the straight run's"
+      else
+        fail precision.loss_scale "the loss scale after a restart differs from the straight run's: the scaler state (state_json / load_state_json) does not round-trip"
+      fi
     fi
   else
-    fail precision.equivalence "the run failed: $(last_error prec)"
+    fail precision.equivalence "the 2-rank run failed: $(last_error prec)"
   fi
 fi
 
