@@ -1,4 +1,5 @@
-/* `loom conformance PLUGIN [--with P]... [--np N] [--rtol R] [--keep DIR] [--only GROUPS]`
+/* `loom conformance PLUGIN [--with P]... [--options JSON] [--np N] [--rtol R] [--keep DIR]
+ *                          [--only GROUPS]`
  *
  * The ABI checks that need the plugin's table run here, in process, through the loader every
  * job uses; the checks that need training jobs (equivalence, resume, faults, collectives,
@@ -222,8 +223,8 @@ static int exe_path(char *buf, size_t len) {
 
 static int usage(FILE *out) {
   fprintf(out,
-          "usage: loom conformance PLUGIN [--with PLUGIN]... [--np N] [--rtol R]\n"
-          "                               [--keep DIR] [--only GROUP[,GROUP...]]\n"
+          "usage: loom conformance PLUGIN [--with PLUGIN]... [--options JSON] [--np N]\n"
+          "                               [--rtol R] [--keep DIR] [--only GROUP[,GROUP...]]\n"
           "Run the checks loom's own plugins pass on PLUGIN (a name on the plugin search path\n"
           "or a path to a .so), those that apply to its kind and its declared roles: abi,\n"
           "parallel (equivalence to the 1-rank run, composition, replicas agreeing), resume,\n"
@@ -231,7 +232,8 @@ static int usage(FILE *out) {
           "status 1 when a check fails. --np N: largest world size to use (default 4).\n"
           "--rtol R: equivalence tolerance (default 1e-5, fp32; a 16-bit precision plugin\n"
           "passes its derived bound, e.g. 1e-2 for bf16).\n"
-          "--with: more plugins the runs need (added to every job). --keep DIR: keep the\n"
+          "--with: more plugins the runs need (added to every job). --options JSON: the\n"
+          "plugin's own options in every job, e.g. '{\"initial_scale_power\": 8}'. --keep DIR: keep the\n"
           "runs' logs and metrics there. Needs mpirun and python3. docs/conformance.md\n");
   return 2;
 }
@@ -270,6 +272,8 @@ int loom_conformance_main(int argc, char **argv) {
         return 2;
       }
       setenv("LOOM_CONF_RTOL", argv[i], 1);
+    } else if (!strcmp(a, "--options")) {
+      setenv("LOOM_CONF_OPTIONS", argv[++i], 1);
     } else if (!strcmp(a, "--keep")) {
       keep = argv[++i];
     } else if (!strcmp(a, "--only")) {

@@ -27,8 +27,7 @@ export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_t
 passed=${LOOM_CONF_PASSED:-0} failed=${LOOM_CONF_FAILED:-0} skipped=0
 failures=${LOOM_CONF_FAILURES:-} skips=""
 if [ -n "${LOOM_CONF_KEEP:-}" ]; then
-  WORK=$LOOM_CONF_KEEP
-  mkdir -p "$WORK" || exit 1
+  mkdir -p "$LOOM_CONF_KEEP" && WORK=$(cd "$LOOM_CONF_KEEP" && pwd) || exit 1
 else
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/loom-conformance.XXXXXX") || exit 1
   trap 'rm -rf "$WORK"' EXIT
@@ -38,7 +37,6 @@ pass() { printf 'PASS  %-28s %s\n' "$1" "$2"; passed=$((passed + 1)); }
 fail() { printf 'FAIL  %-28s %s\n' "$1" "$2"; failed=$((failed + 1)); failures="$failures $1"; }
 skip() { printf 'SKIP  %-28s %s\n' "$1" "$2"; skipped=$((skipped + 1)); skips="$skips $1"; }
 has_cap() { case "$CAPS" in *" $1 "*) return 0 ;; esac; return 1; }
-has_hook() { case " $HOOKS " in *" $1 "*) return 0 ;; esac; return 1; }
 want() { # want GROUP: is GROUP selected (--only)?
   [ -z "${LOOM_CONF_ONLY:-}" ] && return 0
   case ",$LOOM_CONF_ONLY," in *",$1,"*) return 0 ;; esac
@@ -61,9 +59,11 @@ awk 'BEGIN { srand(7); split("the a loom rank plugin step grad norm sync shard s
   printf "%d: %s.\n", l, s } }' >"$WORK/txt/a.txt"
 "$BIN/loom-prepare" --out "$WORK/data" "$WORK/txt/a.txt" >"$WORK/prepare.log" 2>&1 ||
   { fail setup "loom-prepare failed: $(tail -1 "$WORK/prepare.log")"; summary; }
+json_path() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
+V=256 T=32 L=2 C=32
 cat >"$WORK/base.json" <<EOF
-{"model": {"vocab_size": 256, "context_length": 32, "n_layer": 2, "n_head": 4, "n_embd": 32},
- "data": {"train": "$WORK/data/train_*.bin", "vocab": "$WORK/data/vocab.json"},
+{"model": {"vocab_size": $V, "context_length": $T, "n_layer": $L, "n_head": 4, "n_embd": $C},
+ "data": {"train": $(json_path "$WORK/data/train_*.bin"), "vocab": $(json_path "$WORK/data/vocab.json")},
  "train": {"micro_batch_size": $GLOBAL, "seq_len": 32, "grad_accum_steps": 1, "steps": $STEPS,
            "eval_interval": 0, "seed": 1337},
  "optimizer": {"name": "adamw", "lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8,
@@ -75,11 +75,22 @@ cat >"$WORK/base.json" <<EOF
  "logging": {"interval": 1},
  "sample": {"prompt": "\n", "tokens": 0}}
 EOF
-PARAMS=34688
+# GPT-2's count: wte + wpe + per block (qkv, proj, fc, fc-proj weights and biases, 2 LayerNorms)
+# + the final LayerNorm
+PARAMS=$((V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C)) # 34,688
 
 # The plugin's own config entry and the entries of the runs it goes into.
-json_path() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
 PJ=$(json_path "$PLUGIN")
+# --options '{"k": v}': the plugin's own options, added to its entry in every job
+OPTS=""
+if [ -n "${LOOM_CONF_OPTIONS:-}" ]; then
+  OPTS=$(python3 -c '
+import json, sys
+o = json.loads(sys.argv[1])
+if not isinstance(o, dict) or "plugin" in o: sys.exit(1)
+print("".join("," + json.dumps(k) + ":" + json.dumps(v) for k, v in o.items()))' "$LOOM_CONF_OPTIONS") ||
+    { fail setup "--options: expected a JSON object of the plugin's options (without \"plugin\"), got '$LOOM_CONF_OPTIONS'"; summary; }
+fi
 WITH_ENTRIES=""
 for w in ${LOOM_CONF_WITH:-}; do WITH_ENTRIES="$WITH_ENTRIES,{\"plugin\":$(json_path "$w")}"; done
 probe_rec() { echo "{\"plugin\":$(json_path "$LOOM_CONF_PROBE"),\"record\":$(json_path "$WORK/$1/rec")}"; }
@@ -112,7 +123,7 @@ cmp_summary() { grep -E "^(FAIL|per-step|final)" "$WORK/$1/cmp_$2.txt" | head -3
 # rank must see the same gradient norm. Prints the first disagreement; status 1 on one.
 replicas() {
   python3 - "$WORK/$1/rec" <<'EOF'
-import glob, json, sys
+import glob, json, os, sys
 recs = {}
 for f in glob.glob(sys.argv[1] + "/rank*.jsonl"):
     for line in open(f):
@@ -132,12 +143,18 @@ for step in sorted(recs):
             a, b = sorted(h)[0], [d for d in sorted(h) if h[d] != h[sorted(h)[0]]][0]
             print(f"step {step}: dp ranks {a} and {b} (tp {tp}, pp {pp}) hold different "
                   f"parameters"); sys.exit(1)
-    if len(set(norms.values())) > 1:
-        lo = min(norms, key=norms.get); hi = max(norms, key=norms.get)
-        print(f"step {step}: the gradient norm differs across ranks: {norms[lo]!r} on rank "
-              f"{lo}, {norms[hi]!r} on rank {hi}"); sys.exit(1)
-print(f"{len(recs)} steps, {len(recs[min(recs)])} ranks: replicas bitwise identical, "
-      f"one gradient norm")
+    if len(set(norms.values())) > 1 and not os.environ.get("PARAMS_ONLY"):
+        # (None: a skipped step. PARAMS_ONLY: after an injected infinity the probe's norm is
+        # each rank's own, read before the ranks agree on the overflow)
+        a = rs[0]["rank"]
+        b = next(r["rank"] for r in rs if norms[r["rank"]] != norms[a])
+        print(f"step {step}: the gradient norm differs across ranks: {norms[a]!r} on rank "
+              f"{a}, {norms[b]!r} on rank {b}"); sys.exit(1)
+sharded = any(r["params_fnv"] == "0000000000000000" for rs in recs.values() for r in rs)
+print(f"{len(recs)} steps, {len(recs[min(recs)])} ranks: " +
+      ("one gradient norm (no flat parameter buffer: the parameters are sharded, compared "
+       "through the final checkpoint instead)" if sharded else
+       "replicas bitwise identical, one gradient norm"))
 EOF
 }
 
@@ -161,7 +178,7 @@ reference() { # the single-rank run without any parallel plugin: what every run 
   REF_DONE=1
 }
 
-# equiv NAME WHAT: compare run NAME with the reference; one check line.
+# equiv NAME CHECK WHAT: compare run NAME with the reference; one line for CHECK.
 equiv() {
   local name=$1 check=$2 what=$3
   if cmp_runs "$name" ref --rtol "$RTOL"; then
@@ -180,16 +197,16 @@ check_config() { ASAN_OPTIONS=$LEAKS "$LOOM" check "$WORK/base.json" --set "chec
 if want abi; then
   case $KIND in
     parallel)
-      if has_cap AXIS_TP; then ENTRY="{\"plugin\":$PJ,\"size\":2}"; W=2
-      elif has_cap AXIS_PP; then ENTRY="{\"plugin\":$PJ,\"size\":2}"; W=2
+      if has_cap AXIS_TP; then ENTRY="{\"plugin\":$PJ$OPTS,\"size\":2}"; W=2
+      elif has_cap AXIS_PP; then ENTRY="{\"plugin\":$PJ$OPTS,\"size\":2}"; W=2
         EXTRA_CHECK=(--set train.grad_accum_steps=2 --set train.micro_batch_size=6) # 1F1B: micro-batches >= stages
-      else ENTRY="{\"plugin\":$PJ}"; W=2; fi
+      else ENTRY="{\"plugin\":$PJ$OPTS}"; W=2; fi
       if has_cap GRAD_SYNC || ! has_cap AXIS_DP; then BASE_PAR="[$ENTRY$WITH_ENTRIES]"
       else BASE_PAR="[{\"plugin\":\"ddp\"},$ENTRY$WITH_ENTRIES]"; fi
       OPT_PATH="parallel[$([ "${BASE_PAR#\[\{\"plugin\":\"ddp\"\}}" != "$BASE_PAR" ] && echo 1 || echo 0)]"
       ARGS=(--set "parallel=$BASE_PAR" --world "$W" "${EXTRA_CHECK[@]}") ;;
-    precision) OPT_PATH=precision; W=2; ARGS=(--set "precision={\"plugin\":$PJ}" --set 'parallel=[{"plugin":"ddp"}]' --world 2) ;;
-    comm) OPT_PATH=comm; W=2; ARGS=(--set "comm={\"plugin\":$PJ}" --set 'parallel=[{"plugin":"ddp"}]' --world 2) ;;
+    precision) OPT_PATH=precision; W=2; ARGS=(--set "precision={\"plugin\":$PJ$OPTS}" --set 'parallel=[{"plugin":"ddp"}]' --world 2) ;;
+    comm) OPT_PATH=comm; W=2; ARGS=(--set "comm={\"plugin\":$PJ$OPTS}" --set 'parallel=[{"plugin":"ddp"}]' --world 2) ;;
     checkpoint) OPT_PATH=checkpoint; W=2; ARGS=(--set "parallel=[{\"plugin\":\"ddp\"}]" --world 2) ;;
     *) OPT_PATH="" ;;
   esac
@@ -197,14 +214,14 @@ if want abi; then
     if [ "$KIND" = comm ]; then
       # loom check runs on a stand-in mesh without the comm plugin: a 1-rank, 1-step job
       # creates it (and destroys it at the end) for real
-      ok_args=(--set "comm={\"plugin\":$PJ}" --set 'parallel=[]' --set train.steps=1 --set lr_schedule.warmup_steps=0)
-      bad_args=(--set "comm={\"plugin\":$PJ,\"conformance_unknown_key\":1}" --set 'parallel=[]' --set train.steps=1 --set lr_schedule.warmup_steps=0)
+      ok_args=(--set "comm={\"plugin\":$PJ$OPTS}" --set 'parallel=[]' --set train.steps=1 --set lr_schedule.warmup_steps=0)
+      bad_args=(--set "comm={\"plugin\":$PJ$OPTS,\"conformance_unknown_key\":1}" --set 'parallel=[]' --set train.steps=1 --set lr_schedule.warmup_steps=0)
       W=1
       # (not under LeakSanitizer: OpenMPI's own allocations outlive MPI_Finalize)
       timeout 120 mpirun -np 1 "$LOOM" train "$WORK/base.json" --set checkpoint=null "${ok_args[@]}" >"$WORK/check.log" 2>&1
     elif [ "$KIND" = checkpoint ]; then
-      ok_args=("${ARGS[@]}" --set "checkpoint={\"plugin\":$PJ,\"dir\":$(json_path "$WORK/chk"),\"every\":0}")
-      bad_args=("${ARGS[@]}" --set "checkpoint={\"plugin\":$PJ,\"dir\":$(json_path "$WORK/chk"),\"every\":0,\"conformance_unknown_key\":1}")
+      ok_args=("${ARGS[@]}" --set "checkpoint={\"plugin\":$PJ$OPTS,\"dir\":$(json_path "$WORK/chk"),\"every\":0}")
+      bad_args=("${ARGS[@]}" --set "checkpoint={\"plugin\":$PJ$OPTS,\"dir\":$(json_path "$WORK/chk"),\"every\":0,\"conformance_unknown_key\":1}")
       ASAN_OPTIONS=$LEAKS "$LOOM" check "$WORK/base.json" "${ok_args[@]}" >"$WORK/check.log" 2>&1
     else
       bad_args=("${ARGS[@]}" --set "$OPT_PATH.conformance_unknown_key=1")
@@ -239,7 +256,7 @@ if [ "$KIND" = parallel ] && want parallel && [ "$NP" -ge 2 ]; then
   reference
   if has_cap AXIS_TP || has_cap AXIS_PP; then
     # a model-parallel plugin: its own axis at 2, then composed with ddp (dp 2) on 4 ranks
-    E="{\"plugin\":$PJ,\"size\":2}"
+    E="{\"plugin\":$PJ$OPTS,\"size\":2}"
     if has_cap AXIS_PP; then ACC=2; else ACC=1; fi
     job 2 axis2 --set train.micro_batch_size=$(mb 1 $ACC) --set train.grad_accum_steps=$ACC \
       --set "parallel=[$E$WITH_ENTRIES,$(probe_rec axis2)]" &&
@@ -259,8 +276,8 @@ if [ "$KIND" = parallel ] && want parallel && [ "$NP" -ge 2 ]; then
     fi
   else
     # a data-parallel plugin. Without GRAD_SYNC it runs next to ddp, the built-in sync owner.
-    if has_cap GRAD_SYNC; then PAR_HEAD="{\"plugin\":$PJ}$WITH_ENTRIES"
-    else PAR_HEAD="{\"plugin\":\"ddp\"},{\"plugin\":$PJ}$WITH_ENTRIES"; fi
+    if has_cap GRAD_SYNC; then PAR_HEAD="{\"plugin\":$PJ$OPTS}$WITH_ENTRIES"
+    else PAR_HEAD="{\"plugin\":\"ddp\"},{\"plugin\":$PJ$OPTS}$WITH_ENTRIES"; fi
     par() { echo "[$PAR_HEAD,$(probe_rec "$1")]"; }
     DP2_AGREE=0
     # 1. dp 2: replicas must agree bitwise (the sync reaches the data-parallel ranks)
@@ -373,11 +390,11 @@ if want resume && [ "$NP" -ge 2 ]; then
     parallel)
       if has_cap AXIS_TP || has_cap AXIS_PP; then
         has_cap AXIS_PP && A=2 || A=1
-        resume_check resume.bitwise 2 "[{\"plugin\":$PJ,\"size\":2}$WITH_ENTRIES]" $A '"checkpoint"' \
+        resume_check resume.bitwise 2 "[{\"plugin\":$PJ$OPTS,\"size\":2}$WITH_ENTRIES]" $A '"checkpoint"' \
           --set train.micro_batch_size=$(mb 1 $A)
         skip resume.world_size "checkpoints of a tensor- or pipeline-parallel run resume on the same tp/pp size only (the host refuses another)"
       else
-        if has_cap GRAD_SYNC; then P="[{\"plugin\":$PJ}$WITH_ENTRIES]"; else P="[{\"plugin\":\"ddp\"},{\"plugin\":$PJ}$WITH_ENTRIES]"; fi
+        if has_cap GRAD_SYNC; then P="[{\"plugin\":$PJ$OPTS}$WITH_ENTRIES]"; else P="[{\"plugin\":\"ddp\"},{\"plugin\":$PJ$OPTS}$WITH_ENTRIES]"; fi
         resume_check resume.bitwise 2 "$P" 1 '"checkpoint"' --set train.micro_batch_size=$(mb 2 1)
         # save on 2 ranks, resume on 1 (the checkpoint's chunks carry their offsets)
         c1="{\"plugin\":\"checkpoint\",\"dir\":$(json_path "$WORK/straight/ckpt"),\"every\":3,\"keep\":0}"
@@ -398,10 +415,10 @@ if want resume && [ "$NP" -ge 2 ]; then
       fi ;;
     precision)
       resume_check resume.bitwise 2 '[{"plugin":"ddp"}]' 1 '"checkpoint"' \
-        --set train.micro_batch_size=$(mb 2 1) --set "precision={\"plugin\":$PJ}" ;;
+        --set train.micro_batch_size=$(mb 2 1) --set "precision={\"plugin\":$PJ$OPTS}" ;;
     checkpoint)
-      resume_check resume.bitwise 2 '[{"plugin":"ddp"}]' 1 "$PJ" --set train.micro_batch_size=$(mb 2 1)
-      resume_check resume.bitwise_1rank 1 '[]' 1 "$PJ" ;;
+      resume_check resume.bitwise 2 '[{"plugin":"ddp"}]' 1 "$PJ$OPTS" --set train.micro_batch_size=$(mb 2 1)
+      resume_check resume.bitwise_1rank 1 '[]' 1 "$PJ$OPTS" ;;
   esac
 fi
 
@@ -411,7 +428,7 @@ if [ "$KIND" = checkpoint ] && want checkpoint && [ "$NP" -ge 2 ]; then
     skip checkpoint.reshard "the plugin does not declare LOOM_CKPT_CAP_RESHARD"
   else
     rm -rf "$WORK/rs"; mkdir -p "$WORK/rs"
-    cs="{\"plugin\":$PJ,\"dir\":$(json_path "$WORK/rs/ckpt"),\"every\":3,\"keep\":0}"
+    cs="{\"plugin\":$PJ$OPTS,\"dir\":$(json_path "$WORK/rs/ckpt"),\"every\":3,\"keep\":0}"
     job 2 rs2 --set 'parallel=[{"plugin":"zero1"}]' --set train.micro_batch_size=$(mb 2 1) \
       --set train.steps=3 --set "checkpoint=$cs"
     if timeout 300 mpirun -np 1 --bind-to none "$LOOM" train "$WORK/base.json" \
@@ -463,9 +480,9 @@ fault_probe() { echo "{\"plugin\":$(json_path "$LOOM_CONF_PROBE"),\"fail_hook\":
 if want faults && [ "$NP" -ge 2 ]; then
   case $KIND in
     parallel)
-      if has_cap AXIS_TP || has_cap AXIS_PP; then E="{\"plugin\":$PJ,\"size\":2}"; has_cap AXIS_PP && A=2 || A=1; M=$(mb 1 $A)
-      elif has_cap GRAD_SYNC; then E="{\"plugin\":$PJ}"; A=1; M=$(mb 2 1)
-      else E="{\"plugin\":\"ddp\"},{\"plugin\":$PJ}"; A=1; M=$(mb 2 1); fi
+      if has_cap AXIS_TP || has_cap AXIS_PP; then E="{\"plugin\":$PJ$OPTS,\"size\":2}"; has_cap AXIS_PP && A=2 || A=1; M=$(mb 1 $A)
+      elif has_cap GRAD_SYNC; then E="{\"plugin\":$PJ$OPTS}"; A=1; M=$(mb 2 1)
+      else E="{\"plugin\":\"ddp\"},{\"plugin\":$PJ$OPTS}"; A=1; M=$(mb 2 1); fi
       for hook in $HOOKS; do
         case $hook in
           state_items) skip faults.state_items "called only while saving a checkpoint (covered by the checkpoint plugin's own faults)"; continue ;;
@@ -479,8 +496,8 @@ if want faults && [ "$NP" -ge 2 ]; then
     comm|precision|checkpoint)
       FAULT_MSG="fault injected by LOOM_FAULT"
       extra=()
-      [ "$KIND" = comm ] && extra=(--set "comm={\"plugin\":$PJ}")
-      [ "$KIND" = precision ] && extra=(--set "precision={\"plugin\":$PJ}")
+      [ "$KIND" = comm ] && extra=(--set "comm={\"plugin\":$PJ$OPTS}")
+      [ "$KIND" = precision ] && extra=(--set "precision={\"plugin\":$PJ$OPTS}")
       LOOM_FAULT=1:2:error fault_job fault_rank_error rank_error --set 'parallel=[{"plugin":"ddp"}]' \
         --set train.micro_batch_size=$(mb 2 1) "${extra[@]}" ;;
   esac
@@ -490,7 +507,7 @@ fi
 if [ "$KIND" = comm ] && want comm && [ "$NP" -ge 2 ]; then
   for n in 2 3; do
     [ "$n" -le "$NP" ] || continue
-    if job "$n" comm$n --set "comm={\"plugin\":$PJ}" --set train.steps=1 --set lr_schedule.warmup_steps=0 \
+    if job "$n" comm$n --set "comm={\"plugin\":$PJ$OPTS}" --set train.steps=1 --set lr_schedule.warmup_steps=0 \
          --set train.micro_batch_size=$(mb "$n" 1) \
          --set "parallel=[{\"plugin\":\"ddp\"},{\"plugin\":$(json_path "$LOOM_CONF_PROBE"),\"comm_selftest\":true}]"; then
       k=$(grep -c "comm self-test: .* checks passed on the world" "$WORK/comm$n/out.log")
@@ -500,7 +517,7 @@ if [ "$KIND" = comm ] && want comm && [ "$NP" -ge 2 ]; then
     fi
   done
   reference
-  if job 2 comm_ddp --set "comm={\"plugin\":$PJ}" --set 'parallel=[{"plugin":"ddp"}]' \
+  if job 2 comm_ddp --set "comm={\"plugin\":$PJ$OPTS}" --set 'parallel=[{"plugin":"ddp"}]' \
        --set train.micro_batch_size=$(mb 2 1); then
     equiv comm_ddp comm.equivalence "ddp on 2 ranks over this comm"
   else
@@ -513,7 +530,7 @@ fi
 # several ranks (its rounding points are its own business). Tolerance: --rtol (fp32: 1e-5; a
 # 16-bit plugin passes its derived bound, bf16's is 1e-2 in loom's equivalence_bf16).
 if [ "$KIND" = precision ] && want precision && [ "$NP" -ge 2 ]; then
-  PREC="precision={\"plugin\":$PJ}"
+  PREC="precision={\"plugin\":$PJ$OPTS}"
   if ! job 1 prec_ref --set "$PREC" --set 'parallel=[]'; then
     fail precision.equivalence "the 1-rank run with this precision failed: $(last_error prec_ref)"
   elif job 2 prec --set "$PREC" --set train.micro_batch_size=$(mb 2 1) \
@@ -545,7 +562,7 @@ import json,sys
 r=[x for x in map(json.loads, open('$WORK/prec_inf/metrics.jsonl')) if x.get('step') == 3 and 'loss' in x]
 sys.exit(0 if r and r[0].get('skipped') else 1)"; then
         fail precision.skip_agreed "an infinity on rank 1 at step 3 was not skipped on rank 0: the overflow flag must be agreed over all ranks (all_reduce MAX) before deciding"
-      elif ! msg=$(replicas prec_inf); then
+      elif ! msg=$(PARAMS_ONLY=1 replicas prec_inf); then
         fail precision.skip_agreed "after an infinity on rank 1 at step 3: $msg"
       else
         pass precision.skip_agreed "an infinity on rank 1 at step 3: skipped on every rank, replicas identical; loss scales seen: $scales"
