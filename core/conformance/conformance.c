@@ -221,6 +221,26 @@ static int exe_path(char *buf, size_t len) {
   return 0;
 }
 
+/* --only's list: each name one of the battery's groups. Returns 0, or -1 after saying which. */
+static int check_groups(const char *list) {
+  static const char *const groups[] = {"abi", "parallel", "resume", "faults", "comm",
+                                       "precision", "checkpoint", NULL};
+  const char *s = list;
+  while (*s) {
+    size_t len = strcspn(s, ",");
+    int known = 0;
+    for (int g = 0; groups[g]; g++)
+      if (strlen(groups[g]) == len && !strncmp(s, groups[g], len)) known = 1;
+    if (!known) {
+      fprintf(stderr, "loom conformance: --only: unknown group '%.*s' (groups: abi, parallel, "
+              "resume, faults, comm, precision, checkpoint)\n", (int)len, s);
+      return -1;
+    }
+    s += len + (s[len] == ',');
+  }
+  return 0;
+}
+
 static int usage(FILE *out) {
   fprintf(out,
           "usage: loom conformance PLUGIN [--with PLUGIN]... [--options JSON] [--np N]\n"
@@ -229,12 +249,15 @@ static int usage(FILE *out) {
           "or a path to a .so), those that apply to its kind and its declared roles: abi,\n"
           "parallel (equivalence to the 1-rank run, composition, replicas agreeing), resume,\n"
           "faults, comm, precision, checkpoint. One line per check, then a summary; exit\n"
-          "status 1 when a check fails. --np N: largest world size to use (default 4).\n"
-          "--rtol R: equivalence tolerance (default 1e-5, fp32; a 16-bit precision plugin\n"
-          "passes its derived bound, e.g. 1e-2 for bf16).\n"
-          "--with: more plugins the runs need (added to every job). --options JSON: the\n"
-          "plugin's own options in every job, e.g. '{\"initial_scale_power\": 8}'. --keep DIR: keep the\n"
-          "runs' logs and metrics there. Needs mpirun and python3. docs/conformance.md\n");
+          "status 1 when a check fails.\n"
+          "  --with PLUGIN   another plugin every job needs (repeatable)\n"
+          "  --options JSON  the plugin's own options in every job: '{\"key\": value}'\n"
+          "  --np N          the largest world size to use (default 4)\n"
+          "  --rtol R        equivalence tolerance (default 1e-5, fp32; a 16-bit precision\n"
+          "                  plugin passes its derived bound, e.g. 1e-2 for bf16)\n"
+          "  --keep DIR      keep the jobs' configs, logs, metrics and checkpoints in DIR\n"
+          "  --only GROUPS   run only these groups (the in-process ABI checks always run)\n"
+          "Needs mpirun and python3. docs/conformance.md lists the checks.\n");
   return 2;
 }
 
@@ -278,6 +301,7 @@ int loom_conformance_main(int argc, char **argv) {
       keep = argv[++i];
     } else if (!strcmp(a, "--only")) {
       only = argv[++i];
+      if (check_groups(only) != 0) return 2;
     } else if (a[0] == '-') {
       fprintf(stderr, "loom conformance: unknown option '%s'\n", a);
       return usage(stderr);

@@ -33,7 +33,7 @@ typedef struct probe {
   const char *record_dir; /* NULL: not recording */
   const char *fail_hook;  /* NULL: no fault */
   int64_t fail_rank, fail_step;
-  int selftest;
+  int selftest, corrupt;
   int step, fired;
   double grad_norm;
 } probe;
@@ -61,10 +61,28 @@ typedef struct st {
   loom_comm *c;
   const char *axis;
   int rank, n, checks;
+  void *devmem[8], *hostmem[8]; /* this test's buffers, released by release() whatever happened */
+  int n_dev, n_host;
 } st;
 
+/* n floats of device memory (at least one), owned by the current test. */
 static float *dev_alloc(st *s, size_t n) {
-  return s->p->api->alloc(s->p->host, (n ? n : 1) * sizeof(float), LOOM_MEM_COMM);
+  float *p = s->p->api->alloc(s->p->host, (n ? n : 1) * sizeof(float), LOOM_MEM_COMM);
+  if (p && s->n_dev < 8) s->devmem[s->n_dev++] = p;
+  return p;
+}
+
+/* n floats of host memory (at least one), owned by the current test. */
+static float *host_alloc(st *s, size_t n) {
+  float *p = malloc((n ? n : 1) * sizeof(float));
+  if (p && s->n_host < 8) s->hostmem[s->n_host++] = p;
+  return p;
+}
+
+static void release(st *s) {
+  for (int i = 0; i < s->n_dev; i++) s->p->api->free(s->p->host, s->devmem[i]);
+  for (int i = 0; i < s->n_host; i++) free(s->hostmem[i]);
+  s->n_dev = s->n_host = 0;
 }
 
 /* Copy n device floats to a host array and compare with want; the first mismatch is the error. */
@@ -76,6 +94,12 @@ static int expect(st *s, const char *what, size_t size, const float *dbuf, const
     return LOOM_NOMEM;
   }
   if (n) s->dev->to_host(s->dctx, got, dbuf, n * sizeof(float));
+  /* "comm_selftest_corrupt" (the suite's own test): one wrong element in the first non-empty
+   * result, as a broken comm plugin would deliver it, to prove the comparison catches it */
+  if (s->p->corrupt == 1 && n > 0) {
+    got[n / 2] += 1.0f;
+    s->p->corrupt = 2;
+  }
   for (size_t i = 0; i < n; i++) {
     if (got[i] != want[i]) {
       s->p->api->set_error(s->p->host,
@@ -104,7 +128,7 @@ static float val(int r, size_t i) { return (float)((r + 1) * 3 + (int)(i % 97));
 static int t_all_reduce(st *s, size_t count) {
   const loom_host_api_v1 *a = s->p->api;
   static const char *names[] = {"all_reduce(sum)", "all_reduce(max)", "all_reduce(min)"};
-  float *h = malloc((count ? count : 1) * sizeof *h), *w = malloc((count ? count : 1) * sizeof *w);
+  float *h = host_alloc(s, count), *w = host_alloc(s, count);
   float *d = dev_alloc(s, count), *d2 = dev_alloc(s, count);
   int rc = (h && w && d && d2) ? LOOM_OK : LOOM_NOMEM;
   for (int op = 0; op < 3 && rc == LOOM_OK; op++) {
@@ -145,10 +169,6 @@ static int t_all_reduce(st *s, size_t count) {
     for (size_t i = 0; i < count && rc == LOOM_OK; i++) w[i] = val(s->n - 1, i);
     if (rc == LOOM_OK) rc = expect(s, "non-blocking all_reduce(max) waited first", count, d2, w, count);
   }
-  s->p->api->free(s->p->host, d);
-  s->p->api->free(s->p->host, d2);
-  free(h);
-  free(w);
   if (rc == LOOM_NOMEM) a->set_error(s->p->host, "comm self-test: out of memory");
   return rc;
 }
@@ -161,7 +181,7 @@ static int t_reduce_scatter(st *s, const size_t *counts, int uneven) {
     if (r < s->rank) off += counts[r];
     total += counts[r];
   }
-  float *h = malloc((total ? total : 1) * sizeof *h), *w = malloc((mine ? mine : 1) * sizeof *w);
+  float *h = host_alloc(s, total), *w = host_alloc(s, mine);
   float *ds = dev_alloc(s, total), *dr = dev_alloc(s, mine);
   if (!h || !w || !ds || !dr) {
     a->set_error(s->p->host, "comm self-test: out of memory");
@@ -179,10 +199,6 @@ static int t_reduce_scatter(st *s, const size_t *counts, int uneven) {
     w[i] = sum;
   }
   rc = expect(s, what, total, dr, w, mine);
-  a->free(s->p->host, ds);
-  a->free(s->p->host, dr);
-  free(h);
-  free(w);
   return rc;
 }
 
@@ -194,7 +210,7 @@ static int t_all_gather(st *s, const size_t *counts, int uneven, int in_place) {
     if (r < s->rank) off += counts[r];
     total += counts[r];
   }
-  float *h = malloc((total ? total : 1) * sizeof *h), *w = malloc((total ? total : 1) * sizeof *w);
+  float *h = host_alloc(s, total), *w = host_alloc(s, total);
   float *ds = dev_alloc(s, mine), *dr = dev_alloc(s, total);
   if (!h || !w || !ds || !dr) {
     a->set_error(s->p->host, "comm self-test: out of memory");
@@ -218,17 +234,13 @@ static int t_all_gather(st *s, const size_t *counts, int uneven, int in_place) {
   for (int r = 0; r < s->n; r++)
     for (size_t i = 0; i < counts[r]; i++) w[k++] = val(r, i);
   rc = expect(s, what, total, dr, w, total);
-  a->free(s->p->host, ds);
-  a->free(s->p->host, dr);
-  free(h);
-  free(w);
   return rc;
 }
 
 /* broadcast from every root in turn. */
 static int t_broadcast(st *s, size_t count) {
   const loom_host_api_v1 *a = s->p->api;
-  float *h = malloc((count ? count : 1) * sizeof *h), *w = malloc((count ? count : 1) * sizeof *w);
+  float *h = host_alloc(s, count), *w = host_alloc(s, count);
   float *d = dev_alloc(s, count);
   int rc = (h && w && d) ? LOOM_OK : LOOM_NOMEM;
   for (int root = 0; root < s->n && rc == LOOM_OK; root++) {
@@ -239,9 +251,6 @@ static int t_broadcast(st *s, size_t count) {
     for (size_t i = 0; i < count; i++) w[i] = val(root, i);
     rc = expect(s, "broadcast", count, d, w, count);
   }
-  a->free(s->p->host, d);
-  free(h);
-  free(w);
   if (rc == LOOM_NOMEM) a->set_error(s->p->host, "comm self-test: out of memory");
   return rc;
 }
@@ -252,7 +261,7 @@ static int t_ring(st *s, size_t count) {
   const loom_host_api_v1 *a = s->p->api;
   if (s->n < 2) return LOOM_OK;
   int right = (s->rank + 1) % s->n, left = (s->rank + s->n - 1) % s->n;
-  float *h = malloc((count ? count : 1) * sizeof *h), *w = malloc((count ? count : 1) * sizeof *w);
+  float *h = host_alloc(s, count), *w = host_alloc(s, count);
   float *sa = dev_alloc(s, count), *sb = dev_alloc(s, count);
   float *ra = dev_alloc(s, count), *rb = dev_alloc(s, count);
   if (!h || !w || !sa || !sb || !ra || !rb) {
@@ -274,16 +283,11 @@ static int t_ring(st *s, size_t count) {
   rc = expect(s, "recv of tag 7 from the left neighbour", count, ra, w, count);
   for (size_t i = 0; i < count && rc == LOOM_OK; i++) w[i] = -val(left, i);
   if (rc == LOOM_OK) rc = expect(s, "recv of tag 8 from the left neighbour", count, rb, w, count);
-  a->free(s->p->host, sa);
-  a->free(s->p->host, sb);
-  a->free(s->p->host, ra);
-  a->free(s->p->host, rb);
-  free(h);
-  free(w);
   return rc;
 }
 
-/* The whole battery on one communicator. */
+/* The whole battery on one communicator; each test's buffers are released after it, passed
+ * or failed. */
 static int selftest_on(probe *p, loom_axis axis, const char *axis_name) {
   st s = {.p = p, .axis = axis_name};
   s.dev = p->api->device(p->host, &s.dctx);
@@ -299,18 +303,24 @@ static int selftest_on(probe *p, loom_axis axis, const char *axis_name) {
   }
   static const size_t sizes[] = {0, 1, 1000, 100003};
   int rc = LOOM_OK;
-  for (int i = 0; i < 4 && rc == LOOM_OK; i++) rc = t_all_reduce(&s, sizes[i]);
-  for (int i = 0; i < 4 && rc == LOOM_OK; i++) rc = t_broadcast(&s, sizes[i]);
-  for (int i = 0; i < 4 && rc == LOOM_OK; i++) rc = t_ring(&s, sizes[i]);
+#define RUN(call)        \
+  if (rc == LOOM_OK) {   \
+    rc = (call);         \
+    release(&s);         \
+  }
+  for (int i = 0; i < 4; i++) RUN(t_all_reduce(&s, sizes[i]));
+  for (int i = 0; i < 4; i++) RUN(t_broadcast(&s, sizes[i]));
+  for (int i = 0; i < 4; i++) RUN(t_ring(&s, sizes[i]));
   const size_t *vecs[3] = {even, uneven, zeros};
-  for (int v = 0; v < 3 && rc == LOOM_OK; v++) {
-    if (v == 0) rc = t_reduce_scatter(&s, vecs[v], 0);
-    if (rc == LOOM_OK) rc = t_reduce_scatter(&s, vecs[v], 1);
-    for (int ip = 0; ip < 2 && rc == LOOM_OK; ip++) {
-      if (v == 0) rc = t_all_gather(&s, vecs[v], 0, ip);
-      if (rc == LOOM_OK) rc = t_all_gather(&s, vecs[v], 1, ip);
+  for (int v = 0; v < 3; v++) {
+    if (v == 0) RUN(t_reduce_scatter(&s, vecs[v], 0));
+    RUN(t_reduce_scatter(&s, vecs[v], 1));
+    for (int ip = 0; ip < 2; ip++) {
+      if (v == 0) RUN(t_all_gather(&s, vecs[v], 0, ip));
+      RUN(t_all_gather(&s, vecs[v], 1, ip));
     }
   }
+#undef RUN
   if (rc == LOOM_OK && (rc = p->api->barrier(p->host, s.c)) != LOOM_OK)
     return failed_call(&s, "barrier", 0, rc);
   if (rc == LOOM_OK)
@@ -324,7 +334,7 @@ static int selftest_on(probe *p, loom_axis axis, const char *axis_name) {
 static int probe_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
                         void **ctx) {
   static const char *const keys[] = {"record", "fail_hook", "fail_rank", "fail_step",
-                                     "comm_selftest", NULL};
+                                     "comm_selftest", "comm_selftest_corrupt", NULL};
   int rc = api->opt_check_keys(host, opts, keys);
   if (rc != LOOM_OK) return rc;
   probe *p = calloc(1, sizeof *p);
@@ -339,6 +349,7 @@ static int probe_create(const loom_host_api_v1 *api, loom_host *host, const loom
   if (rc == LOOM_OK) rc = api->opt_int(host, opts, "fail_rank", 0, 0, 1 << 20, &p->fail_rank);
   if (rc == LOOM_OK) rc = api->opt_int(host, opts, "fail_step", 1, 1, 1 << 30, &p->fail_step);
   if (rc == LOOM_OK) rc = api->opt_bool(host, opts, "comm_selftest", 0, &p->selftest);
+  if (rc == LOOM_OK) rc = api->opt_bool(host, opts, "comm_selftest_corrupt", 0, &p->corrupt);
   if (rc != LOOM_OK) {
     free(p);
     return rc;
