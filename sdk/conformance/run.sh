@@ -511,7 +511,8 @@ if [ "$KIND" = comm ] && want comm && [ "$NP" -ge 2 ]; then
          --set train.micro_batch_size=$(mb "$n" 1) \
          --set "parallel=[{\"plugin\":\"ddp\"},{\"plugin\":$(json_path "$LOOM_CONF_PROBE"),\"comm_selftest\":true}]"; then
       k=$(grep -c "comm self-test: .* checks passed on the world" "$WORK/comm$n/out.log")
-      pass comm.collectives.np$n "$k/$n ranks: $(grep -m1 "checks passed on the world" "$WORK/comm$n/out.log" | sed 's/.*comm self-test: //') (all_reduce sum/max/min, reduce_scatter(_v), all_gather(_v) in and out of place, broadcast, ring send/recv; 0..100003 elements, zero-count ranks, requests completed out of order)"
+      kd=$(grep -c "comm self-test: .* checks passed on the data-parallel" "$WORK/comm$n/out.log")
+      pass comm.collectives.np$n "$k/$n ranks on the world communicator, $kd/$n on the data-parallel one: $(grep -m1 "checks passed on the world" "$WORK/comm$n/out.log" | sed 's/.*comm self-test: //') (all_reduce sum/max/min, reduce_scatter(_v), all_gather(_v) in and out of place, broadcast, ring send/recv; 0..100003 elements, zero-count ranks, requests completed out of order)"
     else
       fail comm.collectives.np$n "$(grep -m1 "comm self-test" "$WORK/comm$n/out.log" | cut -c1-400)$(last_error comm$n)"
     fi
