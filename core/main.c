@@ -3,6 +3,7 @@
  *   loom check CONFIG [--set ...] [--world N] validate all that train checks before step 1
  *   loom estimate CONFIG [--set ...] [--world N] [--json]   per-rank memory and traffic
  *   loom plugins                              list the plugins on the search path
+ *   loom conformance PLUGIN [...]             the conformance battery (core/conformance/)
  *   loom version
  *   loom help [COMMAND], loom COMMAND --help  usage, per command */
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "config/config.h"
+#include "conformance/conformance.h"
 #include "runtime/loader.h"
 #include "runtime/plugins.h"
 #include "train/estimate.h"
@@ -31,6 +33,9 @@ static void usage(FILE *out) {
           "                                                per-rank memory by category and\n"
           "                                                bytes sent per step on N ranks\n"
           "       loom plugins                             list plugins (LOOM_PLUGIN_PATH)\n"
+          "       loom conformance PLUGIN [--with P] [--np N]\n"
+          "                                                check a plugin against loom's own\n"
+          "                                                battery (loom help conformance)\n"
           "       loom version\n"
           "       loom help [COMMAND]                      this text, or one command's\n"
           "\n"
@@ -79,6 +84,9 @@ static int command_help(FILE *out, const char *cmd) {
             "List every plugin on the search path ($LOOM_PLUGIN_PATH, then the build or\n"
             "install tree's lib/loom/plugins) with kind, version, ABI and capabilities, and\n"
             "each file that fails to load with the reason.\n");
+  } else if (!strcmp(cmd, "conformance")) {
+    char *args[] = {"loom", "conformance", "--help", NULL};
+    return loom_conformance_main(3, args);
   } else if (!strcmp(cmd, "version")) {
     fprintf(out, "usage: loom version\nPrint loom's version and its plugin ABI version.\n");
   } else if (!strcmp(cmd, "help")) {
@@ -220,9 +228,10 @@ int main(int argc, char **argv) {
     }
     if (command_help(stdout, argv[2]) == 0) return 0;
     fprintf(stderr, "loom: help: unknown command '%s' (commands: train, check, estimate, "
-            "plugins, version)\n", argv[2]);
+            "plugins, conformance, version)\n", argv[2]);
     return 2;
   }
+  if (!strcmp(cmd, "conformance")) return loom_conformance_main(argc, argv);
   /* `loom train --help`, `loom check CONFIG -h`: help, never a config file named --help */
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i - 1], "--set")) continue; /* a value, even if it reads "-h" */

@@ -1,7 +1,8 @@
 #!/bin/bash
 # sdk/template/README.md's build block, as written there (extracted, so the docs and this test
 # cannot drift): install loom into $HOME/loom (HOME is a scratch dir), build a copy of the
-# template against it, and list it with the command the README gives, on a PATH without loom.
+# template against it, list it with the command the README gives, on a PATH without loom, and
+# run `loom conformance` on it from that fresh install (the plugin author's whole path).
 # Needs: LOOM_BUILD, LOOM_SRC.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -23,4 +24,9 @@ PATH=$path command -v loom > /dev/null && die "loom is on $path: this test canno
   > "$WORK/out.log" 2>&1 || { cat "$WORK/out.log"; die "the README's block failed"; }
 grep -E "template.*parallel|parallel.*template" "$WORK/out.log" ||
   { cat "$WORK/out.log"; die "the template plugin is not listed as a parallel plugin"; }
-echo "ok: the template README's commands build and list the plugin without loom on PATH"
+# the block's last step: the conformance battery, from the install, passes on the template
+grep -E "^summary: [0-9]+ passed, 0 failed" "$WORK/out.log" ||
+  { cat "$WORK/out.log"; die "loom conformance did not pass on the template"; }
+grep -q "^PASS  parallel.equivalence.dp2 " "$WORK/out.log" ||
+  { cat "$WORK/out.log"; die "loom conformance ran no equivalence check"; }
+echo "ok: the template README's commands build, list and pass loom conformance without loom on PATH"

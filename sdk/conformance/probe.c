@@ -1,0 +1,465 @@
+/* conformance_probe.so — the instrument `loom conformance` puts next to the plugin under test.
+ *
+ * A parallel plugin with no role (AXIS_DP, like the SDK template), so it composes with any
+ * strategy. Each instance does one of three jobs, chosen by its options:
+ *   "record": DIR     after every step, append this rank's view to DIR/rank<W>.jsonl: the mesh
+ *                     coordinates, the gradient norm the host computed (sqrt of grad_norm_sq's
+ *                     value, read last in config order) and an FNV-1a hash of the flat parameter
+ *                     buffer — the suite compares them across ranks (replicas must agree
+ *                     bitwise) — one JSON object per line.
+ *   "fail_hook": NAME, "fail_rank": R, "fail_step": S
+ *                     world rank R returns an error from hook NAME at step S (forward/backward
+ *                     hooks: on their first call in that step; create and setup: whatever S). Listed before the plugin under
+ *                     test, the other ranks then enter that plugin's hook — and its collective —
+ *                     while rank R is failing: the job must still end promptly, everywhere.
+ *   "comm_selftest": true
+ *                     in setup, run every host collective (which forwards to the job's comm
+ *                     plugin) on the world and data-parallel communicators against results
+ *                     computed here: even and uneven (reduce_scatter_v, all_gather_v, zero
+ *                     counts), zero-length buffers, in-place all-gather, non-blocking requests
+ *                     completed out of order, point-to-point in a ring. The first mismatch
+ *                     fails setup with the collective, size, rank and element.
+ * Values are small integers in fp32, so every reduction is exact whatever the order. */
+#include <loom/loom.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct probe {
+  const loom_host_api_v1 *api;
+  loom_host *host;
+  const char *record_dir; /* NULL: not recording */
+  const char *fail_hook;  /* NULL: no fault */
+  int64_t fail_rank, fail_step;
+  int selftest, corrupt;
+  int step, fired;
+  double grad_norm;
+} probe;
+
+/* ---------------------------------------------------------------- fault injection */
+
+/* LOOM_OK, or the injected error when this is the configured hook, rank and step. */
+static int maybe_fail(probe *p, const char *hook) {
+  if (!p->fail_hook || p->fired || strcmp(hook, p->fail_hook) != 0) return LOOM_OK;
+  int before_steps = !strcmp(hook, "create") || !strcmp(hook, "setup"); /* no step yet */
+  if (p->api->rank(p->host, LOOM_AXIS_WORLD) != p->fail_rank ||
+      (!before_steps && p->step != p->fail_step))
+    return LOOM_OK;
+  p->fired = 1;
+  p->api->set_error(p->host, "conformance fault injected in %s at step %d", hook, p->step);
+  return LOOM_REMOTE;
+}
+
+/* ---------------------------------------------------------------- comm self-test */
+
+typedef struct st {
+  probe *p;
+  const loom_device_v1 *dev;
+  void *dctx;
+  loom_comm *c;
+  const char *axis;
+  int rank, n, checks;
+  void *devmem[8], *hostmem[8]; /* this test's buffers, released by release() whatever happened */
+  int n_dev, n_host;
+} st;
+
+/* n floats of device memory (at least one), owned by the current test. */
+static float *dev_alloc(st *s, size_t n) {
+  float *p = s->p->api->alloc(s->p->host, (n ? n : 1) * sizeof(float), LOOM_MEM_COMM);
+  if (p && s->n_dev < 8) s->devmem[s->n_dev++] = p;
+  return p;
+}
+
+/* n floats of host memory (at least one), owned by the current test. */
+static float *host_alloc(st *s, size_t n) {
+  float *p = malloc((n ? n : 1) * sizeof(float));
+  if (p && s->n_host < 8) s->hostmem[s->n_host++] = p;
+  return p;
+}
+
+static void release(st *s) {
+  for (int i = 0; i < s->n_dev; i++) s->p->api->free(s->p->host, s->devmem[i]);
+  for (int i = 0; i < s->n_host; i++) free(s->hostmem[i]);
+  s->n_dev = s->n_host = 0;
+}
+
+/* Copy n device floats to a host array and compare with want; the first mismatch is the error. */
+static int expect(st *s, const char *what, size_t size, const float *dbuf, const float *want,
+                  size_t n) {
+  float *got = malloc((n ? n : 1) * sizeof *got);
+  if (!got) {
+    s->p->api->set_error(s->p->host, "comm self-test: out of host memory");
+    return LOOM_NOMEM;
+  }
+  if (n) s->dev->to_host(s->dctx, got, dbuf, n * sizeof(float));
+  /* "comm_selftest_corrupt" (the suite's own test): one wrong element in the first non-empty
+   * result, as a broken comm plugin would deliver it, to prove the comparison catches it */
+  if (s->p->corrupt == 1 && n > 0) {
+    got[n / 2] += 1.0f;
+    s->p->corrupt = 2;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (got[i] != want[i]) {
+      s->p->api->set_error(s->p->host,
+                           "comm self-test: %s (%zu elements, %s communicator of %d ranks) on "
+                           "rank %d: element %zu is %g, expected %g",
+                           what, size, s->axis, s->n, s->rank, i, got[i], want[i]);
+      free(got);
+      return LOOM_INVALID_USAGE;
+    }
+  }
+  free(got);
+  s->checks++;
+  return LOOM_OK;
+}
+
+static int failed_call(st *s, const char *what, size_t size, int rc) {
+  s->p->api->set_error(s->p->host, "comm self-test: %s (%zu elements, %s communicator) failed "
+                       "on rank %d with status %d", what, size, s->axis, s->rank, rc);
+  return rc;
+}
+
+/* Element i of rank r's input: small integers, exact under any summation order. */
+static float val(int r, size_t i) { return (float)((r + 1) * 3 + (int)(i % 97)); }
+
+/* all_reduce SUM/MAX/MIN of count elements; blocking, or two requests waited in reverse. */
+static int t_all_reduce(st *s, size_t count) {
+  const loom_host_api_v1 *a = s->p->api;
+  static const char *names[] = {"all_reduce(sum)", "all_reduce(max)", "all_reduce(min)"};
+  float *h = host_alloc(s, count), *w = host_alloc(s, count);
+  float *d = dev_alloc(s, count), *d2 = dev_alloc(s, count);
+  int rc = (h && w && d && d2) ? LOOM_OK : LOOM_NOMEM;
+  for (int op = 0; op < 3 && rc == LOOM_OK; op++) {
+    for (size_t i = 0; i < count; i++) h[i] = val(s->rank, i);
+    if (count) s->dev->from_host(s->dctx, d, h, count * sizeof(float));
+    rc = a->all_reduce(s->p->host, s->c, d, count, LOOM_F32, (loom_red_op)op, NULL);
+    if (rc != LOOM_OK) return failed_call(s, names[op], count, rc);
+    for (size_t i = 0; i < count; i++) {
+      float sum = 0, mx = val(0, i), mn = val(0, i);
+      for (int r = 0; r < s->n; r++) {
+        sum += val(r, i);
+        mx = fmaxf(mx, val(r, i));
+        mn = fminf(mn, val(r, i));
+      }
+      w[i] = op == 0 ? sum : op == 1 ? mx : mn;
+    }
+    rc = expect(s, names[op], count, d, w, count);
+  }
+  if (rc == LOOM_OK) { /* non-blocking: start two, complete them in reverse order */
+    loom_request *r1 = NULL, *r2 = NULL;
+    for (size_t i = 0; i < count; i++) h[i] = val(s->rank, i);
+    if (count) s->dev->from_host(s->dctx, d, h, count * sizeof(float));
+    if (count) s->dev->from_host(s->dctx, d2, h, count * sizeof(float));
+    rc = a->all_reduce(s->p->host, s->c, d, count, LOOM_F32, LOOM_OP_SUM, &r1);
+    if (rc == LOOM_OK) rc = a->all_reduce(s->p->host, s->c, d2, count, LOOM_F32, LOOM_OP_MAX, &r2);
+    if (rc != LOOM_OK) return failed_call(s, "all_reduce (non-blocking start)", count, rc);
+    int done = 0;
+    rc = a->test(s->p->host, r2, &done);
+    if (rc == LOOM_OK) rc = a->wait(s->p->host, r2);
+    if (rc == LOOM_OK) rc = a->wait(s->p->host, r1);
+    if (rc != LOOM_OK) return failed_call(s, "test/wait of two all_reduces in reverse order", count, rc);
+    for (size_t i = 0; i < count; i++) {
+      float sum = 0;
+      for (int r = 0; r < s->n; r++) sum += val(r, i);
+      w[i] = sum;
+    }
+    rc = expect(s, "non-blocking all_reduce(sum) waited after a later one", count, d, w, count);
+    for (size_t i = 0; i < count && rc == LOOM_OK; i++) w[i] = val(s->n - 1, i);
+    if (rc == LOOM_OK) rc = expect(s, "non-blocking all_reduce(max) waited first", count, d2, w, count);
+  }
+  if (rc == LOOM_NOMEM) a->set_error(s->p->host, "comm self-test: out of memory");
+  return rc;
+}
+
+/* reduce_scatter (even blocks of `block`) and reduce_scatter_v with counts[r] (zeros allowed). */
+static int t_reduce_scatter(st *s, const size_t *counts, int uneven) {
+  const loom_host_api_v1 *a = s->p->api;
+  size_t total = 0, off = 0, mine = counts[s->rank];
+  for (int r = 0; r < s->n; r++) {
+    if (r < s->rank) off += counts[r];
+    total += counts[r];
+  }
+  float *h = host_alloc(s, total), *w = host_alloc(s, mine);
+  float *ds = dev_alloc(s, total), *dr = dev_alloc(s, mine);
+  if (!h || !w || !ds || !dr) {
+    a->set_error(s->p->host, "comm self-test: out of memory");
+    return LOOM_NOMEM;
+  }
+  for (size_t i = 0; i < total; i++) h[i] = val(s->rank, i);
+  if (total) s->dev->from_host(s->dctx, ds, h, total * sizeof(float));
+  const char *what = uneven ? "reduce_scatter_v(sum)" : "reduce_scatter(sum)";
+  int rc = uneven ? a->reduce_scatter_v(s->p->host, s->c, ds, dr, counts, LOOM_F32, LOOM_OP_SUM, NULL)
+                  : a->reduce_scatter(s->p->host, s->c, ds, dr, mine, LOOM_F32, LOOM_OP_SUM, NULL);
+  if (rc != LOOM_OK) return failed_call(s, what, total, rc);
+  for (size_t i = 0; i < mine; i++) {
+    float sum = 0;
+    for (int r = 0; r < s->n; r++) sum += val(r, off + i);
+    w[i] = sum;
+  }
+  rc = expect(s, what, total, dr, w, mine);
+  return rc;
+}
+
+/* all_gather / all_gather_v, out of place and in place (send = this rank's block inside recv). */
+static int t_all_gather(st *s, const size_t *counts, int uneven, int in_place) {
+  const loom_host_api_v1 *a = s->p->api;
+  size_t total = 0, off = 0, mine = counts[s->rank];
+  for (int r = 0; r < s->n; r++) {
+    if (r < s->rank) off += counts[r];
+    total += counts[r];
+  }
+  float *h = host_alloc(s, total), *w = host_alloc(s, total);
+  float *ds = dev_alloc(s, mine), *dr = dev_alloc(s, total);
+  if (!h || !w || !ds || !dr) {
+    a->set_error(s->p->host, "comm self-test: out of memory");
+    return LOOM_NOMEM;
+  }
+  for (size_t i = 0; i < mine; i++) h[i] = val(s->rank, i);
+  const float *send = ds;
+  if (in_place) {
+    if (mine) s->dev->from_host(s->dctx, dr + off, h, mine * sizeof(float));
+    send = dr + off;
+  } else if (mine) {
+    s->dev->from_host(s->dctx, ds, h, mine * sizeof(float));
+  }
+  char what[64];
+  snprintf(what, sizeof what, "%s%s", uneven ? "all_gather_v" : "all_gather",
+           in_place ? " (in place)" : "");
+  int rc = uneven ? a->all_gather_v(s->p->host, s->c, send, dr, counts, LOOM_F32, NULL)
+                  : a->all_gather(s->p->host, s->c, send, dr, mine, LOOM_F32, NULL);
+  if (rc != LOOM_OK) return failed_call(s, what, total, rc);
+  size_t k = 0;
+  for (int r = 0; r < s->n; r++)
+    for (size_t i = 0; i < counts[r]; i++) w[k++] = val(r, i);
+  rc = expect(s, what, total, dr, w, total);
+  return rc;
+}
+
+/* broadcast from every root in turn. */
+static int t_broadcast(st *s, size_t count) {
+  const loom_host_api_v1 *a = s->p->api;
+  float *h = host_alloc(s, count), *w = host_alloc(s, count);
+  float *d = dev_alloc(s, count);
+  int rc = (h && w && d) ? LOOM_OK : LOOM_NOMEM;
+  for (int root = 0; root < s->n && rc == LOOM_OK; root++) {
+    for (size_t i = 0; i < count; i++) h[i] = val(s->rank, i);
+    if (count) s->dev->from_host(s->dctx, d, h, count * sizeof(float));
+    rc = a->broadcast(s->p->host, s->c, d, count, LOOM_F32, root, NULL);
+    if (rc != LOOM_OK) return failed_call(s, "broadcast", count, rc);
+    for (size_t i = 0; i < count; i++) w[i] = val(root, i);
+    rc = expect(s, "broadcast", count, d, w, count);
+  }
+  if (rc == LOOM_NOMEM) a->set_error(s->p->host, "comm self-test: out of memory");
+  return rc;
+}
+
+/* A ring of non-blocking send/recv: receive from the left, send to the right, the receive
+ * posted first and waited last; two tags in flight, matched by tag not by order. */
+static int t_ring(st *s, size_t count) {
+  const loom_host_api_v1 *a = s->p->api;
+  if (s->n < 2) return LOOM_OK;
+  int right = (s->rank + 1) % s->n, left = (s->rank + s->n - 1) % s->n;
+  float *h = host_alloc(s, count), *w = host_alloc(s, count);
+  float *sa = dev_alloc(s, count), *sb = dev_alloc(s, count);
+  float *ra = dev_alloc(s, count), *rb = dev_alloc(s, count);
+  if (!h || !w || !sa || !sb || !ra || !rb) {
+    a->set_error(s->p->host, "comm self-test: out of memory");
+    return LOOM_NOMEM;
+  }
+  for (size_t i = 0; i < count; i++) h[i] = val(s->rank, i);
+  if (count) s->dev->from_host(s->dctx, sa, h, count * sizeof(float));
+  for (size_t i = 0; i < count; i++) h[i] = -val(s->rank, i);
+  if (count) s->dev->from_host(s->dctx, sb, h, count * sizeof(float));
+  loom_request *q[4] = {0};
+  int rc = a->recv(s->p->host, s->c, rb, count, LOOM_F32, left, 8, &q[0]);
+  if (rc == LOOM_OK) rc = a->recv(s->p->host, s->c, ra, count, LOOM_F32, left, 7, &q[1]);
+  if (rc == LOOM_OK) rc = a->send(s->p->host, s->c, sa, count, LOOM_F32, right, 7, &q[2]);
+  if (rc == LOOM_OK) rc = a->send(s->p->host, s->c, sb, count, LOOM_F32, right, 8, &q[3]);
+  for (int i = 3; i >= 0 && rc == LOOM_OK; i--) rc = a->wait(s->p->host, q[i]);
+  if (rc != LOOM_OK) return failed_call(s, "send/recv ring (non-blocking, two tags)", count, rc);
+  for (size_t i = 0; i < count; i++) w[i] = val(left, i);
+  rc = expect(s, "recv of tag 7 from the left neighbour", count, ra, w, count);
+  for (size_t i = 0; i < count && rc == LOOM_OK; i++) w[i] = -val(left, i);
+  if (rc == LOOM_OK) rc = expect(s, "recv of tag 8 from the left neighbour", count, rb, w, count);
+  return rc;
+}
+
+/* The whole battery on one communicator; each test's buffers are released after it, passed
+ * or failed. */
+static int selftest_on(probe *p, loom_axis axis, const char *axis_name) {
+  st s = {.p = p, .axis = axis_name};
+  s.dev = p->api->device(p->host, &s.dctx);
+  s.c = p->api->comm(p->host, axis);
+  s.rank = p->api->rank(p->host, axis);
+  s.n = p->api->size(p->host, axis);
+  size_t even[64], uneven[64], zeros[64];
+  if (s.n > 64) return LOOM_OK; /* defensive: the test vectors are sized for small worlds */
+  for (int r = 0; r < s.n; r++) {
+    even[r] = 1001;
+    uneven[r] = (r == 1) ? 0 : (size_t)(r * 37 + 5); /* rank 1 contributes nothing */
+    zeros[r] = 0;
+  }
+  static const size_t sizes[] = {0, 1, 1000, 100003};
+  int rc = LOOM_OK;
+#define RUN(call)        \
+  if (rc == LOOM_OK) {   \
+    rc = (call);         \
+    release(&s);         \
+  }
+  for (int i = 0; i < 4; i++) RUN(t_all_reduce(&s, sizes[i]));
+  for (int i = 0; i < 4; i++) RUN(t_broadcast(&s, sizes[i]));
+  for (int i = 0; i < 4; i++) RUN(t_ring(&s, sizes[i]));
+  const size_t *vecs[3] = {even, uneven, zeros};
+  for (int v = 0; v < 3; v++) {
+    if (v == 0) RUN(t_reduce_scatter(&s, vecs[v], 0));
+    RUN(t_reduce_scatter(&s, vecs[v], 1));
+    for (int ip = 0; ip < 2; ip++) {
+      if (v == 0) RUN(t_all_gather(&s, vecs[v], 0, ip));
+      RUN(t_all_gather(&s, vecs[v], 1, ip));
+    }
+  }
+#undef RUN
+  if (rc == LOOM_OK && (rc = p->api->barrier(p->host, s.c)) != LOOM_OK)
+    return failed_call(&s, "barrier", 0, rc);
+  if (rc == LOOM_OK)
+    p->api->log(p->host, LOOM_LOG_INFO, "comm self-test: %d checks passed on the %s "
+                "communicator (%d ranks)", s.checks, axis_name, s.n);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- the plugin */
+
+static int probe_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                        void **ctx) {
+  static const char *const keys[] = {"record", "fail_hook", "fail_rank", "fail_step",
+                                     "comm_selftest", "comm_selftest_corrupt", NULL};
+  int rc = api->opt_check_keys(host, opts, keys);
+  if (rc != LOOM_OK) return rc;
+  probe *p = calloc(1, sizeof *p);
+  if (!p) {
+    api->set_error(host, "out of memory");
+    return LOOM_NOMEM;
+  }
+  p->api = api;
+  p->host = host;
+  rc = api->opt_string(host, opts, "record", NULL, &p->record_dir);
+  if (rc == LOOM_OK) rc = api->opt_string(host, opts, "fail_hook", NULL, &p->fail_hook);
+  if (rc == LOOM_OK) rc = api->opt_int(host, opts, "fail_rank", 0, 0, 1 << 20, &p->fail_rank);
+  if (rc == LOOM_OK) rc = api->opt_int(host, opts, "fail_step", 1, 1, 1 << 30, &p->fail_step);
+  if (rc == LOOM_OK) rc = api->opt_bool(host, opts, "comm_selftest", 0, &p->selftest);
+  if (rc == LOOM_OK) rc = api->opt_bool(host, opts, "comm_selftest_corrupt", 0, &p->corrupt);
+  if (rc != LOOM_OK) {
+    free(p);
+    return rc;
+  }
+  *ctx = p;
+  return maybe_fail(p, "create");
+}
+
+static void probe_destroy(void *ctx) { free(ctx); }
+
+static int probe_setup(void *ctx) {
+  probe *p = ctx;
+  int rc = maybe_fail(p, "setup");
+  if (rc == LOOM_OK && p->selftest) rc = selftest_on(p, LOOM_AXIS_WORLD, "world");
+  if (rc == LOOM_OK && p->selftest && p->api->size(p->host, LOOM_AXIS_DP) > 1)
+    rc = selftest_on(p, LOOM_AXIS_DP, "data-parallel");
+  return rc;
+}
+
+static int probe_begin_step(void *ctx, int step) {
+  probe *p = ctx;
+  p->step = step;
+  return maybe_fail(p, "begin_step");
+}
+static int probe_begin_micro(void *ctx, int micro, int n_micro) {
+  (void)micro, (void)n_micro;
+  return maybe_fail(ctx, "begin_micro");
+}
+static int probe_pre_forward(void *ctx, int unit) {
+  (void)unit;
+  return maybe_fail(ctx, "pre_forward");
+}
+static int probe_post_forward(void *ctx, int unit) {
+  (void)unit;
+  return maybe_fail(ctx, "post_forward");
+}
+static int probe_pre_backward(void *ctx, int unit) {
+  (void)unit;
+  return maybe_fail(ctx, "pre_backward");
+}
+static int probe_post_backward(void *ctx, int unit) {
+  (void)unit;
+  return maybe_fail(ctx, "post_backward");
+}
+static int probe_end_backward(void *ctx, int micro, int n_micro) {
+  (void)micro, (void)n_micro;
+  return maybe_fail(ctx, "end_backward");
+}
+static int probe_grad_norm_sq(void *ctx, double *sq) {
+  probe *p = ctx;
+  p->grad_norm = sqrt(*sq);
+  return maybe_fail(p, "grad_norm_sq");
+}
+
+/* FNV-1a over the bytes of the flat parameter buffer (0 when a plugin owns the storage). */
+static uint64_t params_hash(probe *p) {
+  const loom_model_v1 *m = p->api->model(p->host);
+  if (!m || !m->params || m->numel == 0) return 0;
+  void *dctx;
+  const loom_device_v1 *dev = p->api->device(p->host, &dctx);
+  unsigned char *buf = malloc(m->numel * sizeof(float));
+  if (!buf) return 0;
+  dev->to_host(dctx, buf, m->params, m->numel * sizeof(float));
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < m->numel * sizeof(float); i++) h = (h ^ buf[i]) * 1099511628211ull;
+  free(buf);
+  return h;
+}
+
+static int probe_end_step(void *ctx, int step) {
+  probe *p = ctx;
+  int rc = maybe_fail(p, "end_step");
+  if (rc != LOOM_OK || !p->record_dir) return rc;
+  const loom_host_api_v1 *a = p->api;
+  int w = a->rank(p->host, LOOM_AXIS_WORLD);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/rank%d.jsonl", p->record_dir, w);
+  FILE *f = fopen(path, "a");
+  if (!f) {
+    a->set_error(p->host, "record: cannot open %s for appending", path);
+    return LOOM_IO;
+  }
+  char norm[40] = "null"; /* a skipped (overflowed) step has no finite norm: JSON null */
+  if (isfinite(p->grad_norm)) snprintf(norm, sizeof norm, "%.17g", p->grad_norm);
+  fprintf(f, "{\"step\": %d, \"rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, "
+          "\"grad_norm\": %s, \"params_fnv\": \"%016llx\"}\n", step, w,
+          a->rank(p->host, LOOM_AXIS_DP), a->rank(p->host, LOOM_AXIS_TP),
+          a->rank(p->host, LOOM_AXIS_PP), norm, (unsigned long long)params_hash(p));
+  if (fclose(f) != 0) {
+    a->set_error(p->host, "record: cannot write %s", path);
+    return LOOM_IO;
+  }
+  return LOOM_OK;
+}
+
+LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
+  .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_PARALLEL, "conformance_probe", "1.0.0",
+                                 "loom conformance: records per-rank state, injects faults, "
+                                 "tests the comm plugin's collectives",
+                                 LOOM_PAR_CAP_AXIS_DP, loom_parallel_v1),
+  .create = probe_create,
+  .destroy = probe_destroy,
+  .setup = probe_setup,
+  .begin_step = probe_begin_step,
+  .begin_micro = probe_begin_micro,
+  .pre_forward = probe_pre_forward,
+  .post_forward = probe_post_forward,
+  .pre_backward = probe_pre_backward,
+  .post_backward = probe_post_backward,
+  .end_backward = probe_end_backward,
+  .grad_norm_sq = probe_grad_norm_sq,
+  .end_step = probe_end_step,
+};
