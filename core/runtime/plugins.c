@@ -239,7 +239,7 @@ static int plugin_error(loom_runtime *rt, const loom_plugin *p, const loom_host 
   }
   snprintf(err, errlen, "%s: plugin %s [%s]: %s failed (%s): %s", rt->cfg->path, h->label,
            p->path, what,
-           rc == LOOM_INVALID_CONFIG ? "invalid config" : "error",
+           loom__status_text(rc),
            h->error[0] ? h->error : "no message");
   return -1;
 }
@@ -314,6 +314,18 @@ void loom__plugins_destroy(loom_runtime *rt) {
 }
 
 /* ---- hooks: call every parallel plugin's hook in config order; stop at the first error ---- */
-int loom__hook_error(loom_runtime *rt, int i, const char *hook, char *err, size_t errlen) {
-  return plugin_error(rt, &rt->parallel[i], &rt->parallel_host[i], -1, hook, err, errlen);
+int loom__hook_error(loom_runtime *rt, int i, const char *hook, int rc, char *err,
+                     size_t errlen) {
+  return plugin_error(rt, &rt->parallel[i], &rt->parallel_host[i], rc, hook, err, errlen);
+}
+
+const char *loom__status_text(int rc) {
+  switch (rc) {
+#define LOOM__STATUS_TEXT(name, value, text) \
+  case value:                               \
+    return text;
+    LOOM_STATUS_MAP(LOOM__STATUS_TEXT)
+#undef LOOM__STATUS_TEXT
+  }
+  return "error";
 }

@@ -14,6 +14,10 @@ int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen);
 int loom__plugins_setup(loom_runtime *rt, char *err, size_t errlen);
 void loom__plugins_destroy(loom_runtime *rt);
 /* Format the error of parallel plugin i's failed `hook` into err; returns -1. */
-int loom__hook_error(loom_runtime *rt, int i, const char *hook, char *err, size_t errlen);
+int loom__hook_error(loom_runtime *rt, int i, const char *hook, int rc, char *err,
+                     size_t errlen);
+/* The text of a loom_status (common_v1.h's LOOM_STATUS_MAP): "invalid configuration", ...;
+ * "error" for a value outside the list. */
+const char *loom__status_text(int rc);
 
 #endif

@@ -71,8 +71,9 @@ static int build_items(loom_trainer *tr, loom_ckpt_item_v1 *items, int *n) {
     int i = rt->optimizer_owner;
     const loom_parallel_v1 *p = &rt->parallel[i].u.parallel;
     int m = 0;
-    if (p->state_items && p->state_items(rt->parallel_ctx[i], items + k, MAX_ITEMS - k, &m))
-      return loom__hook_error(rt, i, "state_items", tr->err, sizeof tr->err);
+    int rc = p->state_items ? p->state_items(rt->parallel_ctx[i], items + k, MAX_ITEMS - k, &m)
+                            : LOOM_OK;
+    if (rc != LOOM_OK) return loom__hook_error(rt, i, "state_items", rc, tr->err, sizeof tr->err);
     k += m;
   }
   tp_rename(rt, items, k);

@@ -44,8 +44,9 @@ static int fail(loom_trainer *tr, const char *fmt, ...) {
     loom_runtime *rt_ = &(tr)->rt;                                                        \
     for (int i_ = 0; i_ < rt_->n_parallel; i_++) {                                        \
       const loom_parallel_v1 *p_ = &rt_->parallel[i_].u.parallel;                         \
-      if (p_->hook && p_->hook(rt_->parallel_ctx[i_], __VA_ARGS__) != LOOM_OK)            \
-        return loom__hook_error(rt_, i_, name, (tr)->err, sizeof (tr)->err);              \
+      int rc_ = p_->hook ? p_->hook(rt_->parallel_ctx[i_], __VA_ARGS__) : LOOM_OK;        \
+      if (rc_ != LOOM_OK)                                                                 \
+        return loom__hook_error(rt_, i_, name, rc_, (tr)->err, sizeof (tr)->err);         \
     }                                                                                     \
   } while (0)
 
@@ -426,7 +427,7 @@ static int pp_run_step(loom_trainer *tr, float dloss, double *loss_sum) {
   free(ps.slot_of), free(ps.busy);
   if (rc != LOOM_OK) {
     if (ps.failed && tr->err[0]) return -1;
-    return loom__hook_error(rt, i, "run_step", tr->err, sizeof tr->err);
+    return loom__hook_error(rt, i, "run_step", rc, tr->err, sizeof tr->err);
   }
   *loss_sum = ps.loss_sum;
   return pp_tied_sum(tr);
@@ -524,8 +525,8 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
   if (!skip) {
     if (rt->optimizer_owner >= 0) {
       int i = rt->optimizer_owner;
-      if (rt->parallel[i].u.parallel.optimizer_step(rt->parallel_ctx[i], &args) != LOOM_OK)
-        return loom__hook_error(rt, i, "optimizer_step", tr->err, sizeof tr->err);
+      int rc = rt->parallel[i].u.parallel.optimizer_step(rt->parallel_ctx[i], &args);
+      if (rc != LOOM_OK) return loom__hook_error(rt, i, "optimizer_step", rc, tr->err, sizeof tr->err);
     } else {
       loom__host_api()->adamw_range(&tr->core_host, &args, part->begin, part->count,
                                     part->params, part->grads, rt->optim_m, rt->optim_v);

@@ -30,7 +30,8 @@ extern "C" {
 #define LOOM_EXPORT
 #endif
 
-/* The one list of errors (libuv style): generates loom_status, loom_strerror and loom_err_name. */
+/* The one list of errors (libuv style): generates loom_status here and, in the host, the text
+ * that error messages print for a status. */
 #define LOOM_STATUS_MAP(X)                                                        \
   X(OK, 0, "ok")                                                                  \
   X(INVALID_CONFIG, -1, "invalid configuration")                                  \
