@@ -59,9 +59,10 @@ static int truncate_after(const char *path, int step, char *err, size_t errlen) 
 
 /* A terminal gets one live progress line; a log file, a pipe or a launcher one line per
  * interval. Open MPI hands its ranks a pseudo-terminal even when mpirun's own output goes to a
- * file, so under a launcher (its rank variables set) isatty cannot be trusted. */
+ * file, so under a launcher (its rank variables set: Open MPI's mpirun, MPICH's hydra, srun)
+ * isatty cannot be trusted. Not PMIX_RANK: a singleton's MPI_Init sets it for itself. */
 static int progress_is_live(void) {
-  static const char *const launcher_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMIX_RANK",
+  static const char *const launcher_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK",
                                               "SLURM_PROCID", NULL};
   for (int i = 0; launcher_vars[i]; i++)
     if (getenv(launcher_vars[i])) return 0;
@@ -219,6 +220,8 @@ static void end_live_line(loom_trainer *tr) {
   putchar('\n');
   tr->progress_open = 0;
 }
+
+void loom_metrics_end_line(loom_trainer *tr) { end_live_line(tr); }
 
 int loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m) {
   loom_runtime *rt = &tr->rt;
