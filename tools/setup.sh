@@ -2,7 +2,9 @@
 # Install what loom needs from Debian (missing packages only) and build it into build/.
 #   tools/setup.sh            runtime + build dependencies only (the main job). The tests are
 #                             built too when their packages happen to be there, skipped if not.
-#   tools/setup.sh --tests    also what the tests need (Check, PyTorch); a missing one is an error
+#   tools/setup.sh --tests    also what the tests need (Check, PyTorch, the TensorBoard reader's
+#                             python3-protobuf and python3-crc32c, Chromium for the HTML page);
+#                             a missing Check is an error
 # LOOM_BUILD_DIR=DIR builds into DIR instead of build/ (the fresh-machine test uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
