@@ -14,6 +14,9 @@ loom_divergence loom_divergence_of(const loom_run_metrics *a, const loom_run_met
     if (i == a->n) break;
     if (a->step[i] != b->step[j]) continue;
     double ref = va[i], x = vb[j];
+    /* both missing (a null grad norm: a step the precision plugin skipped in both runs) is
+     * agreement, not a difference */
+    if (isnan(ref) && isnan(x)) continue;
     double rel = ref != 0 ? fabs(x - ref) / fabs(ref) : (x == ref ? 0 : INFINITY);
     if (isnan(rel)) rel = INFINITY; /* a NaN loss is as different as it gets */
     d.steps_compared++;

@@ -238,6 +238,17 @@ START_TEST(run_metrics_and_divergence) {
   ck_assert_int_eq(d.first_over, 0);
   d = loom_divergence_of(&a, &b, 1, 1e-3); /* grad norm: 1.5 vs 1 */
   ck_assert_double_eq_tol(d.max_rel, 0.5, 1e-12);
+  /* a null grad norm (a skipped step) in both runs agrees; in one run only it is a difference */
+  a.grad_norm[1] = NAN;
+  b.grad_norm[1] = NAN;
+  d = loom_divergence_of(&a, &b, 1, 1e-3);
+  ck_assert_int_eq(d.steps_compared, 1);
+  ck_assert_double_eq(d.max_rel, 0.0);
+  b.grad_norm[1] = 1.0;
+  d = loom_divergence_of(&a, &b, 1, 1e-3);
+  ck_assert(isinf(d.max_rel));
+  ck_assert_int_eq(d.first_over, 2);
+  a.grad_norm[1] = 1.0;
   loom_table t;
   loom_run_metrics both[2] = {a, b};
   loom_table_build(&t, both, 2, 1e-5);
