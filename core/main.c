@@ -2,6 +2,8 @@
  *   loom train CONFIG [--set KEY=VALUE]...    train (under mpirun/srun for several ranks)
  *   loom check CONFIG [--set ...] [--world N] validate all that train checks before step 1
  *   loom estimate CONFIG [--set ...] [--world N] [--json]   per-rank memory and traffic
+ *   loom compare CONFIG_OR_RUN_DIR... [--np N] [--steps S] [--expect-equal TOL]   A/B runs
+ *   loom report RUN_DIR [--out DIR]           one run's table, plots and HTML page
  *   loom plugins                              list the plugins on the search path
  *   loom conformance PLUGIN [...]             the conformance battery (core/conformance/)
  *   loom version
@@ -12,6 +14,7 @@
 
 #include "config/config.h"
 #include "conformance/conformance.h"
+#include "report/commands.h"
 #include "runtime/loader.h"
 #include "runtime/plugins.h"
 #include "train/estimate.h"
@@ -32,6 +35,9 @@ static void usage(FILE *out) {
           "       loom estimate CONFIG [--set ...] [--world N] [--json]\n"
           "                                                per-rank memory by category and\n"
           "                                                bytes sent per step on N ranks\n"
+          "       loom compare CONFIG_OR_RUN_DIR... [--np N] [--steps S] [--expect-equal TOL]\n"
+          "                                                A/B runs side by side, with plots\n"
+          "       loom report RUN_DIR [--out DIR]          one run's table, plots, HTML page\n"
           "       loom plugins                             list plugins (LOOM_PLUGIN_PATH)\n"
           "       loom conformance PLUGIN [--with P] [--np N]\n"
           "                                                check a plugin against loom's own\n"
@@ -78,6 +84,10 @@ static int command_help(FILE *out, const char *cmd) {
             "Per-rank memory by category (the largest over the N ranks) and the bytes each\n"
             "rank sends per optimizer step, computed from CONFIG without training. --json\n"
             "prints the same as one JSON object.\n");
+  } else if (!strcmp(cmd, "compare")) {
+    loom_compare_help(out);
+  } else if (!strcmp(cmd, "report")) {
+    loom_report_help(out);
   } else if (!strcmp(cmd, "plugins")) {
     fprintf(out,
             "usage: loom plugins\n"
@@ -228,7 +238,7 @@ int main(int argc, char **argv) {
     }
     if (command_help(stdout, argv[2]) == 0) return 0;
     fprintf(stderr, "loom: help: unknown command '%s' (commands: train, check, estimate, "
-            "plugins, conformance, version)\n", argv[2]);
+            "compare, report, plugins, conformance, version)\n", argv[2]);
     return 2;
   }
   if (!strcmp(cmd, "conformance")) return loom_conformance_main(argc, argv);
@@ -237,6 +247,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i - 1], "--set")) continue; /* a value, even if it reads "-h" */
     if (is_help_flag(argv[i]) && command_help(stdout, cmd) == 0) return 0;
   }
+  if (!strcmp(cmd, "compare")) return loom_cmd_compare(argc, argv);
+  if (!strcmp(cmd, "report")) return loom_cmd_report(argc, argv);
   if (!strcmp(cmd, "train") || !strcmp(cmd, "check") || !strcmp(cmd, "estimate")) {
     if (argc < 3) {
       fprintf(stderr, "loom %s: missing CONFIG\n", cmd);

@@ -70,6 +70,7 @@ mpirun -np "$np" --oversubscribe --bind-to none "$build/bin/loom" train configs/
   --set "data.train=$data/train_*.bin" --set "data.val=$data/val_*.bin" \
   --set "data.vocab=$data/vocab.json" --set "train.micro_batch_size=$micro" \
   --set "checkpoint.dir=$run/ckpt" --set "logging.metrics=$run/metrics.jsonl" \
+  --set "logging.tensorboard=$run/tb" \
   "${eval_set[@]}" "$@"
 # The verdict: final validation loss against the unigram baseline of the same split.
 python3 - "$data/meta.json" "$run/metrics.jsonl" <<'PY'

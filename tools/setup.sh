@@ -2,7 +2,9 @@
 # Install what loom needs from Debian (missing packages only) and build it into build/.
 #   tools/setup.sh            runtime + build dependencies only (the main job). The tests are
 #                             built too when their packages happen to be there, skipped if not.
-#   tools/setup.sh --tests    also what the tests need (Check, PyTorch); a missing one is an error
+#   tools/setup.sh --tests    also what the tests need (Check, PyTorch, the TensorBoard reader's
+#                             python3-protobuf and python3-crc32c, Chromium for the HTML page);
+#                             a missing Check is an error
 # LOOM_BUILD_DIR=DIR builds into DIR instead of build/ (the fresh-machine test uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,8 +12,13 @@ tests=OFF
 if [ "${1:-}" = "--tests" ]; then tests=ON; fi
 build=${LOOM_BUILD_DIR:-build}
 pkgs="build-essential cmake pkg-config libjansson-dev libopenmpi-dev openmpi-bin
-      libopenblas-dev zlib1g-dev fortunes-min fortunes python3"
-if [ "$tests" = ON ]; then pkgs="$pkgs check libsubunit-dev python3-torch"; fi
+      libopenblas-dev zlib1g-dev fortunes-min fortunes python3
+      libprotobuf-c-dev protobuf-c-compiler libisal-dev gnuplot-nox"
+# the tests' independent TensorBoard reader (python3-protobuf, python3-crc32c) and the headless
+# browser that renders loom compare's HTML page (chromium)
+if [ "$tests" = ON ]; then
+  pkgs="$pkgs check libsubunit-dev python3-torch python3-protobuf python3-crc32c chromium"
+fi
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

@@ -558,12 +558,15 @@ static int load_parallel(ctx *c) {
 }
 
 static int load_logging(ctx *c) {
-  static const char *const keys[] = {"interval", "metrics", NULL};
+  static const char *const keys[] = {"interval", "metrics", "tensorboard", "peak_gflops", NULL};
   loom_options o;
   loom_config *cfg = c->cfg;
   if (section(c, "logging", keys, &o) ||
       get_int(c, &o, "interval", 1, 1, LOOM_MAX_COUNT, &cfg->logging.interval) ||
-      get_str(c, &o, "metrics", "", cfg->logging.metrics, sizeof cfg->logging.metrics))
+      get_str(c, &o, "metrics", "", cfg->logging.metrics, sizeof cfg->logging.metrics) ||
+      get_str(c, &o, "tensorboard", "", cfg->logging.tensorboard,
+              sizeof cfg->logging.tensorboard) ||
+      get_num(c, &o, "peak_gflops", 0, 0, 0, INFINITY, 0, &cfg->logging.peak_gflops))
     return -1;
   return 0;
 }

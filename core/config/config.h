@@ -95,6 +95,8 @@ typedef struct loom_config {
   struct {
     int interval;                  /* steps between progress lines, default 1 */
     char metrics[LOOM_PATH_MAX];   /* JSONL file, "" = none */
+    char tensorboard[LOOM_PATH_MAX]; /* directory of TensorBoard event files, "" = none */
+    double peak_gflops;            /* one rank's peak GFLOP/s (MFU's denominator), 0 = unknown */
   } logging;
 
   struct {

@@ -5,12 +5,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
+#include "monitor/tb_sink.h"
+#include "monitor/tb_writer.h"
 #include "trainer.h"
 
 static int is_rank0(const loom_trainer *tr) { return tr->rt.mesh.world_rank == 0; }
@@ -64,7 +67,29 @@ static int truncate_after(const char *path, int step, char *err, size_t errlen) 
   return 0;
 }
 
+/* A terminal gets one live progress line; a log file, a pipe or a launcher one line per
+ * interval. Open MPI hands its ranks a pseudo-terminal even when mpirun's own output goes to a
+ * file, so under a launcher (its rank variables set: Open MPI's mpirun, MPICH's hydra, srun)
+ * isatty cannot be trusted. Not PMIX_RANK: a singleton's MPI_Init sets it for itself. */
+static int progress_is_live(void) {
+  static const char *const launcher_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK",
+                                              "SLURM_PROCID", NULL};
+  for (int i = 0; launcher_vars[i]; i++)
+    if (getenv(launcher_vars[i])) return 0;
+  const char *term = getenv("TERM");
+  return isatty(STDOUT_FILENO) && !(term && !strcmp(term, "dumb"));
+}
+
 int loom_metrics_open(loom_trainer *tr) {
+  tr->progress_live = progress_is_live();
+  if (tr->cfg.logging.tensorboard[0]) {
+    char e[1024];
+    tr->tb = loom_tb_open(tr->cfg.logging.tensorboard, e, sizeof e);
+    if (!tr->tb) {
+      snprintf(tr->err, sizeof tr->err, "%s: logging.tensorboard: %s", tr->cfg.path, e);
+      return -1;
+    }
+  }
   const char *path = tr->cfg.logging.metrics;
   if (!path[0]) return 0;
   make_parent_dirs(path);
@@ -136,6 +161,47 @@ void loom_metrics_start(loom_trainer *tr) {
   fflush(stdout);
 }
 
+/* The run's config (with the --set overrides applied) for TensorBoard's text dashboard, as a
+ * Markdown code block (4-space indent). 0 or -1 + tr->err. */
+static int tb_config_text(loom_trainer *tr) {
+  char *js = json_dumps(tr->cfg.root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  if (!js) return 0;
+  size_t lines = 1;
+  for (const char *p = js; *p; p++) lines += *p == '\n';
+  char *md = malloc(strlen(js) + 4 * lines + 64);
+  if (!md) {
+    free(js);
+    snprintf(tr->err, sizeof tr->err, "out of memory");
+    return -1;
+  }
+  char *o = md + sprintf(md, "%s\n\n    ", tr->cfg.path);
+  for (const char *p = js; *p; p++) {
+    *o++ = *p;
+    if (*p == '\n') o += sprintf(o, "    ");
+  }
+  *o = '\0';
+  char e[1024];
+  int rc = loom_tb_text(tr->tb, tr->step, "config", md, e, sizeof e);
+  if (rc != 0) snprintf(tr->err, sizeof tr->err, "%s: logging.tensorboard: %s", tr->cfg.path, e);
+  free(md);
+  free(js);
+  return rc;
+}
+
+/* Training FLOPs per token of the whole model: 6 per parameter (forward 2, backward 4) plus
+ * attention's scores and weighted sum, 12 * layers * seq_len * channels (PaLM, appendix B). */
+static double flops_per_token(const loom_trainer *tr) {
+  const loom_runtime *rt = &tr->rt;
+  double n = 0;
+  for (int i = 0; i < rt->model.n_params; i++) {
+    const gpt_param *p = &rt->model.params[i];
+    if (p->tied_copy) continue;
+    n += (double)p->shape[0] * (double)(p->ndim == 2 ? p->shape[1] : 1);
+  }
+  const loom_config *c = &tr->cfg;
+  return 6.0 * n + 12.0 * c->model.n_layer * (double)tr->T * c->model.n_embd;
+}
+
 /* A failed write to the metrics file is an error: the file is what runs are compared by. */
 static int check_written(loom_trainer *tr) {
   if (fflush(tr->metrics) == 0 && !ferror(tr->metrics)) return 0;
@@ -143,6 +209,29 @@ static int check_written(loom_trainer *tr) {
            tr->cfg.logging.metrics, strerror(errno));
   return -1;
 }
+
+/* One record (a JSON object and its newline) to the JSONL file and to TensorBoard. */
+static int emit_record(loom_trainer *tr, const char *rec) {
+  if (tr->metrics) {
+    fputs(rec, tr->metrics);
+    if (check_written(tr) != 0) return -1;
+  }
+  char e[1024];
+  if (tr->tb && loom_tb_write_record(tr->tb, rec, e, sizeof e) != 0) {
+    snprintf(tr->err, sizeof tr->err, "%s: logging.tensorboard: %s", tr->cfg.path, e);
+    return -1;
+  }
+  return 0;
+}
+
+/* End a live progress line before any other output. */
+static void end_live_line(loom_trainer *tr) {
+  if (!tr->progress_open) return;
+  putchar('\n');
+  tr->progress_open = 0;
+}
+
+void loom_metrics_end_line(loom_trainer *tr) { end_live_line(tr); }
 
 int loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m) {
   loom_runtime *rt = &tr->rt;
@@ -157,48 +246,75 @@ int loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m) {
   double elapsed = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - tr->t0;
   int taken = m->step - tr->start_step; /* steps run by this process (a resume starts later) */
   double eta = taken > 0 ? elapsed / taken * (c->train.steps - m->step) : 0;
-  if (c->logging.interval > 0 &&
-      (m->step % c->logging.interval == 0 || m->step == c->train.steps || taken == 1)) {
-    char etabuf[32];
-    fmt_duration(etabuf, sizeof etabuf, eta);
-    printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %8.0f tok/s | %7.1f ms | eta %s%s\n",
-           m->step, c->train.steps, m->loss, m->lr, m->grad_norm, tps, m->seconds * 1e3, etabuf,
-           m->skipped ? " | skipped" : "");
+  double gflops = m->seconds > 0 ? flops_per_token(tr) * tokens / m->seconds / 1e9 : 0;
+  double mfu = c->logging.peak_gflops > 0
+                   ? gflops / (c->logging.peak_gflops * tr->rt.mesh.world_size) : 0;
+  int last = m->step == c->train.steps;
+  char etabuf[32], mfubuf[32] = "";
+  fmt_duration(etabuf, sizeof etabuf, eta);
+  if (c->logging.peak_gflops > 0) snprintf(mfubuf, sizeof mfubuf, " | MFU %4.1f%%", 100 * mfu);
+  if (tr->progress_live) { /* one line, redrawn in place every step */
+    printf("\r\033[Kstep %d/%d | loss %.4f | %.0f tok/s%s | eta %s%s%s", m->step,
+           c->train.steps, m->loss, tps, mfubuf, etabuf, m->skipped ? " | skipped" : "",
+           last ? "\n" : "");
+    tr->progress_open = !last;
+    fflush(stdout);
+  } else if (c->logging.interval > 0 &&
+             (m->step % c->logging.interval == 0 || last || taken == 1)) {
+    printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %8.0f tok/s | %7.1f ms%s | eta %s%s\n",
+           m->step, c->train.steps, m->loss, m->lr, m->grad_norm, tps, m->seconds * 1e3, mfubuf,
+           etabuf, m->skipped ? " | skipped" : "");
     fflush(stdout);
   }
-  if (tr->metrics) {
-    fprintf(tr->metrics,
+  if (taken == 1 && tr->tb && tb_config_text(tr) != 0) return -1;
+  if (tr->metrics || tr->tb) {
+    /* the record is composed once and goes to every sink: the JSONL line and TensorBoard's
+     * scalars hold the same numbers */
+    char *rec = NULL;
+    size_t rec_len = 0;
+    FILE *out = open_memstream(&rec, &rec_len);
+    if (!out) {
+      snprintf(tr->err, sizeof tr->err, "out of memory for a metrics record");
+      return -1;
+    }
+    fprintf(out,
             "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.6g,"
             "\"ms_per_step\":%.6g,\"eta_s\":%.3f,\"tokens\":%.0f,\"skipped\":%d,"
             "\"comm_bytes\":%llu,\"mem_peak_bytes\":{",
             m->step, m->loss, m->lr, m->grad_norm, tps, m->seconds * 1e3, eta,
             tokens * m->step, m->skipped, (unsigned long long)bytes);
     for (int k = 0; k < LOOM_MEM__COUNT; k++)
-      fprintf(tr->metrics, "%s\"%s\":%zu", k ? "," : "",
+      fprintf(out, "%s\"%s\":%zu", k ? "," : "",
               loom__mem_category_name((loom_mem_category)k), rt->dev.bytes_peak[k]);
-    fprintf(tr->metrics, ",\"total\":%zu},\"mem_peak_bytes_max\":{", rt->dev.total_peak);
+    fprintf(out, ",\"total\":%zu},\"mem_peak_bytes_max\":{", rt->dev.total_peak);
     for (int k = 0; k < LOOM_MEM__COUNT; k++)
-      fprintf(tr->metrics, "%s\"%s\":%lld", k ? "," : "",
+      fprintf(out, "%s\"%s\":%lld", k ? "," : "",
               loom__mem_category_name((loom_mem_category)k), (long long)tr->mem_peak_max[k]);
-    fprintf(tr->metrics, ",\"total\":%lld}}\n", (long long)tr->mem_peak_max[LOOM_MEM__COUNT]);
-    return check_written(tr);
+    fprintf(out, ",\"total\":%lld}", (long long)tr->mem_peak_max[LOOM_MEM__COUNT]);
+    fprintf(out, ",\"gflops\":%.6g", gflops);
+    if (c->logging.peak_gflops > 0) fprintf(out, ",\"mfu\":%.6g", mfu);
+    fprintf(out, "}\n");
+    fclose(out);
+    int rc = emit_record(tr, rec);
+    free(rec);
+    return rc;
   }
   return 0;
 }
 
 int loom_metrics_eval(loom_trainer *tr, int step, double val_loss) {
   if (!is_rank0(tr)) return 0;
+  end_live_line(tr);
   printf("step %5d/%d | val loss %.4f\n", step, tr->cfg.train.steps, val_loss);
   fflush(stdout);
-  if (tr->metrics) {
-    fprintf(tr->metrics, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
-    return check_written(tr);
-  }
-  return 0;
+  char rec[96];
+  snprintf(rec, sizeof rec, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
+  return emit_record(tr, rec);
 }
 
 void loom_metrics_end(loom_trainer *tr) {
   if (!is_rank0(tr)) return;
+  end_live_line(tr);
   printf("loom: peak memory per rank%s:", tr->rt.mesh.world_size > 1 ? " (max over ranks)" : "");
   for (int k = 0; k < LOOM_MEM__COUNT; k++)
     if (tr->mem_peak_max[k])
@@ -210,6 +326,7 @@ void loom_metrics_end(loom_trainer *tr) {
 
 void loom_metrics_where(loom_trainer *tr) {
   if (!is_rank0(tr)) return;
+  end_live_line(tr);
   const loom_config *c = &tr->cfg;
   /* the checkpoint plugin's own option; a plugin without "dir" keeps its files elsewhere */
   json_t *dir = tr->rt.has_checkpoint ? json_object_get(c->checkpoint.options, "dir") : NULL;
@@ -224,4 +341,6 @@ void loom_metrics_where(loom_trainer *tr) {
 void loom_metrics_close(loom_trainer *tr) {
   if (tr->metrics) fclose(tr->metrics);
   tr->metrics = NULL;
+  loom_tb_close(tr->tb);
+  tr->tb = NULL;
 }

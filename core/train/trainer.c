@@ -625,6 +625,7 @@ int loom_trainer_run(loom_trainer *tr) {
       return -1;
     loom_watchdog_beat(&tr->watchdog, step);
     if (stop) { /* every rank agreed: a clean exit, not an abort */
+      loom_metrics_end_line(tr);
       if (rt->mesh.world_rank == 0)
         printf("loom: stopped by a signal after step %d%s\n", step,
                rt->has_checkpoint ? "; checkpoint saved, run again to resume" : "");

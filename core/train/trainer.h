@@ -30,6 +30,9 @@ typedef struct loom_trainer {
   uint64_t resume_skipped_tokens; /* resume: tokens skipped to the new seq_len's grid */
   int32_t *inputs, *targets; /* host (B,T) staging */
   FILE *metrics;
+  struct loom_tb_writer *tb; /* logging.tensorboard's event file (rank 0), NULL = none */
+  int progress_live;       /* stdout is a terminal: the progress line is redrawn in place */
+  int progress_open;       /* a live progress line is on screen without its newline */
   double t0;               /* wall clock at start of training, seconds */
   uint64_t comm_bytes_prev;
   int64_t mem_peak_max[LOOM_MEM__COUNT + 1]; /* max over every rank: each category, then total */
