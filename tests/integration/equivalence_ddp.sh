@@ -15,4 +15,16 @@ for r in ddp2 ddp4 accum4 ddp2_accum2 ddp2_nooverlap; do
   echo "== $r vs ref"
   compare "$r" ref
 done
+# The tolerances are not so loose that a small real difference passes: a learning rate 1% off
+# moves the loss, the grad norm and the parameters 13-70x past them (docs/tolerances.md).
+run 1 lr_1pct_off --set train.micro_batch_size=8 --set optimizer.lr=1.01e-3
+if /usr/bin/python3 "$LOOM_SRC/tests/integration/compare_runs.py" "$WORK/lr_1pct_off/metrics.jsonl" \
+    "$WORK/lr_1pct_off/ckpt" "$WORK/ref/metrics.jsonl" "$WORK/ref/ckpt" >"$WORK/canary.log"; then
+  cat "$WORK/canary.log" >&2
+  die "compare_runs.py accepted a run whose learning rate is 1% off"
+fi
+grep -q "FAIL final parameters" "$WORK/canary.log" && grep -q "FAIL step .* loss" "$WORK/canary.log" &&
+  grep -q "FAIL step .* grad_norm" "$WORK/canary.log" ||
+  { cat "$WORK/canary.log" >&2; die "a 1% learning-rate change was not caught on every quantity"; }
+echo "canary: a 1% learning-rate change is reported on the loss, the grad norm and the parameters"
 echo "equivalence: all runs match the single-rank reference"
