@@ -126,6 +126,23 @@ static void compare_grads(const char *what, const float *a, const float *b, doub
          what, worst2, worst_name, worst_inf, tol, tol / FP32_U);
 }
 
+/* The smallest per-tensor ||a - b||_2 / ||b||_2 over the model's tensors whose b is non-zero:
+ * how far a wrong gradient is from the tolerance on every tensor. */
+static double min_tensor_rel(const float *a, const float *b) {
+  double best = INFINITY;
+  for (int i = 0; i < model.n_params; i++) {
+    const gpt_param *p = &model.params[i];
+    double d2 = 0, r2 = 0;
+    for (size_t j = 0; j < p->numel; j++) {
+      double d = (double)a[p->offset + j] - b[p->offset + j];
+      d2 += d * d;
+      r2 += (double)b[p->offset + j] * b[p->offset + j];
+    }
+    if (r2 > 0) best = fmin(best, sqrt(d2 / r2));
+  }
+  return best;
+}
+
 static float forward_loss(const int32_t *inp, const int32_t *tgt, int B, int T) {
   float loss = 0;
   ck_assert_int_eq(gpt_forward(&model, inp, tgt, B, T, NULL, &loss), LOOM_OK);
@@ -239,6 +256,17 @@ START_TEST(test_accum_batch_split) {
   printf("B=4 vs 2 x B=2: loss rel err %.2e; tol %.1e\n", loss_err, loss_tol);
   ck_assert_msg(loss_err <= loss_tol, "B=4 vs 2 x B=2: loss %.9g vs %.9g, rel err %.3e > %.1e",
                 0.5 * ((double)la + lb), (double)loss4, loss_err, loss_tol);
+  /* The tolerance still catches a dropped micro-batch: with only the first half's backward,
+   * every gradient tensor with a non-zero reference is far outside it. */
+  gpt_zero_grad(&model);
+  forward_loss(inp, tgt, 2, T);
+  ck_assert_int_eq(gpt_backward(&model, dloss, NULL), LOOM_OK);
+  double dropped = min_tensor_rel(grads_host(), full);
+  printf("B=4 vs 2 x B=2 with the second half dropped: smallest tensor error %.2e = %.0f x tol\n",
+         dropped, dropped / fp32_tol(2, path));
+  ck_assert_msg(dropped > 100 * fp32_tol(2, path),
+                "a dropped micro-batch moves some tensor by only %.3e (tolerance %.1e)", dropped,
+                fp32_tol(2, path));
 }
 END_TEST
 
