@@ -60,6 +60,7 @@ resume_from() { # resume_from NRANKS NAME FROM_RUN [--set ...]: steps 11-20 from
     --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
     --set "data.vocab=$WORK/data/vocab.json" --set "logging.metrics=$WORK/$name/metrics.jsonl" \
     --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/$name/ckpt\",\"every\":10}" \
+    ${LOOM_TEST_THREADS:+--set device.threads=$LOOM_TEST_THREADS} \
     "$@" >"$WORK/$name/out.log" 2>&1 || { cat "$WORK/$name/out.log" >&2; die "run $name failed"; }
   grep -q "resumed at step 10" "$WORK/$name/out.log" || die "$name did not resume at step 10"
 }
