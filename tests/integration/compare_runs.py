@@ -4,12 +4,33 @@ parameters from their last checkpoints (under tensor parallel reassembled from t
 "params@tpRofN" items with the tensor table in the manifest's metadata, and replicated tensors
 checked identical across tp ranks).
 
-usage: compare_runs.py [--rtol R] [--bitwise] [--steps A:B] METRICS_A CKPT_A METRICS_B CKPT_B
+usage: compare_runs.py [--rtol R | --rtol-loss R --rtol-grad-norm R --rtol-params R] [--bitwise]
+                       [--steps A:B] METRICS_A CKPT_A METRICS_B CKPT_B
 
-Tolerances are relative: |a - b| <= rtol * |b| for each step's loss and grad norm, and for the
-parameters ||a - b||_inf <= rtol * ||b||_inf over every tensor-sized... over the flat vector
-(plus the L2 ratio ||a - b|| / ||b|| reported). --bitwise demands exact equality. Exit 1 on a
-mismatch, printing the worst step and element; the standard library only (no numpy)."""
+Tolerances are relative: |a - b| <= rtol * |b| for each step's loss and grad norm, and
+||a - b||_inf <= rtol * ||b||_inf over the flat final parameters (the L2 ratio ||a - b|| / ||b||
+is printed too). --rtol sets all three; --bitwise demands exact equality. Prints the worst of
+each quantity and its margin (tolerance / worst). Exit 1 on a mismatch, printing the worst step
+and element; the standard library only (no numpy).
+
+Default tolerances are derived from run B's checkpoint (its manifest holds the config) with
+u = 2^-24, lambda = 6 and the reduction lengths along the model's path (the count of
+tests/unit/gpt_path.h: layernorms, GEMMs, attention, head, and the N = global batch x seq_len
+rows summed into every weight gradient). Derivation and measurements: docs/tolerances.md.
+
+  loss       rho_f = 2 lambda sqrt(n_fwd + N) u: two fp32 forwards that round differently
+             (summed in other orders), then the mean over N tokens
+  grad norm  2.5 rho, rho = 2 lambda sqrt(n_fwd + n_bwd) u: the gradient's rounding, times an
+             allowance for the step's conditioning (a gradient that is a small sum of large
+             per-sequence terms loses relative accuracy; measured up to 1.1 rho)
+  params     rho * S / 30 after S steps: rounding differences compound through the optimizer
+             steps, measured ~linear in S (0.0028 rho per step on configs/tiny.json, 20-300
+             steps), so 12x margin
+
+configs/tiny.json (n_fwd 1344, n_bwd 1312 + N, N = 512): loss 3.1e-5, grad norm 1.0e-4, params
+4.0e-5 at 30 steps. Without a config in the manifest: 3e-5, 1e-4, 1e-4. A real bug is orders of
+magnitude above these: a missing 1/dp doubles the grad norm (1.0 relative), a dropped micro-batch
+moves the first step's grad norm by ~0.5."""
 import argparse
 import array
 import json
@@ -133,9 +154,59 @@ def read_params(ckpt_dir):
     return man["step"], out
 
 
+FP32_U = 2.0 ** -24
+LAMBDA = 6.0
+
+
+def gpt_reductions(model, T, N):
+    """Reduction lengths (forward, backward) along loom's GPT path, as tests/unit/gpt_path.h."""
+    C, L, V = model["n_embd"], model["n_layer"], model["vocab_size"]
+    HS = C / model["n_head"]
+    fwd = L * (2 * C + C + HS + 2 * T + C + 2 * C + C + 4 * C) + 2 * C + C + V
+    bwd = L * (2 * C + 4 * C + C + C + 3 * C + T + HS + 2 * C) + V + 2 * C + N
+    return fwd, bwd
+
+
+def derived_tolerances(ckpt_dir):
+    """({loss, grad_norm, params}, how they were found) for comparing another run with the run
+    whose newest checkpoint is in ckpt_dir (module docstring); fixed defaults when its manifest
+    has no config."""
+    fallback = {"loss": 3e-5, "grad_norm": 1e-4, "params": 1e-4}
+    try:
+        with open(os.path.join(ckpt_dir, "latest")) as f:
+            step_dir = os.path.join(ckpt_dir, f.read().strip())
+        with open(os.path.join(step_dir, "manifest.json")) as f:
+            man = json.load(f)
+        meta = man.get("meta", {})
+        cfg, steps = meta["config"], int(man["step"])
+        model, train = cfg["model"], cfg["train"]
+        tp, pp = meta.get("tp", 1), meta.get("pp", 1)
+        dp = max(1, int(man["world_size"]) // (tp * pp))
+        T = int(train.get("seq_len", model["context_length"]))
+        N = int(train["micro_batch_size"]) * int(train.get("grad_accum_steps", 1)) * dp * T
+        fwd, bwd = gpt_reductions(model, T, N)
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return fallback, "fixed defaults: no config in the reference checkpoint"
+    rho_f = 2 * LAMBDA * math.sqrt(fwd + N) * FP32_U
+    rho = 2 * LAMBDA * math.sqrt(fwd + bwd) * FP32_U
+    return ({"loss": rho_f, "grad_norm": 2.5 * rho, "params": rho * max(steps, 1) / 30},
+            f"derived: n_fwd {fwd:.0f}, n_bwd {bwd:.0f}, N {N}, {steps} steps")
+
+
+def margin(tol, worst):
+    """', margin Nx' (tolerance / worst), or '' when either is 0."""
+    if worst <= 0 or tol <= 0:
+        return ""
+    m = tol / worst
+    return f", margin {m:.0f}x" if m >= 10 else f", margin {m:.2g}x"
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rtol", type=float, default=1e-5)
+    ap.add_argument("--rtol", type=float, help="one tolerance for loss, grad norm and params")
+    ap.add_argument("--rtol-loss", type=float)
+    ap.add_argument("--rtol-grad-norm", type=float)
+    ap.add_argument("--rtol-params", type=float)
     ap.add_argument("--bitwise", action="store_true")
     ap.add_argument("--steps", default="1:1000000000")
     ap.add_argument("metrics_a")
@@ -144,14 +215,25 @@ def main():
     ap.add_argument("ckpt_b")
     a = ap.parse_args()
     lo, hi = (int(x) for x in a.steps.split(":"))
-    rtol = 0.0 if a.bitwise else a.rtol
+    derived, why = derived_tolerances(a.ckpt_b)
+    if a.rtol is not None:
+        derived, why = dict.fromkeys(derived, a.rtol), "--rtol"
+    if a.bitwise:
+        derived, why = dict.fromkeys(derived, 0.0), "--bitwise"
+    a.rtol_loss = derived["loss"] if a.rtol_loss is None else a.rtol_loss
+    a.rtol_grad_norm = derived["grad_norm"] if a.rtol_grad_norm is None else a.rtol_grad_norm
+    a.rtol_params = derived["params"] if a.rtol_params is None else a.rtol_params
+    if not a.bitwise:
+        print(f"tolerances ({why}): loss {a.rtol_loss:.2g}, grad norm {a.rtol_grad_norm:.2g}, "
+              f"final parameters {a.rtol_params:.2g}")
+    rtols = {"loss": a.rtol_loss, "grad_norm": a.rtol_grad_norm}
     ma, mb = read_metrics(a.metrics_a, lo, hi), read_metrics(a.metrics_b, lo, hi)
     if not ma or sorted(ma) != sorted(mb):
         sys.exit(f"FAIL: the runs logged different steps: {sorted(ma)} vs {sorted(mb)}")
     ok = True
-    worst = (0.0, None, None)
-    for s in sorted(ma):
-        for key in ("loss", "grad_norm"):
+    for key, rtol in rtols.items():
+        worst, wstep = 0.0, None
+        for s in sorted(ma):
             x, y = ma[s][key], mb[s][key]
             if x is None or y is None:  # a skipped (overflowed) fp16 step logs a null norm
                 if x is not y:
@@ -159,13 +241,14 @@ def main():
                     ok = False
                 continue
             rel = abs(x - y) / max(abs(y), 1e-30)
-            if rel > worst[0]:
-                worst = (rel, s, key)
+            if rel > worst:
+                worst, wstep = rel, s
             if abs(x - y) > rtol * abs(y):
                 print(f"FAIL step {s} {key}: {x!r} vs {y!r} (rel {rel:.3g} > {rtol:g})")
                 ok = False
-    print(f"per-step loss/grad_norm over {len(ma)} steps: worst rel diff {worst[0]:.3g}"
-          + (f" (step {worst[1]} {worst[2]})" if worst[1] else ""))
+        print(f"per-step {key} over {len(ma)} steps: worst rel diff {worst:.3g}"
+              + (f" (step {wstep})" if wstep else "") + f"; tolerance {rtol:.3g}"
+              + margin(rtol, worst))
     sa, pa = read_params(a.ckpt_a)
     sb, pb = read_params(a.ckpt_b)
     if sa != sb or len(pa) != len(pb):
@@ -179,8 +262,10 @@ def main():
         l2d += d * d
         l2r += y * y
     rel_inf = maxdiff / max(maxref, 1e-30)
+    rtol = a.rtol_params
     print(f"final parameters (step {sa}, {len(pa)} values): max|a-b|/max|b| = {rel_inf:.3g}"
-          f" (element {imax}), ||a-b||/||b|| = {math.sqrt(l2d / max(l2r, 1e-30)):.3g}")
+          f" (element {imax}), ||a-b||/||b|| = {math.sqrt(l2d / max(l2r, 1e-30)):.3g}"
+          f"; tolerance {rtol:.3g}" + margin(rtol, rel_inf))
     if (a.bitwise and maxdiff != 0.0) or rel_inf > rtol:
         print(f"FAIL final parameters: {rel_inf:.3g} > {rtol:g}")
         ok = False

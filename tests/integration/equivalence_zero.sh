@@ -3,7 +3,7 @@
 # sequences of 64 tokens, divisible by 2, 3, 4 ranks x 4 micro-steps) and seed on 1 rank without
 # any parallel plugin, and under each stage on 1, 2, 3 and 4 ranks with gradient accumulation 1
 # and 4, must give the same per-step loss and grad norm and the same final parameters within
-# 1e-5 relative, over 30 steps. 3 ranks split the tiny model's 35712 parameters unevenly; the
+# compare_runs.py's tolerances (docs/tolerances.md), over 30 steps. 3 ranks split the tiny model's 35712 parameters unevenly; the
 # variants also cover small buckets (several per unit, crossing partition boundaries), blocking
 # reduce-scatters (overlap_comm=false) and ZeRO-3 without prefetch. Then ddp and every stage
 # with cpu_offload on 2, 3 and 4 ranks, accumulation 1 and 4.
@@ -58,6 +58,22 @@ for n in 2 3 4; do
 done
 for r in "${names[@]}"; do
   echo "== $r vs ref"
-  compare "$r" ref --rtol 1e-5
+  compare "$r" ref
 done
-echo "equivalence_zero: all ${#names[@]} runs match the single-rank reference"
+
+# Issue 7's case: zero3 with prefetch on 4 ranks (micro-batch 1 x accumulation 2) against 1 rank
+# (micro-batch 8), clip 0.5, 30 steps. Step 25's gradient is ill-conditioned (a small sum of
+# large per-sequence terms): its grad norm differs by ~5e-6 relative here and by 1.1e-5 on
+# Haswell kernels, and by as much between two single-rank runs that differ only in
+# accumulation (the noise floor, printed for comparison).
+run 1 ref8 --set train.micro_batch_size=8 --set train.steps=$STEPS --set optimizer.grad_clip=0.5 \
+  --set 'parallel=[]'
+run 1 floor_acc2 --set train.micro_batch_size=4 --set train.grad_accum_steps=2 \
+  --set train.steps=$STEPS --set optimizer.grad_clip=0.5 --set 'parallel=[]'
+run 4 zero3_mb1_acc2 --set train.micro_batch_size=1 --set train.grad_accum_steps=2 \
+  --set train.steps=$STEPS --set optimizer.grad_clip=0.5 --set 'parallel=[{"plugin":"zero3"}]'
+echo "== noise floor: 1 rank, accumulation 2 x 4 vs 8"
+compare floor_acc2 ref8
+echo "== zero3_mb1_acc2 (4 ranks, prefetch) vs ref8"
+compare zero3_mb1_acc2 ref8
+echo "equivalence_zero: all $((${#names[@]} + 2)) runs match the single-rank reference"

@@ -23,7 +23,8 @@ make_data() {
   fi || die "loom-prepare failed"
 }
 
-# run NRANKS NAME [--set ...]: train configs/tiny.json on NRANKS ranks into $WORK/NAME
+# run NRANKS NAME [--set ...]: train configs/tiny.json on NRANKS ranks into $WORK/NAME.
+# LOOM_TEST_THREADS=N (by hand, to measure tolerances) gives each rank N threads.
 run() {
   local n=$1 name=$2
   shift 2
@@ -34,6 +35,7 @@ run() {
     --set "data.vocab=$WORK/data/vocab.json" \
     --set "logging.metrics=$WORK/$name/metrics.jsonl" --set logging.interval=5 \
     --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/$name/ckpt\",\"every\":0,\"keep\":0}" \
+    ${LOOM_TEST_THREADS:+--set device.threads=$LOOM_TEST_THREADS} \
     "$@" >"$WORK/$name/out.log" 2>&1 || { cat "$WORK/$name/out.log" >&2; die "run $name failed"; }
 }
 

@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include "device/device.h"
+#include "fp_tolerance.h"
+#include "gpt_path.h"
 #include "model/gpt.h"
 #include "util/rng.h"
 
@@ -228,24 +230,43 @@ static void check_fwd_bwd(int tp) {
   /* f and g each once per column/row-parallel matmul: 2 per block, forward and backward */
   for (int w = 0; w < 2; w++)
     for (int b = 0; b < 2; b++) ck_assert_int_eq(sh.calls[w][b], 2 * base.n_layer);
+  /* The split GEMMs reduce over C / tp and the all-reduce adds the tp partial sums: another
+   * order of the same sums, so every value may round differently (two fp32 computations over
+   * the whole path). Gradients per tensor and rank, norm-wise over the rank's slice. */
+  const double loss_tol = fp32_tol(2, gpt_forward_reductions(&base, T) + N);
+  const double grad_tol =
+      fp32_tol(2, gpt_forward_reductions(&base, T) + gpt_backward_reductions(&base, B, T));
+  double worst_loss = 0, worst_grad = 0;
   for (int r = 0; r < tp; r++) {
     ck_assert_int_eq(args[r].rc, LOOM_OK);
-    ck_assert_msg(fabsf(args[r].loss - want_loss) <= 1e-5f * fabsf(want_loss),
-                  "rank %d loss %.8g vs %.8g", r, args[r].loss, want_loss);
+    double le = fabs((double)args[r].loss - want_loss) / fabs(want_loss);
+    worst_loss = fmax(worst_loss, le);
+    ck_assert_msg(le <= loss_tol, "rank %d loss %.8g vs %.8g (rel err %.3e > %.1e)", r,
+                  args[r].loss, want_loss, le, loss_tol);
     gpt_model *m = &part[r];
     for (int k = 0; k < m->n_params; k++) {
       const gpt_param *p = &m->params[k];
       int64_t lcols = p->ndim == 2 ? p->lshape[1] : 1;
+      double d2 = 0, r2 = 0, wi = 0, wj = 0, wd = -1;
       for (int64_t i = 0; i < p->lshape[0]; i++)
         for (int64_t j = 0; j < lcols; j++) {
           float got = m->grads_memory[p->offset + (size_t)(i * lcols + j)];
           float want = full.grads_memory[full.params[k].offset + global_of(p, tp, r, i, j)];
-          ck_assert_msg(fabsf(got - want) <= 1e-5f + 1e-4f * fabsf(want),
-                        "tp %d rank %d grad %s (%lld,%lld): %.8g vs %.8g", tp, r, p->name,
-                        (long long)i, (long long)j, got, want);
+          double d = fabs((double)got - want);
+          if (d > wd) wd = d, wi = (double)i, wj = (double)j;
+          d2 += d * d;
+          r2 += (double)want * want;
         }
+      double e = d2 == 0 ? 0 : sqrt(d2 / fmax(r2, 1e-60));
+      worst_grad = fmax(worst_grad, e);
+      ck_assert_msg(e <= grad_tol,
+                    "tp %d rank %d grad %s: ||got-want||/||want|| %.3e > %.1e (worst (%g,%g) off "
+                    "by %.3g)",
+                    tp, r, p->name, e, grad_tol, wi, wj, wd);
     }
   }
+  printf("tp %d: loss rel err %.2e (tol %.1e), worst gradient ||a-b||/||b|| %.2e (tol %.1e)\n",
+         tp, worst_loss, loss_tol, worst_grad, grad_tol);
 }
 
 START_TEST(test_fwd_bwd_tp2) { check_fwd_bwd(2); }
