@@ -39,6 +39,7 @@
 
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "util/fs_util.h"
 #include "util/input_file.h"
 
 #define BLOCK_BYTES 8192 /* the unit of the train/val split */
@@ -377,26 +378,8 @@ static int write_text_atomic(const char *path, const char *text) {
 }
 
 static int mkdir_p(const char *dir) {
-  char *p = xstrdup(dir);
-  for (char *s = p + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = '\0';
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-      int e = errno;
-      fail("%s: cannot create directory: %s", p, strerror(e));
-      free(p);
-      return -1;
-    }
-    *s = '/';
-  }
-  int rc = 0;
-  struct stat st;
-  if (mkdir(p, 0755) != 0 && errno != EEXIST)
-    rc = fail("%s: cannot create directory: %s", p, strerror(errno));
-  else if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
-    rc = fail("%s: not a directory", p);
-  free(p);
-  return rc;
+  char e[1024];
+  return loom__mkdir_p(dir, e, sizeof e) == 0 ? 0 : fail("%s", e);
 }
 
 /* ---- arguments ---- */

@@ -15,6 +15,7 @@
 #include "config_internal.h"
 #include "model/gpt.h"
 #include "util/input_file.h"
+#include "../util/fs_util.h"
 
 #define PARSE_FLAGS JSON_REJECT_DUPLICATES
 #define CONFIG_MAX_BYTES (16u << 20) /* a config is a few KiB; more is not a config */
@@ -27,15 +28,6 @@ typedef struct ctx {
   size_t errlen;
 } ctx;
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 /* ---- overrides -------------------------------------------------------------------------- */
 
@@ -105,13 +97,13 @@ static int apply_override(json_t *root, const char *arg, char *err, size_t errle
   show_arg(arg, shown, sizeof shown);
   const char *eq = arg ? strchr(arg, '=') : NULL;
   if (!eq || eq == arg) {
-    set_err(err, errlen, "--set '%s': expected PATH=VALUE", shown);
+    loom__set_err(err, errlen, "--set '%s': expected PATH=VALUE", shown);
     return -1;
   }
   size_t plen = (size_t)(eq - arg);
   char *buf = malloc(plen + 1);
   if (!buf) { /* defensive */
-    set_err(err, errlen, "--set '%s': out of memory", shown);
+    loom__set_err(err, errlen, "--set '%s': out of memory", shown);
     return -1;
   }
   memcpy(buf, arg, plen);
@@ -120,14 +112,14 @@ static int apply_override(json_t *root, const char *arg, char *err, size_t errle
   int n = parse_path(buf, steps, MAX_PATH_STEPS);
   if (n < 1) {
     free(buf);
-    set_err(err, errlen, "--set '%s': expected PATH=VALUE", shown);
+    loom__set_err(err, errlen, "--set '%s': expected PATH=VALUE", shown);
     return -1;
   }
   json_t *val = json_loads(eq + 1, JSON_DECODE_ANY | PARSE_FLAGS, NULL);
   if (!val) val = json_string(eq + 1);
   if (!val) {
     free(buf);
-    set_err(err, errlen, "--set '%s': value is not valid UTF-8", shown);
+    loom__set_err(err, errlen, "--set '%s': value is not valid UTF-8", shown);
     return -1;
   }
 
@@ -144,7 +136,7 @@ static int apply_override(json_t *root, const char *arg, char *err, size_t errle
       wlen += (size_t)snprintf(where + wlen, sizeof where - wlen, "%s%s", i ? "." : "", s->key);
     if (wlen >= sizeof where) wlen = sizeof where - 1;
     if (s->is_index && s->index > size) {
-      set_err(err, errlen, "--set '%s': %s: index out of range (the array has %zu element%s)",
+      loom__set_err(err, errlen, "--set '%s': %s: index out of range (the array has %zu element%s)",
               shown, where, size, size == 1 ? "" : "s");
       rc = -1;
       break;
@@ -163,7 +155,7 @@ static int apply_override(json_t *root, const char *arg, char *err, size_t errle
     } else if (want_array ? !json_is_array(child) : !json_is_object(child)) {
       char got[96];
       loom__json_repr(child, got, sizeof got);
-      set_err(err, errlen, "--set '%s': %s: expected %s, got %s", shown, where,
+      loom__set_err(err, errlen, "--set '%s': %s: expected %s, got %s", shown, where,
               want_array ? "an array" : "an object", got);
       rc = -1;
       break;
@@ -173,7 +165,7 @@ static int apply_override(json_t *root, const char *arg, char *err, size_t errle
                 : s->index < size ? json_array_set_new(cur, s->index, put)
                                   : json_array_append_new(cur, put);
       if (bad) { /* jansson freed `put`; a key that is not UTF-8, or out of memory */
-        set_err(err, errlen, "--set '%s': %s: cannot set this key (not valid UTF-8?)", shown,
+        loom__set_err(err, errlen, "--set '%s': %s: cannot set this key (not valid UTF-8?)", shown,
                 where);
         rc = -1;
         break;
@@ -291,7 +283,7 @@ static int plugin_at(ctx *c, json_t *v, const char *where, const char *example,
   }
   return 0;
 oom: /* defensive */
-  set_err(c->err, c->errlen, "%s: %s: out of memory", c->file, where);
+  loom__set_err(c->err, c->errlen, "%s: %s: out of memory", c->file, where);
   return -1;
 }
 
@@ -306,7 +298,7 @@ static int plugin_section(ctx *c, const char *key, const char *dflt, const char 
     if (!*dflt) return 0;
     out->options = json_object();
     if (out->options) return 0;
-    set_err(c->err, c->errlen, "%s: %s: out of memory", c->file, key); /* defensive */
+    loom__set_err(c->err, c->errlen, "%s: %s: out of memory", c->file, key); /* defensive */
     return -1;
   }
   return plugin_at(c, v, key, example, out);
@@ -519,7 +511,7 @@ static int load_device(ctx *c) {
   if (!o.obj) { /* absent: give the device layer an empty object rather than NULL */
     o.obj = json_object();
     if (!o.obj || json_object_set_new(cfg->root, "device", o.obj)) { /* defensive */
-      set_err(c->err, c->errlen, "%s: device: out of memory", c->file);
+      loom__set_err(c->err, c->errlen, "%s: device: out of memory", c->file);
       return -1;
     }
   }
@@ -596,7 +588,7 @@ static int finish(loom_config *cfg, const char *file, json_t *root, const char *
   if (!json_is_object(root)) {
     char got[96];
     loom__json_repr(root, got, sizeof got);
-    set_err(err, errlen, "%s: expected a JSON object at the top level, got %s", file, got);
+    loom__set_err(err, errlen, "%s: expected a JSON object at the top level, got %s", file, got);
     goto fail;
   }
   for (int i = 0; overrides && i < n_overrides; i++) {
@@ -624,7 +616,7 @@ static int start(loom_config *cfg, const char *file, char *err, size_t errlen) {
   memset(cfg, 0, sizeof *cfg);
   size_t n = strlen(file);
   if (n >= sizeof cfg->path) {
-    set_err(err, errlen, "%s: file name too long (at most %zu bytes)", file,
+    loom__set_err(err, errlen, "%s: file name too long (at most %zu bytes)", file,
             sizeof cfg->path - 1);
     return -1;
   }
@@ -634,9 +626,9 @@ static int start(loom_config *cfg, const char *file, char *err, size_t errlen) {
 
 static void syntax_error(const char *file, const json_error_t *je, char *err, size_t errlen) {
   if (je->line > 0)
-    set_err(err, errlen, "%s:%d:%d: %s", file, je->line, je->column, je->text);
+    loom__set_err(err, errlen, "%s:%d:%d: %s", file, je->line, je->column, je->text);
   else
-    set_err(err, errlen, "%s: %s", file, je->text);
+    loom__set_err(err, errlen, "%s: %s", file, je->text);
 }
 
 int loom_config_load(loom_config *cfg, const char *path, const char *const *overrides,

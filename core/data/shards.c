@@ -10,6 +10,7 @@
 #include "data/shards.h"
 #include "util/atomic_file.h"
 #include "util/input_file.h"
+#include "../util/fs_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,13 +29,6 @@
 
 #define HEADER_BYTES ((size_t)LOOM_SHARD_HEADER_INTS * sizeof(int32_t))
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
@@ -52,7 +46,7 @@ static int shard_open(loom_shard *sh, const char *path, int T, int vocab_size, c
   memset(sh, 0, sizeof(*sh));
   sh->path = strdup(path);
   if (!sh->path) {
-    set_err(err, errlen, "%s: out of memory", path);
+    loom__set_err(err, errlen, "%s: out of memory", path);
     return -1;
   }
   /* never a blocking open: a FIFO matched by the glob is refused, not waited on */
@@ -61,7 +55,7 @@ static int shard_open(loom_shard *sh, const char *path, int T, int vocab_size, c
   if (fd < 0) return -1;
   size_t file_bytes = (size_t)size;
   if (file_bytes < HEADER_BYTES) {
-    set_err(err, errlen,
+    loom__set_err(err, errlen,
             "%s: truncated: file holds %zu bytes, less than the %zu-byte header of an llm.c "
             "token shard",
             path, file_bytes, HEADER_BYTES);
@@ -71,7 +65,7 @@ static int shard_open(loom_shard *sh, const char *path, int T, int vocab_size, c
   void *map = mmap(NULL, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd); /* the mapping keeps the file alive */
   if (map == MAP_FAILED) {
-    set_err(err, errlen, "%s: cannot mmap: %s", path, strerror(errno));
+    loom__set_err(err, errlen, "%s: cannot mmap: %s", path, strerror(errno));
     return -1;
   }
   sh->map = map;
@@ -79,29 +73,29 @@ static int shard_open(loom_shard *sh, const char *path, int T, int vocab_size, c
 
   const int32_t *hdr = (const int32_t *)map;
   if (hdr[0] != LOOM_SHARD_MAGIC) {
-    set_err(err, errlen, "%s: bad magic %d (expected %d: an llm.c token shard)", path,
+    loom__set_err(err, errlen, "%s: bad magic %d (expected %d: an llm.c token shard)", path,
             (int)hdr[0], LOOM_SHARD_MAGIC);
     return -1;
   }
   if (hdr[1] != LOOM_SHARD_VERSION) {
-    set_err(err, errlen, "%s: unsupported version %d (expected %d)", path, (int)hdr[1],
+    loom__set_err(err, errlen, "%s: unsupported version %d (expected %d)", path, (int)hdr[1],
             LOOM_SHARD_VERSION);
     return -1;
   }
   if (hdr[2] < 0) {
-    set_err(err, errlen, "%s: bad header: negative token count %d", path, (int)hdr[2]);
+    loom__set_err(err, errlen, "%s: bad header: negative token count %d", path, (int)hdr[2]);
     return -1;
   }
   size_t n_tokens = (size_t)hdr[2];
   size_t body = file_bytes - HEADER_BYTES;
   size_t held = body / sizeof(uint16_t);
   if (held < n_tokens) {
-    set_err(err, errlen, "%s: truncated: header says %zu tokens, file holds %zu", path, n_tokens,
+    loom__set_err(err, errlen, "%s: truncated: header says %zu tokens, file holds %zu", path, n_tokens,
             held);
     return -1;
   }
   if (body != n_tokens * sizeof(uint16_t)) {
-    set_err(err, errlen, "%s: size mismatch: header says %zu tokens, file holds %zu bytes after "
+    loom__set_err(err, errlen, "%s: size mismatch: header says %zu tokens, file holds %zu bytes after "
             "the header (%zu tokens%s)", path, n_tokens, body, held,
             body % 2 ? " and a stray byte" : "");
     return -1;
@@ -111,13 +105,13 @@ static int shard_open(loom_shard *sh, const char *path, int T, int vocab_size, c
 
   for (size_t i = 0; i < n_tokens; i++) {
     if (sh->tokens[i] >= vocab_size) {
-      set_err(err, errlen, "%s: token %u at position %zu >= vocab_size %d", path,
+      loom__set_err(err, errlen, "%s: token %u at position %zu >= vocab_size %d", path,
               (unsigned)sh->tokens[i], i, vocab_size);
       return -1;
     }
   }
   if (n_tokens < (size_t)T + 1) {
-    set_err(err, errlen,
+    loom__set_err(err, errlen,
             "%s: shard holds %zu tokens, fewer than T+1 = %d (one sequence of T = %d)", path,
             n_tokens, T + 1, T);
     return -1;
@@ -146,13 +140,13 @@ static void no_match_error(const char *pattern, char *err, size_t errlen) {
   struct stat st;
   int plain_dir = slash && slash != dir && !strpbrk(dir, "*?[");
   if (plain_dir && stat(dir, &st) != 0)
-    set_err(err, errlen, "no files match '%s': directory %s does not exist; token shards are "
+    loom__set_err(err, errlen, "no files match '%s': directory %s does not exist; token shards are "
             "made by tools/main_job.sh (README command 1, into data/) or by "
             "`build/bin/loom-prepare --out %s TEXT...`", pattern, dir, dir);
   else if (plain_dir && !S_ISDIR(st.st_mode))
-    set_err(err, errlen, "no files match '%s': %s is not a directory", pattern, dir);
+    loom__set_err(err, errlen, "no files match '%s': %s is not a directory", pattern, dir);
   else
-    set_err(err, errlen, "no files match '%s'; token shards are made by tools/main_job.sh "
+    loom__set_err(err, errlen, "no files match '%s'; token shards are made by tools/main_job.sh "
             "(README) or by `build/bin/loom-prepare --out DIR TEXT...`", pattern);
 }
 
@@ -160,15 +154,15 @@ int loom_loader_open(loom_loader *ld, const char *pattern, int T, int vocab_size
                      size_t errlen) {
   memset(ld, 0, sizeof(*ld));
   if (!pattern || !*pattern) {
-    set_err(err, errlen, "no shard pattern given");
+    loom__set_err(err, errlen, "no shard pattern given");
     return -1;
   }
   if (T < 1) {
-    set_err(err, errlen, "%s: sequence length T = %d (must be >= 1)", pattern, T);
+    loom__set_err(err, errlen, "%s: sequence length T = %d (must be >= 1)", pattern, T);
     return -1;
   }
   if (vocab_size < 1 || vocab_size > 65536) {
-    set_err(err, errlen, "%s: vocab_size %d does not fit uint16 tokens (1..65536)", pattern,
+    loom__set_err(err, errlen, "%s: vocab_size %d does not fit uint16 tokens (1..65536)", pattern,
             vocab_size);
     return -1;
   }
@@ -182,9 +176,9 @@ int loom_loader_open(loom_loader *ld, const char *pattern, int T, int vocab_size
   }
   if (rc != 0) {
     if (rc == GLOB_NOSPACE)
-      set_err(err, errlen, "'%s': out of memory while matching", pattern);
+      loom__set_err(err, errlen, "'%s': out of memory while matching", pattern);
     else
-      set_err(err, errlen, "'%s': cannot read directory %s: %s", pattern,
+      loom__set_err(err, errlen, "'%s': cannot read directory %s: %s", pattern,
               glob_failed_path[0] ? glob_failed_path : "(unknown)", strerror(glob_failed_errno));
     globfree(&g);
     return -1;
@@ -194,7 +188,7 @@ int loom_loader_open(loom_loader *ld, const char *pattern, int T, int vocab_size
 
   ld->shards = calloc(g.gl_pathc, sizeof(loom_shard));
   if (!ld->shards) {
-    set_err(err, errlen, "'%s': out of memory", pattern);
+    loom__set_err(err, errlen, "'%s': out of memory", pattern);
     globfree(&g);
     return -1;
   }
@@ -282,7 +276,7 @@ void loom_loader_seek(loom_loader *ld, const loom_data_pos *pos, uint64_t *skipp
 int loom_shard_write(const char *path, const uint16_t *tokens, size_t n_tokens, char *err,
                      size_t errlen) {
   if (n_tokens > (size_t)INT32_MAX) {
-    set_err(err, errlen, "%s: %zu tokens do not fit the int32 count of an llm.c shard", path,
+    loom__set_err(err, errlen, "%s: %zu tokens do not fit the int32 count of an llm.c shard", path,
             n_tokens);
     return -1;
   }

@@ -3,6 +3,7 @@
 #include "data/tokenizer.h"
 #include "util/atomic_file.h"
 #include "util/input_file.h"
+#include "../util/fs_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,13 +17,6 @@
 /* A vocabulary file is a few bytes (byte tokenizer) to a few MiB (a BPE merge list). */
 #define VOCAB_MAX_BYTES (64u << 20)
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 void loom_tokenizer_init_bytes(loom_tokenizer *tok) {
   tok->type = LOOM_TOKENIZER_BYTE;
@@ -42,7 +36,7 @@ int loom_tokenizer_load(loom_tokenizer *tok, const char *path, char *err, size_t
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
   free(text);
   if (!root) {
-    set_err(err, errlen, "%s: not a vocabulary file: line %d: %s", path, jerr.line, jerr.text);
+    loom__set_err(err, errlen, "%s: not a vocabulary file: line %d: %s", path, jerr.line, jerr.text);
     return -1;
   }
   int rc = -1;
@@ -50,18 +44,18 @@ int loom_tokenizer_load(loom_tokenizer *tok, const char *path, char *err, size_t
   const char *type = json_string_value(tv);
   json_t *vs = json_object_get(root, "vocab_size");
   if (!json_is_object(root)) {
-    set_err(err, errlen, "%s: not a vocabulary file: expected a JSON object", path);
+    loom__set_err(err, errlen, "%s: not a vocabulary file: expected a JSON object", path);
   } else if (!tv) {
-    set_err(err, errlen, "%s: missing \"type\" (a string such as \"byte\")", path);
+    loom__set_err(err, errlen, "%s: missing \"type\" (a string such as \"byte\")", path);
   } else if (!type) {
-    set_err(err, errlen, "%s: \"type\" must be a string such as \"byte\"", path);
+    loom__set_err(err, errlen, "%s: \"type\" must be a string such as \"byte\"", path);
   } else if (strcmp(type, "byte") != 0) {
-    set_err(err, errlen, "%s: unsupported tokenizer type \"%s\" (this build knows \"byte\")",
+    loom__set_err(err, errlen, "%s: unsupported tokenizer type \"%s\" (this build knows \"byte\")",
             path, type);
   } else if (vs && !json_is_integer(vs)) {
-    set_err(err, errlen, "%s: \"vocab_size\" must be an integer", path);
+    loom__set_err(err, errlen, "%s: \"vocab_size\" must be an integer", path);
   } else if (vs && json_integer_value(vs) != LOOM_TOKENIZER_BYTE_VOCAB) {
-    set_err(err, errlen, "%s: vocab_size %lld does not match type \"byte\" (%d)", path,
+    loom__set_err(err, errlen, "%s: vocab_size %lld does not match type \"byte\" (%d)", path,
             (long long)json_integer_value(vs), LOOM_TOKENIZER_BYTE_VOCAB);
   } else {
     rc = 0;
@@ -71,7 +65,7 @@ int loom_tokenizer_load(loom_tokenizer *tok, const char *path, char *err, size_t
     json_t *val;
     json_object_foreach(root, key, val) {
       if (key[0] == '_' || !strcmp(key, "type") || !strcmp(key, "vocab_size")) continue;
-      set_err(err, errlen, "%s: unknown key \"%.64s\" (a \"byte\" vocabulary has \"type\" and "
+      loom__set_err(err, errlen, "%s: unknown key \"%.64s\" (a \"byte\" vocabulary has \"type\" and "
               "\"vocab_size\"; keys starting with '_' are comments)", path, key);
       rc = -1;
       break;

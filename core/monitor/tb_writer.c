@@ -12,6 +12,7 @@
 #include <isa-l/crc.h>
 
 #include "tensorboard.pb-c.h"
+#include "../util/fs_util.h"
 
 struct loom_tb_writer {
   FILE *f;
@@ -70,25 +71,16 @@ static int write_event(loom_tb_writer *w, const Tensorboard__Event *ev, char *er
   return 0;
 }
 
-static void make_dirs(const char *dir) {
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s", dir);
-  for (char *p = buf + 1; *p; p++)
-    if (*p == '/') {
-      *p = '\0';
-      mkdir(buf, 0755);
-      *p = '/';
-    }
-  mkdir(buf, 0755);
-}
-
 loom_tb_writer *loom_tb_open(const char *dir, char *err, size_t errlen) {
   loom_tb_writer *w = calloc(1, sizeof *w);
   if (!w) {
     snprintf(err, errlen, "out of memory");
     return NULL;
   }
-  make_dirs(dir);
+  if (loom__mkdir_p(dir, err, errlen) != 0) {
+    free(w);
+    return NULL;
+  }
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
   /* TensorBoard orders a directory's files by name: the timestamp keeps a resumed run's file

@@ -21,6 +21,7 @@
 #include "html_page.h"
 #include "plots.h"
 #include "run_metrics.h"
+#include "../util/fs_util.h"
 
 enum { MAX_SETS = 64, MAX_VARIANT_SETS = 16 };
 
@@ -107,18 +108,6 @@ static void clear_events(const char *dir) {
       unlink(p);
     }
   closedir(d);
-}
-
-static void mkdir_p(const char *dir) {
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s", dir);
-  for (char *p = buf + 1; *p; p++)
-    if (*p == '/') {
-      *p = '\0';
-      mkdir(buf, 0755);
-      *p = '/';
-    }
-  mkdir(buf, 0755);
 }
 
 /* The overrides of run s, in order: the common ones, the variant's, then what compare owns
@@ -422,13 +411,20 @@ int loom_cmd_compare(int argc, char **argv) {
     if (s->config) snprintf(s->dir, sizeof s->dir, "%s/%s", out_dir, s->name);
   }
   if (check_same_experiment(specs, n, common, n_common, steps) != 0) goto done;
-  mkdir_p(out_dir);
+  char mkerr[2048];
+  if (loom__mkdir_p(out_dir, mkerr, sizeof mkerr) != 0) {
+    fprintf(stderr, "loom compare: %s\n", mkerr);
+    goto done;
+  }
   for (int i = 0; i < n; i++) {
     run_spec *s = &specs[i];
     char err[2048];
     double wall = -1;
     if (s->config) {
-      mkdir_p(s->dir);
+      if (loom__mkdir_p(s->dir, err, sizeof err) != 0) {
+        fprintf(stderr, "loom compare: %s\n", err);
+        goto done;
+      }
       clear_events(s->dir);
       const char *ov[MAX_SETS + MAX_VARIANT_SETS + 8];
       char store[4][4200];

@@ -1,4 +1,5 @@
 #include "plots.h"
+#include "../util/fs_util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -124,7 +125,7 @@ static void write_script(FILE *f, const loom_run_metrics *runs, int n) {
 
 int loom_plots_draw(const char *dir, const loom_run_metrics *runs, int n, char *err,
                     size_t errlen) {
-  mkdir(dir, 0755);
+  if (loom__mkdir_p(dir, err, errlen) != 0) return -1;
   if (write_data(dir, runs, n, err, errlen) != 0) return -1;
   char path[4200];
   snprintf(path, sizeof path, "%s/plots.gp", dir);

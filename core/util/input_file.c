@@ -1,6 +1,7 @@
 /* Non-blocking opens of user-given input files (see input_file.h). */
 #define _GNU_SOURCE
 #include "util/input_file.h"
+#include "fs_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,15 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 const char *loom__file_kind(unsigned mode) {
   switch (mode & S_IFMT) {
@@ -37,22 +29,22 @@ int loom__open_regular(const char *path, off_t *size_bytes, char *err, size_t er
   /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever */
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
-    set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    loom__set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     return -1;
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+    loom__set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
     close(fd);
     return -1;
   }
   if (S_ISDIR(st.st_mode)) {
-    set_err(err, errlen, "%s: cannot open: %s", path, strerror(EISDIR));
+    loom__set_err(err, errlen, "%s: cannot open: %s", path, strerror(EISDIR));
     close(fd);
     return -1;
   }
   if (!S_ISREG(st.st_mode)) {
-    set_err(err, errlen, "%s: expected a regular file, got %s", path,
+    loom__set_err(err, errlen, "%s: expected a regular file, got %s", path,
             loom__file_kind((unsigned)st.st_mode));
     close(fd);
     return -1;
@@ -69,14 +61,14 @@ char *loom__read_regular(const char *path, size_t max_bytes, size_t *len, char *
   int fd = loom__open_regular(path, &size, err, errlen);
   if (fd < 0) return NULL;
   if (size < 0 || (unsigned long long)size > max_bytes) {
-    set_err(err, errlen, "%s: %lld bytes, larger than the %zu bytes such a file may have", path,
+    loom__set_err(err, errlen, "%s: %lld bytes, larger than the %zu bytes such a file may have", path,
             (long long)size, max_bytes);
     close(fd);
     return NULL;
   }
   char *buf = malloc((size_t)size + 1);
   if (!buf) {
-    set_err(err, errlen, "%s: out of memory reading %lld bytes", path, (long long)size);
+    loom__set_err(err, errlen, "%s: out of memory reading %lld bytes", path, (long long)size);
     close(fd);
     return NULL;
   }
@@ -85,7 +77,7 @@ char *loom__read_regular(const char *path, size_t max_bytes, size_t *len, char *
     ssize_t n = read(fd, buf + got, (size_t)size - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      set_err(err, errlen, "%s: read error: %s", path, strerror(errno));
+      loom__set_err(err, errlen, "%s: read error: %s", path, strerror(errno));
       free(buf);
       close(fd);
       return NULL;
@@ -103,7 +95,7 @@ int loom__check_output_path(const char *path, char *err, size_t errlen) {
   struct stat st;
   if (stat(path, &st) == 0) {
     if (S_ISREG(st.st_mode)) return 0;
-    set_err(err, errlen, "%s: expected a regular file (or none), got %s", path,
+    loom__set_err(err, errlen, "%s: expected a regular file (or none), got %s", path,
             loom__file_kind((unsigned)st.st_mode));
     return -1;
   }
@@ -122,11 +114,11 @@ int loom__check_output_path(const char *path, char *err, size_t errlen) {
     else *slash = '\0';
     if (stat(dir, &st) == 0) {
       if (!S_ISDIR(st.st_mode)) {
-        set_err(err, errlen, "%s: cannot be created: %s is %s, not a directory", path, dir,
+        loom__set_err(err, errlen, "%s: cannot be created: %s is %s, not a directory", path, dir,
                 loom__file_kind((unsigned)st.st_mode));
         rc = -1;
       } else if (access(dir, W_OK | X_OK) != 0) {
-        set_err(err, errlen, "%s: cannot be created: the directory %s is not writable: %s", path,
+        loom__set_err(err, errlen, "%s: cannot be created: the directory %s is not writable: %s", path,
                 dir, strerror(errno));
         rc = -1;
       }
@@ -142,7 +134,7 @@ int loom__create_tmp(const char *path, char *err, size_t errlen) {
   struct stat st;
   /* lstat: a symlink is itself replaced, never followed */
   if (lstat(path, &st) == 0 && !S_ISDIR(st.st_mode) && unlink(path) != 0 && errno != ENOENT) {
-    set_err(err, errlen, "%s: cannot create: it is %s and cannot be removed: %s", path,
+    loom__set_err(err, errlen, "%s: cannot create: it is %s and cannot be removed: %s", path,
             loom__file_kind((unsigned)st.st_mode), strerror(errno));
     return -1;
   }
@@ -150,7 +142,7 @@ int loom__create_tmp(const char *path, char *err, size_t errlen) {
    * of being written through; O_NONBLOCK so even that case cannot wait */
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd < 0) {
-    set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+    loom__set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
     return -1;
   }
   int fl = fcntl(fd, F_GETFL);

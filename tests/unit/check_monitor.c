@@ -188,8 +188,7 @@ START_TEST(bad_record_and_bad_dir) {
   fclose(f);
   snprintf(dir, sizeof dir, "%s/plain/tb", g_dir);
   ck_assert_ptr_null(loom_tb_open(dir, err, sizeof err));
-  ck_assert_msg(strstr(err, "cannot create") && strstr(err, "plain/tb/events.out.tfevents."),
-                "%s", err);
+  ck_assert_msg(strstr(err, "plain/tb: cannot create directory"), "%s", err);
 }
 END_TEST
 
