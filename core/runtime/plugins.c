@@ -1,4 +1,5 @@
 /* Loading the config's plugins, checking that their roles compose, and creating them. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,12 +261,17 @@ int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen) {
   int rc = rt->precision.u.precision.create(api, h, &h->opts, &rt->precision_ctx);
   if (rc != LOOM_OK) return plugin_error(rt, &rt->precision, h, rc, "create", err, errlen);
   loom_dtype dt = rt->precision.u.precision.compute_dtype(rt->precision_ctx);
-  if (dt != LOOM_F32) {
-    snprintf(err, errlen, "%s: %s: plugin '%s' computes in dtype %d; the %s device runs fp32 only",
-             cfg->path, cfg->precision.json_path, cfg->precision.name, (int)dt,
-             rt->dev.ops->hdr.name);
+  const loom_device_v1 *dev = rt->dev.ops;
+  int dev_has_16 = dev->hdr.struct_size > offsetof(loom_device_v1, convert) && dev->round_to &&
+                   dev->convert;
+  if (dt != LOOM_F32 && ((dt != LOOM_BF16 && dt != LOOM_F16) || !dev_has_16)) {
+    snprintf(err, errlen, "%s: %s: plugin '%s' computes in dtype %d; the %s device (ABI %d.%d) "
+             "runs %s", cfg->path, cfg->precision.json_path, cfg->precision.name, (int)dt,
+             dev->hdr.name, dev->hdr.abi_major, dev->hdr.abi_minor,
+             dev_has_16 ? "fp32, bf16 and fp16 only" : "fp32 only (16-bit needs ABI 1.3)");
     return -1;
   }
+  rt->compute_dtype = dt;
   if (rt->has_checkpoint) {
     h = &rt->checkpoint_host;
     loom__host_init(h, rt, label_for(&cfg->checkpoint), cfg->path, cfg->checkpoint.json_path,
