@@ -19,6 +19,8 @@
 #define LOOM_HAVE_X86 1
 #endif
 
+#include <loom/half_v1.h>
+
 #include "cpu_kernels.h"
 
 #if defined(LOOM_HAVE_X86) && !defined(__SANITIZE_ADDRESS__)
@@ -27,61 +29,12 @@
 #define VEC_CLONES
 #endif
 
-static inline uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-static inline float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-/* The bf16 pattern (as the upper half of an fp32 pattern) of u, rounded to nearest even. */
-static inline uint32_t bf16_round_bits(uint32_t u) {
-  uint32_t is_nan = (u & 0x7fffffffu) > 0x7f800000u;
-  uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
-  return (is_nan ? (u | 0x00400000u) : rounded) & 0xffff0000u;
-}
-
-uint16_t loom__f32_to_bf16(float f) { return (uint16_t)(bf16_round_bits(f32_bits(f)) >> 16); }
-float loom__bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
-/* IEEE binary16 from fp32, round to nearest even, subnormals, overflow to inf (scalar). */
-uint16_t loom__f32_to_f16(float f) {
-  uint32_t u = f32_bits(f);
-  uint32_t sign = (u >> 16) & 0x8000u;
-  uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* NaN */
-  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 (or inf): inf */
-  if (a < 0x38800000u) { /* below 2^-14: a subnormal half (or zero) */
-    if (a < 0x33000000u) return (uint16_t)sign; /* below 2^-25: rounds to 0 (ties: to even 0) */
-    uint32_t e = a >> 23;                       /* 102..112 */
-    uint32_t mant = (a & 0x7fffffu) | 0x800000u; /* 24 significant bits */
-    uint32_t shift = 126u - e;                   /* value = mant * 2^(e-150); half unit 2^-24 */
-    uint32_t h = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-  }
-  /* normal: rebias exponent 127 -> 15, keep 10 mantissa bits, round the 13 dropped */
-  uint32_t h = ((a - 0x38000000u) >> 13);
-  uint32_t rem = a & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* may carry into the exponent: ok */
-  return (uint16_t)(sign | h);
-}
-
-float loom__f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t e = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (e == 0x1f) return bits_f32(sign | 0x7f800000u | (mant << 13)); /* inf / NaN */
-  if (e == 0) { /* zero or subnormal: mant * 2^-24, exact in fp32 */
-    float v = (float)mant * 0x1p-24f;
-    return sign ? -v : v;
-  }
-  return bits_f32(sign | ((e + 112u) << 23) | (mant << 13));
-}
+/* The scalar conversions are the SDK's (loom/half_v1.h), shared with plugins. */
+static inline uint32_t bf16_round_bits(uint32_t u) { return loom_bf16_round_bits(u); }
+uint16_t loom__f32_to_bf16(float f) { return loom_f32_to_bf16(f); }
+float loom__bf16_to_f32(uint16_t h) { return loom_bf16_to_f32(h); }
+uint16_t loom__f32_to_f16(float f) { return loom_f32_to_f16(f); }
+float loom__f16_to_f32(uint16_t h) { return loom_f16_to_f32(h); }
 
 #if defined(LOOM_HAVE_X86)
 /* F16C present and not turned off: LOOM_NO_F16C=1 (tests) forces the scalar fp16 routines, so

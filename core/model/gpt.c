@@ -752,8 +752,9 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
     if (err) snprintf(err, errlen, "model: dtype %d is not fp32, bf16 or fp16", cfg->dtype);
     return LOOM_INVALID_CONFIG;
   }
-  /* a backend built against device ABI 1.2 or older has no 16-bit stores */
-  if (cfg->dtype != LOOM_F32 &&
+  /* a backend built against device ABI 1.2 or older has no 16-bit stores (dev NULL: a table
+   * only, for planning) */
+  if (cfg->dtype != LOOM_F32 && dev &&
       (dev->ops->hdr.struct_size <= offsetof(loom_device_v1, round_to) || !dev->ops->round_to)) {
     if (err)
       snprintf(err, errlen, "device '%s' (ABI %d.%d) has no round_to: bf16/fp16 precision needs "
@@ -830,7 +831,7 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
     for (int i = 0; i < m->n_params; i++)
       if (m->params[i].present) m->params[i].grad = m->grads_memory + m->params[i].offset;
   }
-  if (m->cfg.dtype != LOOM_F32) {
+  if (m->cfg.dtype != LOOM_F32 && dev) {
     m->wwork_floats = wwork_size(m);
     m->wwork = loom__dev_alloc(dev, m->wwork_floats * sizeof(float), LOOM_MEM_PARAMS);
     if (!m->wwork) goto nomem;
