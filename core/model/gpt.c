@@ -667,6 +667,10 @@ static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
 
 /* ---- public API ---- */
 
+size_t gpt_weight_work_bytes(const gpt_model *m) {
+  return m->cfg.dtype == LOOM_F32 ? 0 : wwork_size(m) * sizeof(float);
+}
+
 double gpt_param_count_estimate(int vocab_size, int max_seq_len, int n_layer, int n_embd) {
   double V = vocab_size, T = max_seq_len, L = n_layer, C = n_embd;
   return V * C + T * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;

@@ -209,6 +209,11 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
  * checkpointing or blocks. Same saturation as gpt_activation_bytes. */
 size_t gpt_recompute_bytes(const gpt_config *cfg, int B, int T);
 
+/* Bytes of the 16-bit working weights (LOOM_MEM_PARAMS) a model with cfg.dtype bf16/fp16
+ * allocates: the largest unit's tensors of this stage (the head's with the tied wte), 64-byte
+ * aligned pieces; 0 in fp32. Works on a table-only model (gpt_init_ex without a device). */
+size_t gpt_weight_work_bytes(const gpt_model *m);
+
 /* Free everything gpt_init and gpt_forward allocated. */
 void gpt_free(gpt_model *m);
 

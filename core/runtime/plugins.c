@@ -245,6 +245,17 @@ static int plugin_error(loom_runtime *rt, const loom_plugin *p, const loom_host 
   return -1;
 }
 
+int loom__precision_create(loom_runtime *rt, char *err, size_t errlen) {
+  loom_config *cfg = rt->cfg;
+  loom_host *h = &rt->precision_host;
+  loom__host_init(h, rt, label_for(&cfg->precision), cfg->path, cfg->precision.json_path,
+                  cfg->precision.options);
+  int rc = rt->precision.u.precision.create(loom__host_api(), h, &h->opts, &rt->precision_ctx);
+  if (rc != LOOM_OK) return plugin_error(rt, &rt->precision, h, rc, "create", err, errlen);
+  rt->compute_dtype = rt->precision.u.precision.compute_dtype(rt->precision_ctx);
+  return 0;
+}
+
 int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen) {
   loom_config *cfg = rt->cfg;
   const loom_host_api_v1 *api = loom__host_api();
@@ -255,13 +266,9 @@ int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen) {
     int rc = rt->parallel[i].u.parallel.create(api, h, &h->opts, &rt->parallel_ctx[i]);
     if (rc != LOOM_OK) return plugin_error(rt, &rt->parallel[i], h, rc, "create", err, errlen);
   }
-  loom_host *h = &rt->precision_host;
-  loom__host_init(h, rt, label_for(&cfg->precision), cfg->path, cfg->precision.json_path,
-                  cfg->precision.options);
-  int rc = rt->precision.u.precision.create(api, h, &h->opts, &rt->precision_ctx);
-  if (rc != LOOM_OK) return plugin_error(rt, &rt->precision, h, rc, "create", err, errlen);
-  loom_dtype dt = rt->precision.u.precision.compute_dtype(rt->precision_ctx);
+  if (loom__precision_create(rt, err, errlen) != 0) return -1;
   const loom_device_v1 *dev = rt->dev.ops;
+  loom_dtype dt = rt->compute_dtype;
   int dev_has_16 = dev->hdr.struct_size > offsetof(loom_device_v1, convert) && dev->round_to &&
                    dev->convert;
   if (dt != LOOM_F32 && ((dt != LOOM_BF16 && dt != LOOM_F16) || !dev_has_16)) {
@@ -271,12 +278,12 @@ int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen) {
              dev_has_16 ? "fp32, bf16 and fp16 only" : "fp32 only (16-bit needs ABI 1.3)");
     return -1;
   }
-  rt->compute_dtype = dt;
+  loom_host *h;
   if (rt->has_checkpoint) {
     h = &rt->checkpoint_host;
     loom__host_init(h, rt, label_for(&cfg->checkpoint), cfg->path, cfg->checkpoint.json_path,
                     cfg->checkpoint.options);
-    rc = rt->checkpoint.u.checkpoint.create(api, h, &h->opts, &rt->checkpoint_ctx);
+    int rc = rt->checkpoint.u.checkpoint.create(api, h, &h->opts, &rt->checkpoint_ctx);
     if (rc != LOOM_OK) return plugin_error(rt, &rt->checkpoint, h, rc, "create", err, errlen);
   }
   return 0;
