@@ -13,22 +13,29 @@
 # absolute per step for bf16, ~1.2e-3 for fp16, i.e. 0.2 % / 0.03 % of a loss of ~5 early on.
 # The weights' drift compounds over the steps; bound: 2 % (bf16) and 1 % (fp16) per step.
 #
-#   bench/mixed_precision.sh [--build DIR] [--steps N] [--np N]
+#   bench/mixed_precision.sh [--build DIR] [--steps N] [--np N] [--precisions "fp32 bf16 fp16"]
+#                            [--report-only DIR]
+# --precisions runs a subset (into a fresh output dir); --report-only prints the table from the
+# PREC.jsonl / PREC.seconds files already in DIR (e.g. runs made one at a time on a busy
+# machine; a missing .seconds leaves the time column out).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$root/build steps=600 np=2 skip=0
+build=$root/build steps=600 np=2 skip=0 precisions="fp32 bf16 fp16" report=
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --np) np=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --precisions) precisions=$2; shift 2 ;;
+    --report-only) report=$2; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "mixed_precision.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+if [ -z "$report" ]; then
 . "$root/bench/lib.sh"
 bench_setup mixed_precision.sh mixed_precision
-for prec in fp32 bf16 fp16; do
+for prec in $precisions; do
   echo "== $prec: $np ranks, $steps steps"
   t0=$(date +%s.%N)
   mpirun -np "$np" --bind-to none "$bin/loom" train "$root/configs/fortunes_ddp.json" \
@@ -39,6 +46,9 @@ for prec in fp32 bf16 fp16; do
     { tail -20 "$out/$prec.log"; echo "mixed_precision.sh: the $prec run failed" >&2; exit 1; }
   echo "$t0 $(date +%s.%N)" >"$out/$prec.seconds"
 done
+else
+  out=$report
+fi
 /usr/bin/python3 - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
@@ -50,9 +60,13 @@ def load(p):
         elif "val_loss" in r:
             evals[r["step"]] = r["val_loss"]
     return steps, evals
-runs = {p: load(p) for p in ("fp32", "bf16", "fp16")}
+runs = {p: load(p) for p in ("fp32", "bf16", "fp16")
+        if os.path.exists(os.path.join(out, p + ".jsonl"))}
 def seconds(p):
-    a, b = map(float, open(os.path.join(out, p + ".seconds")).read().split())
+    path = os.path.join(out, p + ".seconds")
+    if not os.path.exists(path):
+        return None
+    a, b = map(float, open(path).read().split())
     return b - a
 secs = {p: seconds(p) for p in runs}
 ref_steps, ref_evals = runs["fp32"]
@@ -65,7 +79,7 @@ for p, (steps, evals) in runs.items():
     w = max(abs(steps[s]["loss"] - ref_steps[s]["loss"]) / ref_steps[s]["loss"]
             for s in range(1, 51) if s in steps)
     sk = sum(r["skipped"] for r in steps.values())
+    t = f"{secs[p] / secs['fp32']:.2f}" if secs[p] and secs.get("fp32") else "-"
     print(f"| {p} | {evals[last]:.4f} | {d:+.2%} | {w:.2%} | {sk} | "
-          f"{steps[max(steps)]['loss_scale']:g} | {steps[max(steps)]['comm_bytes']} | "
-          f"{secs[p] / secs['fp32']:.2f} |")
+          f"{steps[max(steps)]['loss_scale']:g} | {steps[max(steps)]['comm_bytes']} | {t} |")
 PY
