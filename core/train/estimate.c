@@ -304,10 +304,17 @@ static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_esti
     else
       append(e->formula[LOOM_MEM_COMM], 64, " + 4VC tied");
   }
+  /* mixed precision: the pipeline sends its boundaries packed in 16 bits, from one packed
+   * buffer per micro-batch and direction plus one to receive into (pipeline.c) */
+  const uint64_t boundary_elem = e->dtype != LOOM_F32 ? 2 : 4;
+  if (P > 1 && e->dtype != LOOM_F32) {
+    e->bytes[LOOM_MEM_COMM] += 2 * B * T * C * (A * (uint64_t)((s < last) + (s > 0)) + 1);
+    append(e->formula[LOOM_MEM_COMM], 64, " + 16-bit boundaries");
+  }
   /* traffic per step per rank */
   st->dp_comm_bytes = e->comm_bytes;
   if (tied) st->tied_comm_bytes = 2 * (2 * N - 1) * 4 * VC / (2 * N);
-  st->p2p_comm_bytes = A * 4 * B * T * C * (uint64_t)((s < last) + (s > 0));
+  st->p2p_comm_bytes = A * boundary_elem * B * T * C * (uint64_t)((s < last) + (s > 0));
   /* a fully recomputed block runs its attention's g (an all-reduce) again in backward */
   uint64_t recomputed = 0;
   for (int u = m->first_unit; u <= m->last_unit; u++)

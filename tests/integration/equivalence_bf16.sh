@@ -14,7 +14,8 @@
 # ddp2 1.1e-3 metrics / 3.0e-3 params, tp2 5.3e-4 / 3.2e-3, dp2 x tp2 1.0e-3 / 3.4e-3; ZeRO
 # 1/2/3 (+ offload) 2.6e-7 / 3.7e-6 (their reduce-scatter is still fp32: no 16-bit rounding of
 # the gradient), pp2 1f1b 4.8e-8 / 5.5e-9 (boundary activations are already bf16 values).
-# Also: ddp's bf16 all-reduce moves exactly half the bytes of the fp32 run's.
+# Also: ddp's bf16 all-reduce moves exactly half the bytes of the fp32 run's, and so do the
+# pipeline's boundary sends.
 . "$(dirname "$0")/lib.sh"
 make_data
 H='--set model.n_head=4'
@@ -54,4 +55,17 @@ print(f"ddp2 gradient traffic per step: bf16 {a[-1]} bytes, fp32 {b[-1]} bytes")
 assert len(a) == len(b) == 20 and all(2 * x == y > 0 for x, y in zip(a[1:], b[1:])), (a, b)
 PY
   die "ddp's bf16 all-reduce does not halve the traffic"
+# pipeline: the boundary activations travel packed in bf16 (lossless: they are bf16 values),
+# so rank 0 (stage 0, forward sends only) sends A*2*B*T*C = 2*2*4*64*32 = 32768 bytes fewer
+run 2 pp2_fp32 $H --set train.micro_batch_size=4 --set train.grad_accum_steps=2 \
+  --set "parallel=[$PP2]" --set train.eval_interval=0
+/usr/bin/python3 - "$WORK/pp2_1f1b/metrics.jsonl" "$WORK/pp2_fp32/metrics.jsonl" <<'PY' ||
+import json, sys
+def comm(p):
+    return [r["comm_bytes"] for r in map(json.loads, open(p)) if "skipped" in r]
+a, b = comm(sys.argv[1]), comm(sys.argv[2])
+print(f"pp2 stage 0 traffic per step: bf16 {a[-1]} bytes, fp32 {b[-1]} bytes")
+assert all(y - x == 32768 for x, y in zip(a[1:], b[1:])), (a, b)
+PY
+  die "the pipeline's bf16 boundaries do not halve the point-to-point traffic"
 echo "equivalence_bf16: every strategy matches the 1-rank bf16 run within 1e-2"
