@@ -79,17 +79,17 @@ __attribute__((target("avx,f16c"))) static void f16c_round(float *x, size_t n) {
 }
 #endif
 
+/* Element access through memcpy (loom_f32_bits / loom_bits_f32): no type punning through
+ * pointers, and GCC still vectorises the loops. */
 VEC_CLONES static void bf16_round_span(float *x, size_t n) {
-  uint32_t *u = (uint32_t *)(void *)x; /* same object, viewed as bit patterns */
-  for (size_t i = 0; i < n; i++) u[i] = bf16_round_bits(u[i]);
+  for (size_t i = 0; i < n; i++) x[i] = loom_bits_f32(bf16_round_bits(loom_f32_bits(x[i])));
 }
 VEC_CLONES static void bf16_pack_span(uint16_t *dst, const float *src, size_t n) {
-  const uint32_t *u = (const uint32_t *)(const void *)src;
-  for (size_t i = 0; i < n; i++) dst[i] = (uint16_t)(bf16_round_bits(u[i]) >> 16);
+  for (size_t i = 0; i < n; i++)
+    dst[i] = (uint16_t)(bf16_round_bits(loom_f32_bits(src[i])) >> 16);
 }
 VEC_CLONES static void bf16_unpack_span(float *dst, const uint16_t *src, size_t n) {
-  uint32_t *u = (uint32_t *)(void *)dst;
-  for (size_t i = 0; i < n; i++) u[i] = (uint32_t)src[i] << 16;
+  for (size_t i = 0; i < n; i++) dst[i] = loom_bits_f32((uint32_t)src[i] << 16);
 }
 
 static void f16_round_span(float *x, size_t n) {

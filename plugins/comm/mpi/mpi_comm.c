@@ -37,13 +37,15 @@ static void sum_bf16_fn(void *in, void *inout, int *n, MPI_Datatype *dt) {
   (void)dt;
   const uint16_t *a = in;
   uint16_t *b = inout;
-  for (int i = 0; i < *n; i++) b[i] = loom_f32_to_bf16(loom_bf16_to_f32(a[i]) + loom_bf16_to_f32(b[i]));
+  for (int i = 0; i < *n; i++)
+    b[i] = loom_f32_to_bf16(loom_bf16_to_f32(a[i]) + loom_bf16_to_f32(b[i]));
 }
 static void sum_f16_fn(void *in, void *inout, int *n, MPI_Datatype *dt) {
   (void)dt;
   const uint16_t *a = in;
   uint16_t *b = inout;
-  for (int i = 0; i < *n; i++) b[i] = loom_f32_to_f16(loom_f16_to_f32(a[i]) + loom_f16_to_f32(b[i]));
+  for (int i = 0; i < *n; i++)
+    b[i] = loom_f32_to_f16(loom_f16_to_f32(a[i]) + loom_f16_to_f32(b[i]));
 }
 
 static int fail(mpi_ctx *c, int mpi_err, const char *what) {
@@ -203,7 +205,8 @@ static int mpi_all_reduce(void *ctx, loom_comm *comm, void *buf, size_t count, l
   int rc = check_args(c, dt, count, 1, op);
   if (rc) return rc;
   RUN_OR_START(c, req,
-               MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), reduce_op(c, op, dt), comm->mpi),
+               MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), reduce_op(c, op, dt),
+                             comm->mpi),
                MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), reduce_op(c, op, dt),
                               comm->mpi, request),
                "MPI_Allreduce");
@@ -216,7 +219,8 @@ static int mpi_reduce_scatter(void *ctx, loom_comm *comm, const void *send, void
   int rc = check_args(c, dt, recv_count, 1, op);
   if (rc) return rc;
   RUN_OR_START(c, req,
-               MPI_Reduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt), reduce_op(c, op, dt),
+               MPI_Reduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt),
+                                        reduce_op(c, op, dt),
                                         comm->mpi),
                MPI_Ireduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt),
                                          reduce_op(c, op, dt), comm->mpi, request),
