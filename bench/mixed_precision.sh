@@ -81,5 +81,5 @@ for p, (steps, evals) in runs.items():
     sk = sum(r["skipped"] for r in steps.values())
     t = f"{secs[p] / secs['fp32']:.2f}" if secs[p] and secs.get("fp32") else "-"
     print(f"| {p} | {evals[last]:.4f} | {d:+.2%} | {w:.2%} | {sk} | "
-          f"{steps[max(steps)]['loss_scale']:g} | {steps[max(steps)]['comm_bytes']} | {t} |")
+          f"{steps[max(steps)].get('loss_scale', 1):g} | {steps[max(steps)]['comm_bytes']} | {t} |")
 PY
