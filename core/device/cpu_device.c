@@ -253,6 +253,8 @@ static const loom_device_v1 cpu_device = {
     .residual_forward = loom__cpu_residual_forward,
     .crossentropy_forward = loom__cpu_crossentropy_forward,
     .crossentropy_backward = loom__cpu_crossentropy_backward,
+    .round_to = loom__cpu_round_to,
+    .convert = loom__cpu_convert,
 };
 
 const loom_device_v1 *loom__cpu_device(void) { return &cpu_device; }

@@ -51,4 +51,14 @@ void loom__cpu_exp_sub(float *out, const float *in, size_t n, float sub);
 void loom__cpu_crossentropy_backward(void *ctx, float *dlogits, const float *probs,
                                      const int32_t *targets, float dloss, int N, int V);
 
+/* 16-bit storage (cpu_convert.c): device_v1's round_to and convert, and the scalar element
+ * conversions they are built from (round to nearest even; exposed for the unit tests). */
+void loom__cpu_round_to(void *ctx, float *x, loom_dtype dtype, size_t n);
+int loom__cpu_convert(void *ctx, void *dst, loom_dtype dst_dtype, const void *src,
+                      loom_dtype src_dtype, size_t n);
+uint16_t loom__f32_to_bf16(float f);
+float loom__bf16_to_f32(uint16_t h);
+uint16_t loom__f32_to_f16(float f);
+float loom__f16_to_f32(uint16_t h);
+
 #endif

@@ -15,6 +15,7 @@
 
 #include <assert.h>
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -392,8 +393,49 @@ static int acts_ensure(gpt_model *m, int B, int T) {
 
 #define OPS (m->dev->ops)
 #define CTX (m->dev->ctx)
-#define W(role) (param(m, u, (role))->data)
+#define W(role) (param(m, u, (role))->work)
 #define G(role) (param(m, u, (role))->grad)
+
+/* Mixed precision: x (n floats) now holds what a 16-bit store would keep (no-op in fp32). */
+static void store16(gpt_model *m, float *x, size_t n) {
+  if (m->cfg.dtype != LOOM_F32) OPS->round_to(CTX, x, (loom_dtype)m->cfg.dtype, n);
+}
+
+/* Point p->work at what the kernels read: p->data in fp32; else a copy of p->data rounded to
+ * the 16-bit dtype, at *off floats into the shared working buffer. */
+static void weight_work(gpt_model *m, gpt_param *p, size_t *off) {
+  if (m->cfg.dtype == LOOM_F32 || !p->data) {
+    p->work = p->data;
+    return;
+  }
+  assert(*off + p->numel <= m->wwork_floats);
+  p->work = m->wwork + *off;
+  OPS->copy(CTX, p->work, p->data, p->numel * sizeof(float));
+  OPS->round_to(CTX, p->work, (loom_dtype)m->cfg.dtype, p->numel);
+  *off += round16(p->numel);
+}
+
+/* The working weights of unit u (and, for the head, the tied wte it reads), after the unit's
+ * pre-hooks have made its data views current (ZeRO-3 gathers them there). */
+static void unit_weights(gpt_model *m, int u) {
+  size_t off = 0;
+  int first = unit_first_param(m, u), n = unit_param_count(m, u);
+  for (int i = first; i < first + n; i++) weight_work(m, &m->params[i], &off);
+  if (u == m->cfg.n_layer + 1) weight_work(m, gpt_head_wte(m), &off);
+}
+
+/* Floats of the working buffer: the largest unit's tensors (the head's with the tied wte). */
+static size_t wwork_size(const gpt_model *m) {
+  size_t best = 0;
+  for (int u = m->first_unit; u <= m->last_unit; u++) {
+    size_t sum = 0;
+    int first = unit_first_param(m, u), n = unit_param_count(m, u);
+    for (int i = first; i < first + n; i++) sum += round16(m->params[i].numel);
+    if (u == m->cfg.n_layer + 1) sum += round16(m->params[0].numel);
+    if (sum > best) best = sum;
+  }
+  return best;
+}
 
 /* The residual stream entering block l (0-based), and the last block's output. */
 static float *block_input(const gpt_model *m, int l) {
@@ -460,25 +502,37 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   float *res3 = m->acts->residual3 + la * NC;
   int rc;
 
+  /* store16: the 16-bit stores of mixed precision (no-ops in fp32); LayerNorm's mean and rstd
+   * stay fp32, as in every mixed-precision LayerNorm */
   OPS->layernorm_forward(CTX, b.ln1, b.ln1_mean, b.ln1_rstd, res_in, W(GPT_LN1_W), W(GPT_LN1_B),
                          N, C);
+  store16(m, b.ln1, NC);
   if ((rc = region(m, h, GPT_REGION_F, 0, b.ln1, NC)) != LOOM_OK) return rc;
   OPS->matmul_forward(CTX, b.qkv, b.ln1, W(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * Cl);
+  store16(m, b.qkv, NCl * 3);
   OPS->attention_forward(CTX, b.atty, b.att, b.qkv, B, T, NH, HS);
+  store16(m, b.atty, NCl);
   OPS->matmul_forward(CTX, b.res2, b.atty, W(GPT_ATTPROJ_W), rank0 ? W(GPT_ATTPROJ_B) : NULL, N,
                       Cl, C);
+  store16(m, b.res2, NC);
   if ((rc = region(m, h, GPT_REGION_G, 0, b.res2, NC)) != LOOM_OK) return rc;
   OPS->residual_forward(CTX, b.res2, b.res2, res_in, NC);
+  store16(m, b.res2, NC);
   OPS->layernorm_forward(CTX, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, W(GPT_LN2_W), W(GPT_LN2_B),
                          N, C);
+  store16(m, b.ln2, NC);
   if ((rc = region(m, h, GPT_REGION_F, 0, b.ln2, NC)) != LOOM_OK) return rc;
   OPS->matmul_forward(CTX, b.fch, b.ln2, W(GPT_FC_W), W(GPT_FC_B), N, C, 4 * Cl);
+  store16(m, b.fch, NCl * 4);
   OPS->gelu_forward(CTX, b.fch_gelu, b.fch, NCl * 4);
+  store16(m, b.fch_gelu, NCl * 4);
   if (recompute) return LOOM_OK;
   OPS->matmul_forward(CTX, res3, b.fch_gelu, W(GPT_FCPROJ_W), rank0 ? W(GPT_FCPROJ_B) : NULL, N,
                       4 * Cl, C);
+  store16(m, res3, NC);
   if ((rc = region(m, h, GPT_REGION_G, 0, res3, NC)) != LOOM_OK) return rc;
   OPS->residual_forward(CTX, res3, res3, b.res2, NC);
+  store16(m, res3, NC);
   return LOOM_OK;
 }
 
@@ -509,32 +563,42 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   OPS->memset_zero(CTX, s.dfch_gelu, NCl * 4 * sizeof(float));
   OPS->matmul_backward(CTX, s.dfch_gelu, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), dres, b.fch_gelu,
                        W(GPT_FCPROJ_W), N, 4 * Cl, C);
+  store16(m, s.dfch_gelu, NCl * 4);
   OPS->memset_zero(CTX, s.dfch, NCl * 4 * sizeof(float));
   OPS->gelu_backward(CTX, s.dfch, b.fch, s.dfch_gelu, NCl * 4);
+  store16(m, s.dfch, NCl * 4);
   OPS->memset_zero(CTX, dln, NC * sizeof(float));
   OPS->matmul_backward(CTX, dln, G(GPT_FC_W), G(GPT_FC_B), s.dfch, b.ln2, W(GPT_FC_W), N, C,
                        4 * Cl);
+  store16(m, dln, NC);
   if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
+  store16(m, dln, NC); /* the tp sum of 16-bit partials, stored in 16 bits again */
   /* dres becomes d(res2): the skip path (already in dres) plus the branch */
   OPS->layernorm_backward(CTX, dres, G(GPT_LN2_W), G(GPT_LN2_B), dln, b.res2, W(GPT_LN2_W),
                           b.ln2_mean, b.ln2_rstd, N, C);
+  store16(m, dres, NC);
   /* attention branch: res2 = res_in + proj(attn(qkv(ln1(res_in)))) */
   if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
   OPS->memset_zero(CTX, s.datty, NCl * sizeof(float));
   OPS->matmul_backward(CTX, s.datty, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dres, b.atty,
                        W(GPT_ATTPROJ_W), N, Cl, C);
+  store16(m, s.datty, NCl);
   /* selective: the probabilities again from the saved q, k (the attention output it also
    * writes goes to dfch_gelu, free by now: the saved atty stays untouched) */
   if (block_checkpointed(&m->cfg, l) && !block_full_ckpt(&m->cfg, l))
     OPS->attention_forward(CTX, s.dfch_gelu, b.att, b.qkv, B, T, NH, HS);
   OPS->memset_zero(CTX, s.dqkv, NCl * 3 * sizeof(float));
   OPS->attention_backward(CTX, s.dqkv, s.datt, s.datty, b.qkv, b.att, B, T, NH, HS);
+  store16(m, s.dqkv, NCl * 3);
   OPS->memset_zero(CTX, dln, NC * sizeof(float));
   OPS->matmul_backward(CTX, dln, G(GPT_QKV_W), G(GPT_QKV_B), s.dqkv, b.ln1, W(GPT_QKV_W), N, C,
                        3 * Cl);
+  store16(m, dln, NC);
   if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
+  store16(m, dln, NC);
   OPS->layernorm_backward(CTX, dres, G(GPT_LN1_W), G(GPT_LN1_B), dln, res_in, W(GPT_LN1_W),
                           b.ln1_mean, b.ln1_rstd, N, C);
+  store16(m, dres, NC);
   return LOOM_OK;
 }
 
@@ -544,7 +608,9 @@ static int head_forward(gpt_model *m, int u) {
   const gpt_param *wte = gpt_head_wte(m); /* tied: the head reads unit 0's wte (or its copy) */
   OPS->layernorm_forward(CTX, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(m, m->cfg.n_layer),
                          W(GPT_LNF_W), W(GPT_LNF_B), N, C);
-  OPS->matmul_forward(CTX, a->logits, a->lnf, wte->data, NULL, N, C, V);
+  store16(m, a->lnf, (size_t)N * C);
+  OPS->matmul_forward(CTX, a->logits, a->lnf, wte->work, NULL, N, C, V);
+  store16(m, a->logits, (size_t)N * V); /* the loss is then computed in fp32 from these */
   if (!m->has_targets) return LOOM_OK;
   OPS->crossentropy_forward(CTX, a->losses, a->probs, a->logits, m->targets, N, V);
   OPS->to_host(CTX, a->losses_host, a->losses, (size_t)N * sizeof(float));
@@ -561,18 +627,23 @@ static void head_backward(gpt_model *m, int u, float dloss) {
   const gpt_param *wte = gpt_head_wte(m);
   float *dlogits = a->dscratch; /* (B,T,V) */
   OPS->crossentropy_backward(CTX, dlogits, a->probs, m->targets, dloss, N, V);
+  store16(m, dlogits, (size_t)N * V);
   OPS->memset_zero(CTX, a->dln, NC * sizeof(float));
-  OPS->matmul_backward(CTX, a->dln, wte->grad, NULL, dlogits, a->lnf, wte->data, N, C, V);
+  OPS->matmul_backward(CTX, a->dln, wte->grad, NULL, dlogits, a->lnf, wte->work, N, C, V);
+  store16(m, a->dln, NC);
   OPS->memset_zero(CTX, a->dres, NC * sizeof(float));
   OPS->layernorm_backward(CTX, a->dres, G(GPT_LNF_W), G(GPT_LNF_B), a->dln,
                           block_input(m, m->cfg.n_layer), W(GPT_LNF_W), a->lnf_mean, a->lnf_rstd,
                           N, C);
+  store16(m, a->dres, NC);
 }
 
 static int unit_forward(gpt_model *m, int u, const gpt_hooks *h) {
+  unit_weights(m, u);
   if (u == 0) {
     OPS->encoder_forward(CTX, m->acts->encoded, m->inputs, W(GPT_WTE), W(GPT_WPE), m->B, m->T,
                          m->cfg.n_embd);
+    store16(m, m->acts->encoded, (size_t)m->B * m->T * m->cfg.n_embd);
     return LOOM_OK;
   }
   if (u <= m->cfg.n_layer) return block_forward(m, u, h, 0);
@@ -580,6 +651,7 @@ static int unit_forward(gpt_model *m, int u, const gpt_hooks *h) {
 }
 
 static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
+  unit_weights(m, u);
   if (u == 0)
     OPS->encoder_backward(CTX, G(GPT_WTE), G(GPT_WPE), m->acts->dres, m->inputs, m->B, m->T,
                           m->cfg.n_embd);
@@ -594,6 +666,10 @@ static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
 #undef G
 
 /* ---- public API ---- */
+
+size_t gpt_weight_work_bytes(const gpt_model *m) {
+  return m->cfg.dtype == LOOM_F32 ? 0 : wwork_size(m) * sizeof(float);
+}
 
 double gpt_param_count_estimate(int vocab_size, int max_seq_len, int n_layer, int n_embd) {
   double V = vocab_size, T = max_seq_len, L = n_layer, C = n_embd;
@@ -676,6 +752,20 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
   if (err && errlen) err[0] = '\0';
   int rc = check_config(cfg, err, errlen);
   if (rc != LOOM_OK) return rc;
+  if (cfg->dtype != LOOM_F32 && cfg->dtype != LOOM_BF16 && cfg->dtype != LOOM_F16) {
+    if (err) snprintf(err, errlen, "model: dtype %d is not fp32, bf16 or fp16", cfg->dtype);
+    return LOOM_INVALID_CONFIG;
+  }
+  /* a backend built against device ABI 1.2 or older has no 16-bit stores (dev NULL: a table
+   * only, for planning) */
+  if (cfg->dtype != LOOM_F32 && dev &&
+      (dev->ops->hdr.struct_size <= offsetof(loom_device_v1, round_to) || !dev->ops->round_to)) {
+    if (err)
+      snprintf(err, errlen, "device '%s' (ABI %d.%d) has no round_to: bf16/fp16 precision needs "
+               "a device built against ABI 1.3 or newer", dev->ops->hdr.name,
+               dev->ops->hdr.abi_major, dev->ops->hdr.abi_minor);
+    return LOOM_UNSUPPORTED;
+  }
   m->cfg = *cfg;
   m->cfg.tp_size = cfg_tp(cfg);
   m->cfg.pp_end = cfg_last(cfg) + 1;
@@ -745,6 +835,11 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
     for (int i = 0; i < m->n_params; i++)
       if (m->params[i].present) m->params[i].grad = m->grads_memory + m->params[i].offset;
   }
+  if (m->cfg.dtype != LOOM_F32 && dev) {
+    m->wwork_floats = wwork_size(m);
+    m->wwork = loom__dev_alloc(dev, m->wwork_floats * sizeof(float), LOOM_MEM_PARAMS);
+    if (!m->wwork) goto nomem;
+  }
   return LOOM_OK;
 
 nomem:
@@ -774,6 +869,7 @@ void gpt_free(gpt_model *m) {
     }
     acts_free(m);
     loom__dev_free(m->dev, m->recompute);
+    loom__dev_free(m->dev, m->wwork);
     loom__dev_free(m->dev, m->grads_memory);
     loom__dev_free(m->dev, m->params_memory);
   }

@@ -52,6 +52,15 @@ typedef struct gpt_config {
    * index is a multiple of k (k = 1, or 0 meaning 1: every block). */
   int ckpt_policy;
   int ckpt_every;
+  /* Mixed precision (a loom_dtype; 0 = LOOM_F32): with LOOM_BF16 or LOOM_F16 the kernels see
+   * 16-bit weights and store 16-bit activations and activation gradients — every value at those
+   * points is rounded to the dtype (round to nearest even) while the kernels accumulate in fp32
+   * (the device's round_to). The flat parameter buffer stays the fp32 master copy (what the
+   * optimizer updates and ZeRO partitions); each unit's 16-bit working weights are rounded from
+   * it into one shared buffer when the unit runs. Parameter gradients accumulate in fp32 from
+   * the fp32 GEMM accumulators (DeepSpeed's grad_accum_dtype = fp32). The attention core
+   * (scores, softmax, probabilities @ V) is one fused fp32 kernel whose output is rounded. */
+  int dtype;
 } gpt_config;
 
 /* Activation checkpointing policies (Chen et al. 2016; Korthikanti et al. 2022, §5):
@@ -96,6 +105,8 @@ typedef struct gpt_param {
                          weight under pipeline parallel); counted once in the grad norm */
   float *data;        /* device pointer, numel floats */
   float *grad;        /* device pointer, numel floats */
+  float *work;        /* what the kernels read while the tensor's unit runs: data itself in
+                         fp32, its 16-bit rounded copy in gpt_model.wwork otherwise */
 } gpt_param;
 
 /* Callbacks around each unit's forward and backward (any may be NULL). A non-zero return
@@ -158,6 +169,9 @@ typedef struct gpt_model {
    * slot (LOOM_MEM_ACTIVATIONS; NULL under GPT_CKPT_NONE) */
   float *recompute;
   size_t recompute_floats;
+  /* mixed precision: one unit's 16-bit working weights (LOOM_MEM_PARAMS; NULL in fp32) */
+  float *wwork;
+  size_t wwork_floats;
 } gpt_model;
 
 /* Check `cfg` and build the parameter table; allocate parameters and gradients on `dev`.
@@ -194,6 +208,11 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
  * GPT_CKPT_FULL, one block's attention probabilities under GPT_CKPT_SELECTIVE, 0 without
  * checkpointing or blocks. Same saturation as gpt_activation_bytes. */
 size_t gpt_recompute_bytes(const gpt_config *cfg, int B, int T);
+
+/* Bytes of the 16-bit working weights (LOOM_MEM_PARAMS) a model with cfg.dtype bf16/fp16
+ * allocates: the largest unit's tensors of this stage (the head's with the tied wte), 64-byte
+ * aligned pieces; 0 in fp32. Works on a table-only model (gpt_init_ex without a device). */
+size_t gpt_weight_work_bytes(const gpt_model *m);
 
 /* Free everything gpt_init and gpt_forward allocated. */
 void gpt_free(gpt_model *m);

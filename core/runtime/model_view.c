@@ -48,6 +48,7 @@ int loom__model_view_build(loom_runtime *rt) {
   v->n_units = m->n_units;
   v->unit_offset = rt->unit_offset;
   v->numel = m->num_parameters;
+  v->compute_dtype = rt->compute_dtype;
   v->params = m->params_memory;
   v->grads = m->grads_memory;
   v->n_tensors = k;

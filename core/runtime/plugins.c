@@ -1,4 +1,5 @@
 /* Loading the config's plugins, checking that their roles compose, and creating them. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,6 +245,17 @@ static int plugin_error(loom_runtime *rt, const loom_plugin *p, const loom_host 
   return -1;
 }
 
+int loom__precision_create(loom_runtime *rt, char *err, size_t errlen) {
+  loom_config *cfg = rt->cfg;
+  loom_host *h = &rt->precision_host;
+  loom__host_init(h, rt, label_for(&cfg->precision), cfg->path, cfg->precision.json_path,
+                  cfg->precision.options);
+  int rc = rt->precision.u.precision.create(loom__host_api(), h, &h->opts, &rt->precision_ctx);
+  if (rc != LOOM_OK) return plugin_error(rt, &rt->precision, h, rc, "create", err, errlen);
+  rt->compute_dtype = rt->precision.u.precision.compute_dtype(rt->precision_ctx);
+  return 0;
+}
+
 int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen) {
   loom_config *cfg = rt->cfg;
   const loom_host_api_v1 *api = loom__host_api();
@@ -254,23 +266,24 @@ int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen) {
     int rc = rt->parallel[i].u.parallel.create(api, h, &h->opts, &rt->parallel_ctx[i]);
     if (rc != LOOM_OK) return plugin_error(rt, &rt->parallel[i], h, rc, "create", err, errlen);
   }
-  loom_host *h = &rt->precision_host;
-  loom__host_init(h, rt, label_for(&cfg->precision), cfg->path, cfg->precision.json_path,
-                  cfg->precision.options);
-  int rc = rt->precision.u.precision.create(api, h, &h->opts, &rt->precision_ctx);
-  if (rc != LOOM_OK) return plugin_error(rt, &rt->precision, h, rc, "create", err, errlen);
-  loom_dtype dt = rt->precision.u.precision.compute_dtype(rt->precision_ctx);
-  if (dt != LOOM_F32) {
-    snprintf(err, errlen, "%s: %s: plugin '%s' computes in dtype %d; the %s device runs fp32 only",
-             cfg->path, cfg->precision.json_path, cfg->precision.name, (int)dt,
-             rt->dev.ops->hdr.name);
+  if (loom__precision_create(rt, err, errlen) != 0) return -1;
+  const loom_device_v1 *dev = rt->dev.ops;
+  loom_dtype dt = rt->compute_dtype;
+  int dev_has_16 = dev->hdr.struct_size > offsetof(loom_device_v1, convert) && dev->round_to &&
+                   dev->convert;
+  if (dt != LOOM_F32 && ((dt != LOOM_BF16 && dt != LOOM_F16) || !dev_has_16)) {
+    snprintf(err, errlen, "%s: %s: plugin '%s' computes in dtype %d; the %s device (ABI %d.%d) "
+             "runs %s", cfg->path, cfg->precision.json_path, cfg->precision.name, (int)dt,
+             dev->hdr.name, dev->hdr.abi_major, dev->hdr.abi_minor,
+             dev_has_16 ? "fp32, bf16 and fp16 only" : "fp32 only (16-bit needs ABI 1.3)");
     return -1;
   }
+  loom_host *h;
   if (rt->has_checkpoint) {
     h = &rt->checkpoint_host;
     loom__host_init(h, rt, label_for(&cfg->checkpoint), cfg->path, cfg->checkpoint.json_path,
                     cfg->checkpoint.options);
-    rc = rt->checkpoint.u.checkpoint.create(api, h, &h->opts, &rt->checkpoint_ctx);
+    int rc = rt->checkpoint.u.checkpoint.create(api, h, &h->opts, &rt->checkpoint_ctx);
     if (rc != LOOM_OK) return plugin_error(rt, &rt->checkpoint, h, rc, "create", err, errlen);
   }
   return 0;

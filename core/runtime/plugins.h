@@ -10,6 +10,9 @@
 int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen);
 /* Call create() of each plugin with its options (mesh and device exist; model does not). */
 int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen);
+/* Create the precision plugin only (part of loom__plugins_create; `loom estimate` calls it
+ * alone) and set rt->compute_dtype from it. 0, or -1 with err. */
+int loom__precision_create(loom_runtime *rt, char *err, size_t errlen);
 /* Call setup() of each parallel plugin (the model exists). */
 int loom__plugins_setup(loom_runtime *rt, char *err, size_t errlen);
 void loom__plugins_destroy(loom_runtime *rt);

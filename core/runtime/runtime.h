@@ -70,6 +70,7 @@ struct loom_runtime {
   loom_plugin precision;
   void *precision_ctx;
   loom_host precision_host;
+  loom_dtype compute_dtype;     /* the precision plugin's: the model's 16-bit stores (gpt.h) */
 
   int has_checkpoint;
   loom_plugin checkpoint;

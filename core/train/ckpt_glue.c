@@ -172,7 +172,9 @@ static json_t *meta_json(loom_trainer *tr) {
                 loom_lr_horizon(cfg->train.steps, cfg->lr_schedule.decay_steps), "warmup_steps",
                 cfg->lr_schedule.warmup_steps, "decay", cfg->lr_schedule.decay, "lr",
                 cfg->optimizer.lr, "min_lr", cfg->lr_schedule.min_lr, "last_lr",
-                config_lr(cfg, tr->step)));
+                config_lr(cfg, tr->step - tr->skipped_steps)));
+  /* steps skipped on gradient overflow: the schedule resumes at step - skipped_steps */
+  json_object_set_new(meta, "skipped_steps", json_integer(tr->skipped_steps));
   json_object_set_new(meta, "optimizer",
                       json_pack("{s:f, s:f, s:f, s:f, s:f}", "beta1", cfg->optimizer.beta1,
                                 "beta2", cfg->optimizer.beta2, "eps", cfg->optimizer.eps,
@@ -316,6 +318,7 @@ int loom__ckpt_resume(loom_trainer *tr) {
   if (!rc) rc = load_precision(tr, &m);
   if (!rc) {
     tr->step = step;
+    tr->skipped_steps = m.skipped_steps;
     if (rt->mesh.world_rank == 0) loom__ckpt_report(tr, &m);
   }
   loom__ckpt_meta_free(&m);

@@ -211,6 +211,9 @@ int loom__ckpt_meta_parse(const char *text, loom_ckpt_meta *m, char *err, size_t
     if (!*seed_text || *end) rc = bad(&p, "seed: expected a decimal integer string");
   }
   if (!rc) rc = str(&p, r, "", "precision_plugin", 4096, &m->precision_plugin);
+  /* optional (checkpoints before mixed precision have none: 0) */
+  if (!rc && json_object_get(r, "skipped_steps"))
+    rc = int_in(&p, r, "", "skipped_steps", 0, m->step, &m->skipped_steps);
   json_t *prec = json_object_get(r, "precision");
   if (!rc && !json_is_null(prec) && !json_is_object(prec))
     rc = bad(&p, "precision: expected an object or null, got %s", kind(prec));

@@ -13,9 +13,10 @@
  *        long) of the first token not yet used as input, in epoch `epoch`
  *   schedule {steps, horizon, warmup_steps, decay, lr, min_lr, last_lr}
  *        horizon: the step the cosine reaches min_lr (lr_schedule.decay_steps or train.steps);
- *        last_lr: the lr step `step` ran at
+ *        last_lr: the lr step `step` ran at (the schedule counts steps taken: step - skipped_steps)
  *   optimizer {beta1, beta2, eps, weight_decay, grad_clip}, seed, precision_plugin
- *   precision (the precision plugin's state or null), config (the config as loaded),
+ *   precision (the precision plugin's state or null: fp16's loss scaler), skipped_steps
+ *        (optional int in [0, step]: steps skipped on gradient overflow), config (as loaded),
  *   tensors (the tensor table, tools only) */
 #ifndef LOOM_CORE_CKPT_META_H
 #define LOOM_CORE_CKPT_META_H
@@ -45,6 +46,7 @@ typedef struct loom_ckpt_meta {
   uint64_t seed;
   const char *precision_plugin;
   json_t *precision; /* the precision plugin's state: an object, or NULL */
+  int skipped_steps; /* steps skipped on gradient overflow (optional key; 0 when absent) */
 } loom_ckpt_meta;
 
 /* Parse and check `text`. Returns 0, or -1 with err naming the field and what was expected

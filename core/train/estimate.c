@@ -123,6 +123,11 @@ static uint64_t grad_bucket_set_max(const gpt_model *m, uint64_t cap, uint64_t N
   return peak;
 }
 
+static void append(char *buf, size_t n, const char *s) {
+  size_t k = strlen(buf);
+  if (k < n) snprintf(buf + k, n - k, "%s", s);
+}
+
 static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m) {
   const uint64_t N = (uint64_t)e->world, psi = e->psi;
   const char *p = N > 1 ? "/N" : "";
@@ -154,6 +159,12 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   } else {
     e->bytes[LOOM_MEM_PARAMS] = 4 * psi;
     snprintf(e->formula[LOOM_MEM_PARAMS], 64, "4Psi");
+  }
+  /* mixed precision: the 16-bit working copy of the largest unit (gpt.h) */
+  uint64_t work = gpt_weight_work_bytes(m);
+  if (work) {
+    e->bytes[LOOM_MEM_PARAMS] += work;
+    append(e->formula[LOOM_MEM_PARAMS], 64, " + 16-bit unit");
   }
   /* gradients */
   e->bytes[LOOM_MEM_GRADS] = 4 * (e->shard_grads ? shard : psi);
@@ -195,6 +206,9 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   } else if (e->shard_optim && N > 1) {
     e->bytes[LOOM_MEM_COMM] = 4 * shard;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "4Psi/N reduce-scatter scratch");
+  } else if (e->sync16 && N > 1) {
+    e->bytes[LOOM_MEM_COMM] = 2 * psi;
+    snprintf(e->formula[LOOM_MEM_COMM], 64, "2Psi 16-bit buckets");
   } else {
     e->bytes[LOOM_MEM_COMM] = 0;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "0 (in place)");
@@ -225,6 +239,9 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   } else if (e->stage == 2) {
     e->comm_bytes = (A + 1) * (N - 1) * S / N;
     snprintf(e->comm_formula, sizeof e->comm_formula, "%s(N-1)/N*4Psi", A > 1 ? "(A+1)" : "2");
+  } else if (e->sync16 && e->stage == 0) {
+    e->comm_bytes = 2 * (N - 1) * (2 * psi) / N;
+    snprintf(e->comm_formula, sizeof e->comm_formula, "2(N-1)/N*2Psi (16-bit)");
   } else {
     e->comm_bytes = 2 * (N - 1) * S / N;
     snprintf(e->comm_formula, sizeof e->comm_formula, "2(N-1)/N*4Psi");
@@ -249,11 +266,6 @@ static int read_schedule(const loom_config *cfg, loom_estimate *e, char *err, si
   }
   snprintf(e->schedule, sizeof e->schedule, "%s", name);
   return 0;
-}
-
-static void append(char *buf, size_t n, const char *s) {
-  size_t k = strlen(buf);
-  if (k < n) snprintf(buf + k, n - k, "%s", s);
 }
 
 /* What a pipeline stage adds to account()'s figures for its table (e->psi = the stage's
@@ -292,10 +304,17 @@ static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_esti
     else
       append(e->formula[LOOM_MEM_COMM], 64, " + 4VC tied");
   }
+  /* mixed precision: the pipeline sends its boundaries packed in 16 bits, from one packed
+   * buffer per micro-batch and direction plus one to receive into (pipeline.c) */
+  const uint64_t boundary_elem = e->dtype != LOOM_F32 ? 2 : 4;
+  if (P > 1 && e->dtype != LOOM_F32) {
+    e->bytes[LOOM_MEM_COMM] += 2 * B * T * C * (A * (uint64_t)((s < last) + (s > 0)) + 1);
+    append(e->formula[LOOM_MEM_COMM], 64, " + 16-bit boundaries");
+  }
   /* traffic per step per rank */
   st->dp_comm_bytes = e->comm_bytes;
   if (tied) st->tied_comm_bytes = 2 * (2 * N - 1) * 4 * VC / (2 * N);
-  st->p2p_comm_bytes = A * 4 * B * T * C * (uint64_t)((s < last) + (s > 0));
+  st->p2p_comm_bytes = A * boundary_elem * B * T * C * (uint64_t)((s < last) + (s > 0));
   /* a fully recomputed block runs its attention's g (an all-reduce) again in backward */
   uint64_t recomputed = 0;
   for (int u = m->first_unit; u <= m->last_unit; u++)
@@ -350,6 +369,9 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   if (loom_config_load(cfg, config_path, overrides, n_overrides, err, errlen) != 0) goto out;
   /* the plugins are opened, never created: their caps are all the estimate needs */
   if (loom__plugins_open(rt, err, errlen) != 0) goto out;
+  /* the precision plugin alone is created: its compute dtype decides the 16-bit terms */
+  if (loom__precision_create(rt, err, errlen) != 0) goto out;
+  e->dtype = rt->compute_dtype;
   snprintf(e->config, sizeof e->config, "%s", config_path);
   /* tensor parallel: the accounting below is per tp rank over the dp axis (psi = the local
    * parameters), plus Megatron's 4 all-reduces of B*T*C per layer per micro-step; pipeline
@@ -373,6 +395,16 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
     e->plugins[i].caps = rt->parallel[i].u.hdr.caps;
   }
   decide_roles(e);
+  /* ddp-like gradient sync (no sharding role) reduces in the compute dtype unless told fp32 */
+  for (int i = 0; i < rt->n_parallel && e->dtype != LOOM_F32; i++) {
+    uint64_t c = e->plugins[i].caps, shard = LOOM_PAR_CAP_SHARD_OPTIM |
+                                             LOOM_PAR_CAP_SHARD_GRADS | LOOM_PAR_CAP_SHARD_PARAMS;
+    json_t *cdt = cfg->parallel[i].options
+                      ? json_object_get(cfg->parallel[i].options, "communication_data_type")
+                      : NULL;
+    if ((c & LOOM_PAR_CAP_GRAD_SYNC) && !(c & shard))
+      e->sync16 = !(json_is_string(cdt) && strcmp(json_string_value(cdt), "fp32") == 0);
+  }
   if (world > 1 && !e->grad_sync) {
     snprintf(err, errlen, "%s: parallel: %d data-parallel ranks but no plugin owns gradient "
              "sync: the replicas would drift apart (add {\"plugin\": \"ddp\"})", cfg->path,
@@ -395,7 +427,8 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
                      .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
                      .tp_size = e->tp, .tp_rank = 0,
                      .ckpt_policy = cfg->activation_checkpointing.policy,
-                     .ckpt_every = cfg->activation_checkpointing.every};
+                     .ckpt_every = cfg->activation_checkpointing.every,
+                     .dtype = (int)e->dtype};
   e->ckpt_policy = full.ckpt_policy;
   e->ckpt_every = full.ckpt_every;
   char me[512];
@@ -480,6 +513,10 @@ static uint64_t block_act_bytes(const loom_estimate *e, int policy) {
   return policy == GPT_CKPT_SELECTIVE ? kept : kept + 4 * a * s * s * b / t;
 }
 
+static const char *precision_name(loom_dtype dt) {
+  return dt == LOOM_BF16 ? "bf16" : dt == LOOM_F16 ? "fp16" : "fp32";
+}
+
 static const loom_mem_category order[] = {LOOM_MEM_PARAMS, LOOM_MEM_GRADS, LOOM_MEM_OPTIM,
                                           LOOM_MEM_HOST,   LOOM_MEM_ACTIVATIONS,
                                           LOOM_MEM_COMM,   LOOM_MEM_OTHER};
@@ -538,8 +575,13 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
     roles_text(e->plugins[i].caps, r, sizeof r);
     fprintf(out, " %s [%s]", e->plugins[i].name, r);
   }
-  fprintf(out, "\nstrategy by roles: %s; fp32, Adam K = 8 (ZeRO paper sec. 3: 4Psi params + "
-          "4Psi grads + 8Psi optim)\n", e->strategy);
+  if (e->dtype == LOOM_F32)
+    fprintf(out, "\nstrategy by roles: %s; fp32, Adam K = 8 (ZeRO paper sec. 3: 4Psi params + "
+            "4Psi grads + 8Psi optim)\n", e->strategy);
+  else
+    fprintf(out, "\nstrategy by roles: %s; %s compute with the fp32 master as the parameters "
+            "(4Psi + the 16-bit working unit), fp32 grads 4Psi, Adam K = 8%s\n", e->strategy,
+            precision_name(e->dtype), e->sync16 ? "; gradients reduced in 16 bits" : "");
   fprintf(out, "  %-16s %-40s %15s %10s\n", "category", "formula", "bytes/rank", "MiB");
   for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
     loom_mem_category c = order[i];
@@ -597,6 +639,8 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
       (json_int_t)e->model_states, "comm_bytes_per_step", (json_int_t)e->comm_bytes,
       "comm_formula", e->comm_formula);
   if (doc) {
+    json_object_set_new(doc, "precision", json_string(precision_name(e->dtype)));
+    json_object_set_new(doc, "grad_reduce_16bit", json_boolean(e->sync16));
     json_t *stages = json_array();
     for (int s = 0; s < (e->pp > 1 ? e->pp : 1); s++) {
       const loom_estimate_stage *st = &e->stages[s];

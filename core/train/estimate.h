@@ -1,6 +1,11 @@
 /* `loom estimate`: per-rank memory by category and communication volume per step for a config,
  * before anything runs (no MPI, no training, no tensor allocated).
  *
+ * Mixed precision (bf16.so, fp16.so; gpt.h): the parameters stay the fp32 master (4Ψ: the
+ * kernels read 16-bit values rounded from it into one working buffer, + the largest unit's
+ * 4·W), gradients and Adam's state as in fp32, and a data-parallel plugin that reduces in the
+ * compute dtype (ddp) holds its 16-bit buckets (2Ψ, comm) and moves 2(N−1)/N·2Ψ per step.
+ *
  * The accounting is the ZeRO paper's (Rajbhandari et al. 2020, §3 and §5, Table 1) for fp32
  * training: parameters 4Ψ, gradients 4Ψ, Adam's optimizer state K·Ψ with K = 8 (m and v; in
  * fp32 the parameters are their own master copy). What is sharded is decided by the ROLES (caps)
@@ -83,6 +88,8 @@ typedef struct loom_estimate {
   /* roles found among the plugins */
   int grad_sync, shard_optim, shard_grads, shard_params, offload;
   int stage;                /* 0 (none/DDP), 1, 2, 3: the highest sharding role */
+  loom_dtype dtype;         /* the precision plugin's compute dtype */
+  int sync16;               /* the gradient all-reduce travels in dtype (ddp under bf16/fp16) */
   char strategy[128];       /* "ZeRO-2 (P_os+g) + optimizer offload", ... */
   /* model and batch */
   int n_layer, n_head, n_embd, vocab_size, context_length;

@@ -2,10 +2,10 @@
 #include "util/input_file.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -277,12 +277,18 @@ int loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m) {
       snprintf(tr->err, sizeof tr->err, "out of memory for a metrics record");
       return -1;
     }
+    /* a skipped (overflowed) step has no finite norm: JSON null. loss_scale: the factor the
+     * step's loss gradient was multiplied by; skipped_steps: the run's total so far */
+    char norm[32] = "null";
+    if (isfinite(m->grad_norm)) snprintf(norm, sizeof norm, "%.9g", m->grad_norm);
     fprintf(out,
-            "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.6g,"
+            "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%s,\"tokens_per_s\":%.6g,"
             "\"ms_per_step\":%.6g,\"eta_s\":%.3f,\"tokens\":%.0f,\"skipped\":%d,"
+            "\"loss_scale\":%.9g,\"skipped_steps\":%d,"
             "\"comm_bytes\":%llu,\"mem_peak_bytes\":{",
-            m->step, m->loss, m->lr, m->grad_norm, tps, m->seconds * 1e3, eta,
-            tokens * m->step, m->skipped, (unsigned long long)bytes);
+            m->step, m->loss, m->lr, norm, tps, m->seconds * 1e3, eta,
+            tokens * m->step, m->skipped, m->loss_scale > 0 ? m->loss_scale : 1.0,
+            tr->skipped_steps, (unsigned long long)bytes);
     for (int k = 0; k < LOOM_MEM__COUNT; k++)
       fprintf(out, "%s\"%s\":%zu", k ? "," : "",
               loom__mem_category_name((loom_mem_category)k), rt->dev.bytes_peak[k]);

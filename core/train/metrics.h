@@ -18,6 +18,7 @@ typedef struct loom_step_metrics {
   double grad_norm; /* global L2 norm before clipping */
   double seconds;   /* wall time of the step on this rank */
   int skipped;      /* the precision plugin skipped the update */
+  double loss_scale;/* the loss scale this step ran with (1 without loss scaling) */
 } loom_step_metrics;
 
 /* rank 0: open logging.metrics (0 or -1 + err); a resumed run first drops the records logged

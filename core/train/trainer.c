@@ -178,7 +178,8 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                    .n_embd = cfg->model.n_embd, .tp_size = rt->mesh.tp,
                    .tp_rank = rt->mesh.tp_rank,
                    .ckpt_policy = cfg->activation_checkpointing.policy,
-                   .ckpt_every = cfg->activation_checkpointing.every};
+                   .ckpt_every = cfg->activation_checkpointing.every,
+                   .dtype = (int)rt->compute_dtype};
   if (rt->mesh.pp > 1) {
     /* the split loom estimate accounts by (core/runtime/pp_split.c) */
     if (loom__pp_split(rt, &mc, e, sizeof e) != 0) return fail(tr, "%s: %s", cfg->path, e);
@@ -228,6 +229,42 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   loom__rng_seed(&tr->sample_rng, cfg->train.seed ^ 0x5eed5eed5eedull);
   if (rt->has_checkpoint && loom__ckpt_resume(tr) != 0) return -1;
   if (rt->mesh.world_rank == 0 && loom_metrics_open(tr) != 0) return -1;
+  return 0;
+}
+
+/* LOOM_INJECT_INF="RANK:STEP[,STEP...]" (tests): world rank RANK adds +inf to the first
+ * element of its gradient partition at each listed step, after backward and the gradient sync:
+ * only that rank sees it, so the overflow flag's agreement over every rank is what makes the
+ * others skip too. */
+static void injected_inf(loom_trainer *tr, int step) {
+  const char *f = getenv("LOOM_INJECT_INF");
+  loom_runtime *rt = &tr->rt;
+  char *end;
+  if (!f || strtol(f, &end, 10) != rt->mesh.world_rank || *end != ':') return;
+  int hit = 0;
+  for (const char *q = end + 1; *q && !hit; q = *end ? end + 1 : end) {
+    long at = strtol(q, &end, 10);
+    if (end == q) return; /* malformed: inject nothing */
+    hit = at == step;
+  }
+  if (!hit || rt->partition.count == 0) return;
+  float inf = INFINITY;
+  rt->dev.ops->from_host(rt->dev.ctx, rt->partition.grads, &inf, sizeof inf);
+  fprintf(stderr, "loom[%d] info: LOOM_INJECT_INF: +inf in this rank's gradient at step %d\n",
+          rt->mesh.world_rank, step);
+}
+
+/* 1 on every rank if any rank's gradient is non-finite: the overflow flag agreed over the whole
+ * mesh (dp, tp and pp), so every rank skips the same steps (control traffic, not counted). */
+static int agree_overflow(loom_trainer *tr, int *nonfinite) {
+  loom_runtime *rt = &tr->rt;
+  if (rt->mesh.world_size <= 1) return 0;
+  double flag = *nonfinite ? 1.0 : 0.0;
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_WORLD], &flag, 1, LOOM_F64,
+                    LOOM_OP_SUM, NULL) != LOOM_OK)
+    return fail(tr, "all-reduce of the gradient overflow flag failed: %s", rt->comm_host.error);
+  *nonfinite = flag > 0.0;
   return 0;
 }
 
@@ -501,6 +538,7 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
   if (dp_sum(tr, stats, 1) != 0) return -1;
   sm->loss = stats[0] / (double)(tr->accum * rt->mesh.dp);
 
+  injected_inf(tr, step); /* tests: found by the norm below like a real overflow */
   /* the norm over the partition; disjoint partitions are summed over data-parallel ranks */
   const loom_partition_v1 *part = &rt->partition;
   double sq;
@@ -508,20 +546,25 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
   if (part->sharded && dp_sum(tr, &sq, 1) != 0) return -1;
   if (pp_sum(tr, &sq, 1) != 0) return -1; /* each stage holds its own units */
   CALL_HOOKS(tr, grad_norm_sq, "grad_norm_sq", &sq);
-  int finite = isfinite(sq);
+  int nonfinite = !isfinite(sq);
+  if (agree_overflow(tr, &nonfinite) != 0) return -1;
+  int finite = !nonfinite;
   int skip = 0;
   if (prec->after_backward(rt->precision_ctx, step, finite, &skip) != LOOM_OK)
     return fail(tr, "plugin %s: %s", rt->precision_host.label, rt->precision_host.error);
-  double norm = sqrt(sq) / loss_scale;
+  double norm = finite ? sqrt(sq) / loss_scale : INFINITY;
   sm->grad_norm = norm;
+  sm->loss_scale = loss_scale;
   double clip = cfg->optimizer.grad_clip;
   double coef = (clip > 0 && norm > clip) ? clip / (norm + 1e-6) : 1.0;
+  /* Adam's t counts the steps taken (a skipped step never reached the optimizer) */
   loom_step_args_v1 args = {
-    .struct_size = sizeof args, .step = step, .lr = (float)lr,
+    .struct_size = sizeof args, .step = step - tr->skipped_steps, .lr = (float)lr,
     .beta1 = (float)cfg->optimizer.beta1, .beta2 = (float)cfg->optimizer.beta2,
     .eps = (float)cfg->optimizer.eps, .weight_decay = (float)cfg->optimizer.weight_decay,
     .grad_scale = (float)(coef / loss_scale)};
   sm->skipped = skip;
+  tr->skipped_steps += skip;
   if (!skip) {
     if (rt->optimizer_owner >= 0) {
       int i = rt->optimizer_owner;
@@ -599,7 +642,9 @@ int loom_trainer_run(loom_trainer *tr) {
   signal(SIGTERM, on_stop_signal);
   for (int step = start + 1; step <= steps; step++) {
     double t = now_s();
-    double lr = loom_lr_at(step, horizon, cfg->lr_schedule.warmup_steps, cfg->optimizer.lr,
+    /* the schedule advances on the steps taken only (skipped steps: trainer.h) */
+    double lr = loom_lr_at(step - tr->skipped_steps, horizon, cfg->lr_schedule.warmup_steps,
+                           cfg->optimizer.lr,
                            cfg->lr_schedule.min_lr, strcmp(cfg->lr_schedule.decay, "cosine") == 0);
     if (trace_data(tr, step) != 0) return -1;
     loom_step_metrics sm = {.step = step, .lr = lr};

@@ -21,7 +21,10 @@ typedef struct loom_trainer {
   loom_tokenizer tok;
   int B, T, accum;
   uint64_t G;              /* sequences per optimizer step (global batch) */
-  int step;                /* optimizer steps completed */
+  int step;                /* training steps completed (taken or skipped) */
+  int skipped_steps;       /* of those, steps skipped on a gradient overflow (fp16 loss
+                              scaling): the lr schedule and Adam's bias-correction step count
+                              only the steps taken, step - skipped_steps (DeepSpeed's rule) */
   int start_step;          /* steps completed when this process started training */
   loom_rng rank_rng;       /* per-rank stream (seed, rank) */
   loom_rng sample_rng;     /* same on every rank, so sampling runs in lockstep */

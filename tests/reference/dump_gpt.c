@@ -1,7 +1,10 @@
 /* dump_gpt: run one forward + backward of a tiny GPT-2 on loom's CPU device and write everything
  * a reference implementation needs to redo it (check_torch.py reads the file).
  *
- * Usage: dump_gpt OUT.bin
+ * Usage: dump_gpt OUT.bin [bf16|fp16]
+ *   bf16 / fp16: the model's mixed-precision mode (gpt.h: 16-bit weights, activations and
+ *   activation gradients, fp32 compute); the weights written are the fp32 master copy and the
+ *   gradients the fp32-accumulated ones (check_torch_bf16.py rounds at the same points).
  *
  * Legend: B = batch, T = time, C = n_embd, NH = heads, L = layers, V = vocab, maxT = max_seq_len.
  *
@@ -64,12 +67,15 @@ static int write_dev(FILE *f, const loom_dev *dev, const float *d, size_t n) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: %s OUT.bin\n", argv[0]);
+  int dtype = LOOM_F32;
+  if (argc == 3 && strcmp(argv[2], "bf16") == 0) dtype = LOOM_BF16;
+  else if (argc == 3 && strcmp(argv[2], "fp16") == 0) dtype = LOOM_F16;
+  else if (argc != 2) {
+    fprintf(stderr, "usage: %s OUT.bin [bf16|fp16]\n", argv[0]);
     return 2;
   }
-  const gpt_config cfg = {
-      .vocab_size = 64, .max_seq_len = 16, .n_layer = 2, .n_head = 4, .n_embd = 32};
+  const gpt_config cfg = {.vocab_size = 64, .max_seq_len = 16, .n_layer = 2, .n_head = 4,
+                          .n_embd = 32, .dtype = dtype};
   const int B = 3, T = 11, V = cfg.vocab_size;
   char err[256];
   loom_dev dev;

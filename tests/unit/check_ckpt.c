@@ -183,6 +183,21 @@ START_TEST(test_bitwise_pipeline_stage) {
 }
 END_TEST
 
+/* Mixed precision composes: the 16-bit stores are deterministic roundings, so the recompute
+ * rebuilds the same bf16 / fp16 values and the gradients stay bitwise those of no checkpointing
+ * (whole model and a pipeline stage with two micro-batches in flight). */
+START_TEST(test_bitwise_16bit) {
+  const int dtypes[] = {LOOM_BF16, LOOM_F16};
+  for (int i = 0; i < 2; i++) {
+    gpt_config c = base;
+    c.dtype = dtypes[i];
+    bitwise_all(c, 1, dtypes[i] == LOOM_BF16 ? "bf16 whole model" : "fp16 whole model");
+    c.pp_first = 2;
+    bitwise_all(c, 2, dtypes[i] == LOOM_BF16 ? "bf16 stage units 2..4" : "fp16 stage units 2..4");
+  }
+}
+END_TEST
+
 /* The measured activation peak is the pools of the micro-batches in flight plus one scratch,
  * and the policies order as they should. */
 START_TEST(test_memory_drops) {
@@ -228,6 +243,7 @@ static Suite *ckpt_suite(void) {
       {"bitwise_tp_local_shapes", test_bitwise_tp_local_shapes},
       {"bitwise_two_in_flight", test_bitwise_two_in_flight},
       {"bitwise_pipeline_stage", test_bitwise_pipeline_stage},
+      {"bitwise_16bit", test_bitwise_16bit},
       {"memory_drops", test_memory_drops},
       {"bad_policy", test_bad_policy},
   };

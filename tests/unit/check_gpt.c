@@ -11,6 +11,7 @@
  * Legend: B = batch, T = time, C = n_embd, NH = heads, L = layers, V = vocab. */
 #include <check.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -329,9 +330,10 @@ END_TEST
 
 START_TEST(test_config_validation) {
   static const struct { gpt_config cfg; const char *needle; } bad[] = {
-      {{0, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0}, "vocab_size"},   {{17, 0, 2, 2, 8, 0, 0, 0, 0, 0, 0}, "max_seq_len"},
-      {{17, 8, 0, 2, 8, 0, 0, 0, 0, 0, 0}, "n_layer"},     {{17, 8, 2, -1, 8, 0, 0, 0, 0, 0, 0}, "n_head"},
-      {{17, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0}, "n_embd"},      {{17, 8, 2, 3, 8, 0, 0, 0, 0, 0, 0}, "divisible"},
+      {{0, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0}, "vocab_size"},   {{17, 0, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0}, "max_seq_len"},
+      {{17, 8, 0, 2, 8, 0, 0, 0, 0, 0, 0, 0}, "n_layer"},     {{17, 8, 2, -1, 8, 0, 0, 0, 0, 0, 0, 0}, "n_head"},
+      {{17, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0}, "n_embd"},      {{17, 8, 2, 3, 8, 0, 0, 0, 0, 0, 0, 0}, "divisible"},
+      {{17, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 7}, "dtype"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char err[256] = "";
@@ -341,6 +343,28 @@ START_TEST(test_config_validation) {
                   bad[i].needle);
   }
   for (int c = 0; c < LOOM_MEM__COUNT; c++) ck_assert_uint_eq(dev.bytes_now[c], 0);
+}
+END_TEST
+
+/* A device backend built against device ABI 1.2 (its table ends before round_to; the loader
+ * zero-fills the rest) still runs fp32, and a 16-bit model on it is refused with the reason. */
+START_TEST(test_old_device_abi) {
+  loom_device_v1 old = *loom__cpu_device();
+  old.hdr.struct_size = (uint32_t)offsetof(loom_device_v1, round_to);
+  old.hdr.abi_minor = 2;
+  old.round_to = NULL;
+  old.convert = NULL;
+  loom_dev d2;
+  char err[256] = "";
+  ck_assert_int_eq(loom__dev_open(&d2, &old, "{}", 0, err, sizeof err), LOOM_OK);
+  gpt_config cfg = {.vocab_size = 17, .max_seq_len = 8, .n_layer = 1, .n_head = 2, .n_embd = 8};
+  gpt_model m;
+  ck_assert_int_eq(gpt_init(&m, &cfg, &d2, err, sizeof err), LOOM_OK);
+  gpt_free(&m);
+  cfg.dtype = LOOM_BF16;
+  ck_assert_int_eq(gpt_init(&m, &cfg, &d2, err, sizeof err), LOOM_UNSUPPORTED);
+  ck_assert_msg(strstr(err, "(ABI 1.2) has no round_to") != NULL, "message: %s", err);
+  loom__dev_close(&d2);
 }
 END_TEST
 
@@ -546,6 +570,7 @@ static Suite *gpt_suite(void) {
       {"accum_batch_split", test_accum_batch_split},
       {"param_table", test_param_table},
       {"config_validation", test_config_validation},
+      {"old_device_abi", test_old_device_abi},
       {"init_stats", test_init_stats},
       {"hooks", test_hooks},
       {"logits_causality", test_logits_and_causality},

@@ -3,8 +3,14 @@
  * Every loom collective maps onto one MPI call; asynchronous variants use MPI-3 non-blocking
  * collectives (MPI_Iallreduce, ...) and return the MPI_Request wrapped in a loom_request.
  * Errors are returned (MPI_ERRORS_RETURN), not fatal, so the host can print the plugin's
- * message and bring the job down with abort(). */
+ * message and bring the job down with abort().
+ *
+ * 16-bit sums (mixed precision's gradient all-reduce in bf16 / fp16): MPI has no bf16 or fp16
+ * type, so they travel as MPI_UINT16_T (half the bytes of fp32) and are added by a user MPI_Op
+ * that widens both operands to fp32, adds, and rounds the sum back to nearest even (what NCCL
+ * does for bf16 on GPUs); an fp16 sum that overflows is +-inf, as the loss scaler expects. */
 #include <dlfcn.h>
+#include <loom/half_v1.h>
 #include <loom/loom.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -23,7 +29,24 @@ typedef struct mpi_ctx {
   loom_host *host;
   struct loom_comm world;
   int initialized_here; /* we called MPI_Init, so we call MPI_Finalize */
+  MPI_Op sum_bf16, sum_f16; /* the 16-bit sums (user ops; MPI_OP_NULL until created) */
 } mpi_ctx;
+
+/* inout[i] = in[i] + inout[i] for n bf16 / fp16 values, added in fp32, rounded back. */
+static void sum_bf16_fn(void *in, void *inout, int *n, MPI_Datatype *dt) {
+  (void)dt;
+  const uint16_t *a = in;
+  uint16_t *b = inout;
+  for (int i = 0; i < *n; i++)
+    b[i] = loom_f32_to_bf16(loom_bf16_to_f32(a[i]) + loom_bf16_to_f32(b[i]));
+}
+static void sum_f16_fn(void *in, void *inout, int *n, MPI_Datatype *dt) {
+  (void)dt;
+  const uint16_t *a = in;
+  uint16_t *b = inout;
+  for (int i = 0; i < *n; i++)
+    b[i] = loom_f32_to_f16(loom_f16_to_f32(a[i]) + loom_f16_to_f32(b[i]));
+}
 
 static int fail(mpi_ctx *c, int mpi_err, const char *what) {
   char msg[MPI_MAX_ERROR_STRING] = "";
@@ -50,7 +73,10 @@ static MPI_Datatype mpi_type(loom_dtype dt) {
   return MPI_DATATYPE_NULL;
 }
 
-static MPI_Op mpi_op(loom_red_op op) {
+/* The MPI reduction for op on dt: MPI's own, or the 16-bit sums (check_args refused the rest). */
+static MPI_Op reduce_op(const mpi_ctx *c, loom_red_op op, loom_dtype dt) {
+  if (dt == LOOM_BF16) return c->sum_bf16;
+  if (dt == LOOM_F16) return c->sum_f16;
   switch (op) {
     case LOOM_OP_SUM: return MPI_SUM;
     case LOOM_OP_MAX: return MPI_MAX;
@@ -59,13 +85,15 @@ static MPI_Op mpi_op(loom_red_op op) {
   return MPI_OP_NULL;
 }
 
-static int check_args(mpi_ctx *c, loom_dtype dt, size_t count, int reduce) {
+static int check_args(mpi_ctx *c, loom_dtype dt, size_t count, int reduce, loom_red_op op) {
   if (count > (size_t)INT32_MAX) {
     c->api->set_error(c->host, "message of %zu elements exceeds MPI's int count", count);
     return LOOM_UNSUPPORTED;
   }
-  if (mpi_type(dt) == MPI_DATATYPE_NULL || (reduce && (dt == LOOM_BF16 || dt == LOOM_F16))) {
-    c->api->set_error(c->host, "dtype %d is not supported by mpi.so for this operation", dt);
+  if (mpi_type(dt) == MPI_DATATYPE_NULL ||
+      (reduce && (dt == LOOM_BF16 || dt == LOOM_F16) && op != LOOM_OP_SUM)) {
+    c->api->set_error(c->host, "dtype %d is not supported by mpi.so for this operation%s", dt,
+                      reduce ? " (16-bit reductions: sum only)" : "");
     return LOOM_UNSUPPORTED;
   }
   return LOOM_OK;
@@ -98,6 +126,12 @@ static int mpi_create(const loom_host_api_v1 *api, loom_host *host, const loom_o
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   c->world.mpi = MPI_COMM_WORLD;
+  if (MPI_Op_create(sum_bf16_fn, 1, &c->sum_bf16) != MPI_SUCCESS ||
+      MPI_Op_create(sum_f16_fn, 1, &c->sum_f16) != MPI_SUCCESS) {
+    api->set_error(host, "MPI_Op_create failed (the 16-bit sums)");
+    free(c);
+    return LOOM_SYSTEM;
+  }
   *out = c;
   return LOOM_OK;
 }
@@ -107,6 +141,10 @@ static void mpi_destroy(void *ctx) {
   if (!c) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (!finalized) {
+    if (c->sum_bf16 != MPI_OP_NULL) MPI_Op_free(&c->sum_bf16);
+    if (c->sum_f16 != MPI_OP_NULL) MPI_Op_free(&c->sum_f16);
+  }
   if (c->initialized_here && !finalized) MPI_Finalize();
   free(c);
 }
@@ -164,11 +202,12 @@ static void mpi_comm_free(void *ctx, loom_comm *comm) {
 static int mpi_all_reduce(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
                           loom_red_op op, loom_request **req) {
   mpi_ctx *c = ctx;
-  int rc = check_args(c, dt, count, 1);
+  int rc = check_args(c, dt, count, 1, op);
   if (rc) return rc;
   RUN_OR_START(c, req,
-               MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), mpi_op(op), comm->mpi),
-               MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), mpi_op(op),
+               MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), reduce_op(c, op, dt),
+                             comm->mpi),
+               MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), reduce_op(c, op, dt),
                               comm->mpi, request),
                "MPI_Allreduce");
 }
@@ -177,20 +216,21 @@ static int mpi_reduce_scatter(void *ctx, loom_comm *comm, const void *send, void
                               size_t recv_count, loom_dtype dt, loom_red_op op,
                               loom_request **req) {
   mpi_ctx *c = ctx;
-  int rc = check_args(c, dt, recv_count, 1);
+  int rc = check_args(c, dt, recv_count, 1, op);
   if (rc) return rc;
   RUN_OR_START(c, req,
-               MPI_Reduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt), mpi_op(op),
+               MPI_Reduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt),
+                                        reduce_op(c, op, dt),
                                         comm->mpi),
                MPI_Ireduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt),
-                                         mpi_op(op), comm->mpi, request),
+                                         reduce_op(c, op, dt), comm->mpi, request),
                "MPI_Reduce_scatter_block");
 }
 
 static int mpi_all_gather(void *ctx, loom_comm *comm, const void *send, void *recv,
                           size_t send_count, loom_dtype dt, loom_request **req) {
   mpi_ctx *c = ctx;
-  int rc = check_args(c, dt, send_count, 0);
+  int rc = check_args(c, dt, send_count, 0, LOOM_OP_SUM);
   if (rc) return rc;
   int me;
   MPI_Comm_rank(comm->mpi, &me);
@@ -208,7 +248,7 @@ static int mpi_all_gather(void *ctx, loom_comm *comm, const void *send, void *re
 static int mpi_broadcast(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
                          int root, loom_request **req) {
   mpi_ctx *c = ctx;
-  int rc = check_args(c, dt, count, 0);
+  int rc = check_args(c, dt, count, 0, LOOM_OP_SUM);
   if (rc) return rc;
   RUN_OR_START(c, req, MPI_Bcast(buf, (int)count, mpi_type(dt), root, comm->mpi),
                MPI_Ibcast(buf, (int)count, mpi_type(dt), root, comm->mpi, request),
@@ -218,7 +258,7 @@ static int mpi_broadcast(void *ctx, loom_comm *comm, void *buf, size_t count, lo
 static int mpi_send(void *ctx, loom_comm *comm, const void *buf, size_t count, loom_dtype dt,
                     int peer, int tag, loom_request **req) {
   mpi_ctx *c = ctx;
-  int rc = check_args(c, dt, count, 0);
+  int rc = check_args(c, dt, count, 0, LOOM_OP_SUM);
   if (rc) return rc;
   RUN_OR_START(c, req, MPI_Send(buf, (int)count, mpi_type(dt), peer, tag, comm->mpi),
                MPI_Isend(buf, (int)count, mpi_type(dt), peer, tag, comm->mpi, request),
@@ -228,7 +268,7 @@ static int mpi_send(void *ctx, loom_comm *comm, const void *buf, size_t count, l
 static int mpi_recv(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
                     int peer, int tag, loom_request **req) {
   mpi_ctx *c = ctx;
-  int rc = check_args(c, dt, count, 0);
+  int rc = check_args(c, dt, count, 0, LOOM_OP_SUM);
   if (rc) return rc;
   RUN_OR_START(c, req,
                MPI_Recv(buf, (int)count, mpi_type(dt), peer, tag, comm->mpi, MPI_STATUS_IGNORE),
@@ -288,13 +328,13 @@ static int mpi_reduce_scatter_v(void *ctx, loom_comm *comm, const void *send, vo
                                 const size_t *counts, loom_dtype dt, loom_red_op op,
                                 loom_request **req) {
   mpi_ctx *c = ctx;
-  int rc = check_args(c, dt, 0, 1);
+  int rc = check_args(c, dt, 0, 1, op);
   int *ic = NULL, *id = NULL;
   if (!rc) rc = make_counts(c, comm, counts, &ic, &id);
   if (rc) return rc;
   free(id);
   if (!req) {
-    rc = MPI_Reduce_scatter(send, recv, ic, mpi_type(dt), mpi_op(op), comm->mpi);
+    rc = MPI_Reduce_scatter(send, recv, ic, mpi_type(dt), reduce_op(c, op, dt), comm->mpi);
     free(ic);
     return rc == MPI_SUCCESS ? LOOM_OK : fail(c, rc, "MPI_Reduce_scatter");
   }
@@ -304,7 +344,7 @@ static int mpi_reduce_scatter_v(void *ctx, loom_comm *comm, const void *send, vo
     return LOOM_NOMEM;
   }
   r->counts = ic;
-  rc = MPI_Ireduce_scatter(send, recv, ic, mpi_type(dt), mpi_op(op), comm->mpi, &r->mpi);
+  rc = MPI_Ireduce_scatter(send, recv, ic, mpi_type(dt), reduce_op(c, op, dt), comm->mpi, &r->mpi);
   if (rc != MPI_SUCCESS) {
     free(ic);
     free(r);
@@ -317,7 +357,7 @@ static int mpi_reduce_scatter_v(void *ctx, loom_comm *comm, const void *send, vo
 static int mpi_all_gather_v(void *ctx, loom_comm *comm, const void *send, void *recv,
                             const size_t *counts, loom_dtype dt, loom_request **req) {
   mpi_ctx *c = ctx;
-  int rc = check_args(c, dt, 0, 0), me;
+  int rc = check_args(c, dt, 0, 0, LOOM_OP_SUM), me;
   int *ic = NULL, *id = NULL;
   if (!rc) rc = make_counts(c, comm, counts, &ic, &id);
   if (rc) return rc;

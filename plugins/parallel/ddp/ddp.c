@@ -5,8 +5,16 @@
  * bucket lying entirely at or above that unit's first offset holds final gradients, and its
  * all-reduce is started at once, so communication overlaps the rest of backward. On
  * gradient-accumulation micro-steps other than the last nothing is communicated (PyTorch's
- * no_sync). At the end of backward the host waits for every bucket and averages (1/dp). */
+ * no_sync). At the end of backward the host waits for every bucket and averages (1/dp).
+ *
+ * Mixed precision (bf16.so, fp16.so): the gradients are 16-bit values' sums, so each bucket is
+ * packed to the compute dtype and all-reduced in 16 bits — half the bytes of fp32 (Micikevicius
+ * et al. 2018; DeepSpeed's communication_data_type defaults to the training dtype too) — then
+ * unpacked into the fp32 gradient buffer, where micro-batches accumulate (DeepSpeed's
+ * grad_accum_dtype = fp32: 16-bit accumulation over many micro-batches would lose the small
+ * ones). Option "communication_data_type": "auto" (default, the compute dtype) or "fp32". */
 #include <loom/loom.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,11 +35,17 @@ typedef struct ddp {
   int n_buckets;
   int next;         /* first bucket not launched yet in this sync micro-step */
   int sync;         /* this micro-step synchronises */
+  int force_fp32;   /* communication_data_type "fp32" */
+  loom_dtype comm_dt; /* LOOM_F32, or the 16-bit compute dtype the buckets travel in */
+  uint16_t *stage;  /* 16-bit buckets (numel, LOOM_MEM_COMM), NULL in fp32 */
+  const loom_device_v1 *dev;
+  void *dev_ctx;
 } ddp;
 
 static int ddp_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
                       void **out) {
-  static const char *const keys[] = {"bucket_size_mb", "overlap", NULL};
+  static const char *const keys[] = {"bucket_size_mb", "overlap", "communication_data_type",
+                                     NULL};
   if (api->opt_check_keys(host, opts, keys)) return LOOM_INVALID_CONFIG;
   ddp *d = calloc(1, sizeof *d);
   if (!d) return LOOM_NOMEM;
@@ -39,6 +53,14 @@ static int ddp_create(const loom_host_api_v1 *api, loom_host *host, const loom_o
   d->host = host;
   int rc = api->opt_double(host, opts, "bucket_size_mb", 25.0, 0.001, 65536.0, &d->bucket_mb);
   if (!rc) rc = api->opt_bool(host, opts, "overlap", 1, &d->overlap);
+  const char *cdt = "auto";
+  if (!rc) rc = api->opt_string(host, opts, "communication_data_type", "auto", &cdt);
+  if (!rc && strcmp(cdt, "auto") != 0 && strcmp(cdt, "fp32") != 0) {
+    api->set_error(host, "communication_data_type: expected \"auto\" (the compute dtype) or "
+                   "\"fp32\", got \"%s\"", cdt);
+    rc = LOOM_INVALID_CONFIG;
+  }
+  d->force_fp32 = strcmp(cdt, "fp32") == 0;
   if (rc) {
     free(d);
     return rc;
@@ -54,6 +76,7 @@ static void ddp_destroy(void *ctx) {
   if (!d) return;
   for (int i = 0; i < d->n_buckets; i++)
     if (d->buckets[i].req) d->api->wait(d->host, d->buckets[i].req);
+  if (d->stage) d->api->free(d->host, d->stage);
   free(d->buckets);
   free(d);
 }
@@ -78,6 +101,19 @@ static int ddp_setup(void *ctx) {
   }
   d->api->log(d->host, LOOM_LOG_DEBUG, "%d buckets of up to %.3g MB over %llu parameters",
               d->n_buckets, d->bucket_mb, (unsigned long long)m->numel);
+  d->dev = d->api->device(d->host, &d->dev_ctx);
+  loom_dtype dt = LOOM_MODEL_COMPUTE_DTYPE(m);
+  d->comm_dt = LOOM_F32;
+  if (dt != LOOM_F32 && !d->force_fp32 && d->dp > 1) {
+    if (d->dev->hdr.struct_size <= offsetof(loom_device_v1, convert) || !d->dev->convert) {
+      d->api->set_error(d->host, "16-bit gradient all-reduce needs the device's convert (device "
+                        "ABI 1.3); set communication_data_type to \"fp32\"");
+      return LOOM_UNSUPPORTED;
+    }
+    d->stage = d->api->alloc(d->host, (size_t)m->numel * sizeof(uint16_t), LOOM_MEM_COMM);
+    if (!d->stage) return LOOM_NOMEM;
+    d->comm_dt = dt;
+  }
   return LOOM_OK;
 }
 
@@ -90,8 +126,16 @@ static int ddp_begin_micro(void *ctx, int micro, int n_micro) {
 
 static int launch(ddp *d, int i) {
   bucket *b = &d->buckets[i];
-  return d->api->all_reduce(d->host, d->comm, d->model->grads + b->begin,
-                            (size_t)(b->end - b->begin), LOOM_F32, LOOM_OP_SUM, &b->req);
+  size_t n = (size_t)(b->end - b->begin);
+  if (d->comm_dt == LOOM_F32)
+    return d->api->all_reduce(d->host, d->comm, d->model->grads + b->begin, n, LOOM_F32,
+                              LOOM_OP_SUM, &b->req);
+  /* pack the bucket to 16 bits (round to nearest even) and reduce that */
+  int rc = d->dev->convert(d->dev_ctx, d->stage + b->begin, d->comm_dt,
+                           d->model->grads + b->begin, LOOM_F32, n);
+  if (rc) return rc;
+  return d->api->all_reduce(d->host, d->comm, d->stage + b->begin, n, d->comm_dt, LOOM_OP_SUM,
+                            &b->req);
 }
 
 static int ddp_post_backward(void *ctx, int unit) {
@@ -121,15 +165,17 @@ static int ddp_end_backward(void *ctx, int micro, int n_micro) {
     int rc = launch(d, d->next++);
     if (rc) return rc;
   }
-  void *dev_ctx;
-  const loom_device_v1 *dev = d->api->device(d->host, &dev_ctx);
   for (int i = 0; i < d->n_buckets; i++) {
     bucket *b = &d->buckets[i];
+    size_t n = (size_t)(b->end - b->begin);
     int rc = d->api->wait(d->host, b->req);
     b->req = NULL;
     if (rc) return rc;
-    dev->scale(dev_ctx, d->model->grads + b->begin, 1.0f / (float)d->dp,
-               (size_t)(b->end - b->begin));
+    if (d->comm_dt != LOOM_F32 &&
+        (rc = d->dev->convert(d->dev_ctx, d->model->grads + b->begin, LOOM_F32,
+                              d->stage + b->begin, d->comm_dt, n)) != LOOM_OK)
+      return rc;
+    d->dev->scale(d->dev_ctx, d->model->grads + b->begin, 1.0f / (float)d->dp, n);
   }
   return LOOM_OK;
 }

@@ -23,8 +23,15 @@
  * time: the plugin logs its fraction of the step (the pipeline bubble) at the end, against
  * the ideal (p − 1)/(m + p − 1).
  *
+ * Mixed precision (bf16.so, fp16.so): the boundary tensors hold 16-bit values (the model rounds
+ * every activation and activation gradient it stores), so they travel packed in the compute
+ * dtype — half the bytes, and lossless: the receiver unpacks exactly the values that were sent.
+ * The packed copies are communication buffers (LOOM_MEM_COMM, one per micro-batch and
+ * direction, plus one for receiving), allocated on first use.
+ *
  * Options: "schedule": "sequential" | "gpipe" | "1f1b" (default "1f1b"). */
 #include <loom/loom.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -44,7 +51,30 @@ typedef struct pl {
   double idle, busy_total; /* this step */
   double sum_idle, sum_total; /* over the steps after the first */
   int steps, inflight, peak_inflight, n_micro;
+  loom_dtype dt;        /* LOOM_F32, or the 16-bit compute dtype the boundaries travel in */
+  const loom_device_v1 *dev;
+  void *dev_ctx;
+  uint16_t **pack_out, **pack_gin; /* per micro-batch (n_req): packed sends, or NULL */
+  uint16_t *pack_in;    /* the packed receive */
+  uint64_t pack_numel;  /* elements of each packed buffer */
 } pl;
+
+/* The packed buffer *slot for n elements (allocated on first use); NULL when out of memory. */
+static uint16_t *packed(pl *P, uint16_t **slot, uint64_t n) {
+  if (!*slot) *slot = P->api->alloc(P->host, (size_t)n * sizeof(uint16_t), LOOM_MEM_COMM);
+  return *slot;
+}
+
+static void free_packed(pl *P) {
+  for (int i = 0; i < P->n_req; i++) {
+    if (P->pack_out && P->pack_out[i]) P->api->free(P->host, P->pack_out[i]);
+    if (P->pack_gin && P->pack_gin[i]) P->api->free(P->host, P->pack_gin[i]);
+  }
+  if (P->pack_in) P->api->free(P->host, P->pack_in);
+  free(P->pack_out), free(P->pack_gin);
+  P->pack_out = P->pack_gin = NULL;
+  P->pack_in = NULL;
+}
 
 static double now_s(void) {
   struct timespec ts;
@@ -103,6 +133,7 @@ static void pl_destroy(void *ctx) {
                               : (double)(P->p - 1) / (double)(m + P->p - 1),
                 P->peak_inflight);
   }
+  free_packed(P);
   free(P->req_out);
   free(P->req_gin);
   free(P);
@@ -111,9 +142,29 @@ static void pl_destroy(void *ctx) {
 static int recv_timed(pl *P, float *buf, uint64_t n, int peer, int tag) {
   if (!buf) return LOOM_NOMEM;
   double t = now_s();
-  int rc = P->api->recv(P->host, P->comm, buf, (size_t)n, LOOM_F32, peer, tag, NULL);
+  int rc;
+  if (P->dt == LOOM_F32) {
+    rc = P->api->recv(P->host, P->comm, buf, (size_t)n, LOOM_F32, peer, tag, NULL);
+  } else {
+    uint16_t *in = packed(P, &P->pack_in, n);
+    if (!in) return LOOM_NOMEM;
+    rc = P->api->recv(P->host, P->comm, in, (size_t)n, P->dt, peer, tag, NULL);
+    if (!rc) rc = P->dev->convert(P->dev_ctx, buf, LOOM_F32, in, P->dt, (size_t)n);
+  }
   P->idle += now_s() - t;
   return rc;
+}
+
+/* Start sending boundary tensor buf (n floats) of micro-batch i; *pack is its packed copy
+ * under 16-bit precision (kept until the send completes). */
+static int send_boundary(pl *P, const float *buf, uint64_t n, uint16_t **pack, int peer,
+                         int tag, loom_request **req) {
+  if (P->dt == LOOM_F32)
+    return P->api->send(P->host, P->comm, buf, (size_t)n, LOOM_F32, peer, tag, req);
+  uint16_t *out = packed(P, pack, n);
+  if (!out) return LOOM_NOMEM;
+  int rc = P->dev->convert(P->dev_ctx, out, P->dt, buf, LOOM_F32, (size_t)n);
+  return rc ? rc : P->api->send(P->host, P->comm, out, (size_t)n, P->dt, peer, tag, req);
 }
 
 static int wait_timed(pl *P, loom_request **r) {
@@ -137,8 +188,8 @@ static int fwd(pl *P, int i) {
   if (P->s < P->p - 1) {
     float *out = S->boundary(S->ud, i, LOOM_BOUNDARY_OUTPUT);
     if (!out) return LOOM_NOMEM;
-    return P->api->send(P->host, P->comm, out, (size_t)S->boundary_numel, LOOM_F32, P->s + 1,
-                        2 * i, &P->req_out[i]);
+    return send_boundary(P, out, S->boundary_numel, &P->pack_out[i], P->s + 1, 2 * i,
+                         &P->req_out[i]);
   }
   return LOOM_OK;
 }
@@ -155,8 +206,8 @@ static int bwd(pl *P, int i) {
   if (P->s > 0) {
     float *g = S->boundary(S->ud, i, LOOM_BOUNDARY_GRAD_INPUT);
     if (!g) return LOOM_NOMEM;
-    rc = P->api->send(P->host, P->comm, g, (size_t)S->boundary_numel, LOOM_F32, P->s - 1,
-                      2 * i + 1, &P->req_gin[i]);
+    rc = send_boundary(P, g, S->boundary_numel, &P->pack_gin[i], P->s - 1, 2 * i + 1,
+                       &P->req_gin[i]);
     if (rc) return rc;
   }
   if ((rc = wait_timed(P, &P->req_gin[i])) != LOOM_OK) return rc;
@@ -168,13 +219,25 @@ static int bwd(pl *P, int i) {
 static int pl_run_step(void *ctx, const loom_schedule_v1 *S) {
   pl *P = ctx;
   const int m = S->n_micro, p = P->p, s = P->s;
-  if (m > P->n_req) {
+  if (!P->dev) { /* first step: the model exists; its compute dtype decides the packing */
+    P->dev = P->api->device(P->host, &P->dev_ctx);
+    const loom_model_v1 *model = P->api->model(P->host);
+    loom_dtype dt = model ? LOOM_MODEL_COMPUTE_DTYPE(model) : LOOM_F32;
+    int can = P->dev->hdr.struct_size > offsetof(loom_device_v1, convert) && P->dev->convert;
+    P->dt = (dt == LOOM_BF16 || dt == LOOM_F16) && can ? dt : LOOM_F32;
+  }
+  if (m > P->n_req || S->boundary_numel != P->pack_numel) {
+    free_packed(P); /* every send completed at the end of the previous step */
     free(P->req_out);
     free(P->req_gin);
-    P->req_out = calloc((size_t)m, sizeof *P->req_out);
-    P->req_gin = calloc((size_t)m, sizeof *P->req_gin);
-    if (!P->req_out || !P->req_gin) return LOOM_NOMEM;
-    P->n_req = m;
+    int n = m > P->n_req ? m : P->n_req;
+    P->req_out = calloc((size_t)n, sizeof *P->req_out);
+    P->req_gin = calloc((size_t)n, sizeof *P->req_gin);
+    P->pack_out = calloc((size_t)n, sizeof *P->pack_out);
+    P->pack_gin = calloc((size_t)n, sizeof *P->pack_gin);
+    if (!P->req_out || !P->req_gin || !P->pack_out || !P->pack_gin) return LOOM_NOMEM;
+    P->n_req = n;
+    P->pack_numel = S->boundary_numel;
   }
   if (P->sched == SCHED_1F1B && m < p) {
     P->api->set_error(P->host, "1f1b needs at least %d micro-batches, got %d", p, m);

@@ -7,7 +7,11 @@
  * LOOM_KIND_DEVICE exporting `loom_plugin_v1` of this type.
  *
  * Legend: B = micro-batch, T = sequence length, C = channels (n_embd), NH = heads, HS = C/NH,
- * V = vocabulary, N = B*T rows, OC = output channels. All float tensors are fp32, row-major.
+ * V = vocabulary, N = B*T rows, OC = output channels. All float tensors are fp32, row-major:
+ * the GPT kernels compute and store fp32. Mixed precision (bf16.so, fp16.so) keeps 16-bit
+ * values at the points a 16-bit store would round them: the model calls round_to on each stored
+ * activation and on its working copy of the weights (ABI 1.3), and convert packs / unpacks real
+ * 16-bit buffers (gradient all-reduce in 16 bits).
  *
  * Gradient contract (llm.c's): kernels ACCUMULATE into parameter gradients (dweight, dbias,
  * dwte, dwpe: `+=`) so gradient accumulation is free, and into activation gradients that may have
@@ -99,6 +103,18 @@ typedef struct loom_device_v1 {
    * for every row (1/(number of rows in the global batch) for a mean loss). */
   void (*crossentropy_backward)(void *ctx, float *dlogits, const float *probs,
                                 const int32_t *targets, float dloss, int N, int V);
+
+  /* ---- ABI 1.3: 16-bit storage (NULL in a backend built against 1.2 or older: the host then
+   * refuses a bf16/fp16 precision plugin on that backend, naming the missing slot) ---- */
+  /* x (n fp32) = the value of each x_i after a store to `dtype` and a load back: round to
+   * nearest, ties to even; bf16 (8-bit mantissa) and fp16 (11-bit, overflow to +-inf above
+   * 65504, subnormals kept). NaN stays NaN. LOOM_F32 is a no-op. */
+  void (*round_to)(void *ctx, float *x, loom_dtype dtype, size_t n);
+  /* dst (n elements of dst_dtype) = src (n elements of src_dtype), for LOOM_F32 <-> LOOM_BF16 /
+   * LOOM_F16 (and F32 -> F32, a copy). Narrowing rounds as round_to; widening is exact.
+   * Returns LOOM_OK, or LOOM_UNSUPPORTED for another pair of dtypes. */
+  int (*convert)(void *ctx, void *dst, loom_dtype dst_dtype, const void *src,
+                 loom_dtype src_dtype, size_t n);
 } loom_device_v1;
 
 #ifdef __cplusplus

@@ -74,7 +74,16 @@ typedef struct loom_model_v1 {
                                 with LOOM_PAR_CAP_SHARD_GRADS owns gradient storage) */
   int n_tensors;
   loom_tensor_v1 *tensors;   /* n_tensors, in flat order; index with LOOM_TENSOR_AT */
+  /* ---- ABI 1.3 (read only when struct_size covers it; absent = LOOM_F32) ---- */
+  loom_dtype compute_dtype;  /* the precision plugin's: weights, activations and gradients are
+                                values of this dtype (held in fp32 buffers, gpt.h), so a data-
+                                parallel plugin may reduce gradients in it (half the bytes) */
 } loom_model_v1;
+
+/* The compute dtype of a model view from any host (LOOM_F32 before ABI 1.3). */
+#define LOOM_MODEL_COMPUTE_DTYPE(m)                                                      \
+  ((m)->struct_size >= offsetof(loom_model_v1, compute_dtype) + sizeof(loom_dtype)       \
+       ? (m)->compute_dtype : LOOM_F32)
 
 /* The part of the flat parameter buffer this rank's optimizer steps (ZeRO's partition).
  * Default: the whole model, replicated on every data-parallel rank. A plugin that shards the

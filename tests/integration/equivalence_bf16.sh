@@ -1,0 +1,71 @@
+#!/bin/bash
+# The equivalence matrix under bf16 (bf16.so): every strategy and composition against the
+# 1-rank bf16 run with the same global batch (8 sequences of 64 tokens), seed and 20 steps:
+# ddp (whose gradient all-reduce travels in bf16), zero1/2/3, zero1/2/3 + cpu_offload, tensor
+# parallel 2, pipeline 2 (1f1b) and dp2 x tp2. Model: the tiny config with 4 heads.
+#
+# Tolerance, derived: the strategies change where bf16 rounding happens, not whether. ddp rounds
+# each rank's gradient to bf16 before the sum (relative 2^-9 = 2e-3 per element) where the 1-rank
+# run keeps the fp32 accumulation; tensor parallel rounds the partial sums of the row-parallel
+# layers before the all-reduce (2^-9 of each part). One step's update then differs by ~2e-3 of
+# an lr-sized step, the loss by far less; Adam normalises the update, so the parameters differ
+# by up to ~lr * steps * 2e-3 relative. Bound: 1e-2 relative on each step's loss and grad norm
+# and on the final parameters (inf-norm relative to the largest). Measured worst (20 steps):
+# ddp2 1.1e-3 metrics / 3.0e-3 params, tp2 5.3e-4 / 3.2e-3, dp2 x tp2 1.0e-3 / 3.4e-3; ZeRO
+# 1/2/3 (+ offload) 2.6e-7 / 3.7e-6 (their reduce-scatter is still fp32: no 16-bit rounding of
+# the gradient), pp2 1f1b 4.8e-8 / 5.5e-9 (boundary activations are already bf16 values).
+# Also: ddp's bf16 all-reduce moves exactly half the bytes of the fp32 run's, and so do the
+# pipeline's boundary sends.
+. "$(dirname "$0")/lib.sh"
+make_data
+H='--set model.n_head=4'
+BF='precision={"plugin":"bf16"}'
+OFF='{"plugin":"cpu_offload","offload_optimizer":{"device":"cpu"}}'
+TP2='{"plugin":"tensor_parallel","size":2}'
+PP2='{"plugin":"pipeline","size":2,"schedule":"1f1b"}'
+run 1 ref $H --set "$BF" --set train.micro_batch_size=8 --set 'parallel=[]'
+cases=(
+  "ddp2|2|4|1|[{\"plugin\":\"ddp\",\"bucket_size_mb\":0.05}]"
+  "zero1|2|4|1|[{\"plugin\":\"zero1\"}]"
+  "zero2|2|4|1|[{\"plugin\":\"zero2\"}]"
+  "zero3|2|4|1|[{\"plugin\":\"zero3\"}]"
+  "zero1_off|2|4|1|[{\"plugin\":\"zero1\"},$OFF]"
+  "zero2_off|2|4|1|[{\"plugin\":\"zero2\"},$OFF]"
+  "zero3_off|2|4|1|[{\"plugin\":\"zero3\"},$OFF]"
+  "tp2|2|8|1|[$TP2]"
+  "pp2_1f1b|2|4|2|[$PP2]"
+  "dp2_tp2|4|4|1|[$TP2,{\"plugin\":\"ddp\"}]"
+)
+for c in "${cases[@]}"; do
+  IFS='|' read -r name n mbs accum plugins <<<"$c"
+  run "$n" "$name" $H --set "$BF" --set train.micro_batch_size="$mbs" \
+    --set train.grad_accum_steps="$accum" --set "parallel=$plugins" --set train.eval_interval=0
+  echo "== $name ($n ranks) vs the 1-rank bf16 run"
+  compare "$name" ref --rtol 1e-2
+done
+run 2 ddp2_fp32 $H --set train.micro_batch_size=4 --set train.eval_interval=0 \
+  --set 'parallel=[{"plugin":"ddp","bucket_size_mb":0.05}]'
+/usr/bin/python3 - "$WORK/ddp2/metrics.jsonl" "$WORK/ddp2_fp32/metrics.jsonl" <<'PY' ||
+import json, sys
+def comm(p):
+    return [r["comm_bytes"] for r in map(json.loads, open(p)) if "skipped" in r]
+a, b = comm(sys.argv[1]), comm(sys.argv[2])
+print(f"ddp2 gradient traffic per step: bf16 {a[-1]} bytes, fp32 {b[-1]} bytes")
+# step 1 also carries 8 bytes of set-up traffic in both runs
+assert len(a) == len(b) == 20 and all(2 * x == y > 0 for x, y in zip(a[1:], b[1:])), (a, b)
+PY
+  die "ddp's bf16 all-reduce does not halve the traffic"
+# pipeline: the boundary activations travel packed in bf16 (lossless: they are bf16 values),
+# so rank 0 (stage 0, forward sends only) sends A*2*B*T*C = 2*2*4*64*32 = 32768 bytes fewer
+run 2 pp2_fp32 $H --set train.micro_batch_size=4 --set train.grad_accum_steps=2 \
+  --set "parallel=[$PP2]" --set train.eval_interval=0
+/usr/bin/python3 - "$WORK/pp2_1f1b/metrics.jsonl" "$WORK/pp2_fp32/metrics.jsonl" <<'PY' ||
+import json, sys
+def comm(p):
+    return [r["comm_bytes"] for r in map(json.loads, open(p)) if "skipped" in r]
+a, b = comm(sys.argv[1]), comm(sys.argv[2])
+print(f"pp2 stage 0 traffic per step: bf16 {a[-1]} bytes, fp32 {b[-1]} bytes")
+assert all(y - x == 32768 for x, y in zip(a[1:], b[1:])), (a, b)
+PY
+  die "the pipeline's bf16 boundaries do not halve the point-to-point traffic"
+echo "equivalence_bf16: every strategy matches the 1-rank bf16 run within 1e-2"

@@ -1,0 +1,146 @@
+#!/bin/bash
+# fp16 dynamic loss scaling end to end (2 ranks, ddp, the tiny model), and bf16 against fp32:
+#  - an infinity injected into rank 1's gradient (after the gradient sync, so only rank 1 sees
+#    it) at steps 3 and 5 makes every rank skip exactly those steps;
+#  - the loss scale each step ran with follows DeepSpeed's DynamicLossScaler (re-implemented
+#    below from deepspeed/runtime/fp16/loss_scaler.py): hysteresis 2 absorbs the first overflow,
+#    the second halves the scale, loss_scale_window (4 here) clean steps double it again;
+#  - a skipped step does not advance the lr schedule (the lr of step k+1 is the lr of step k);
+#  - a run resumed from the step-6 checkpoint (taken at the halved scale) continues bitwise;
+#  - a scale stuck at min_loss_scale is an error naming the step;
+#  - bf16 (8-bit mantissa) trains the tiny model like fp32 does;
+#  - under bf16 and fp16 each rank's measured memory per category = `loom estimate`'s.
+. "$(dirname "$0")/lib.sh"
+make_data
+# initial scale 2^8, not DeepSpeed's 2^16: at 2^16 the tiny model's fp16 gradient all-reduce
+# overflows for real in the first steps, which would mix with the injected overflows
+FP16='precision={"plugin":"fp16","loss_scale_window":4,"hysteresis":2,"initial_scale_power":8}'
+CK() { echo "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/$1/ckpt\",\"every\":6}"; }
+
+export LOOM_INJECT_INF=1:3,5
+run 2 straight --set "$FP16" --set train.steps=12 --set "$(CK straight)" \
+  --set train.micro_batch_size=2
+for r in 0 1; do
+  n=$(grep -c "loom\[$r\] info: .*gradient overflow, step skipped" "$WORK/straight/out.log")
+  [ "$n" = 2 ] || die "rank $r logged $n skipped steps, expected 2 (steps 3 and 5)"
+done
+/usr/bin/python3 - "$WORK/straight/metrics.jsonl" <<'PY' || die "fp16 scaler metrics"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+steps = {r["step"]: r for r in recs if "loss" in r and "skipped" in r}
+assert sorted(steps) == list(range(1, 13)), sorted(steps)
+# DeepSpeed's DynamicLossScaler.update_scale (delayed_shift = hysteresis, scale_factor 2,
+# consecutive_hysteresis False), fed the overflow of each step
+scale, it, last, hyst = 2.0 ** 8, 0, -1, 2
+want = {}
+for step in range(1, 13):
+    want[step] = scale
+    overflow = step in (3, 5)
+    if overflow:
+        if hyst == 1:
+            scale = max(scale / 2, 1.0)
+        else:
+            hyst -= 1
+        last = it
+    elif (it - last) % 4 == 0:
+        hyst = 2
+        scale *= 2
+    it += 1
+got = {s: r["loss_scale"] for s, r in steps.items()}
+assert got == want, f"loss scale per step: got {got}, want {want}"
+assert [s for s, r in steps.items() if r["skipped"]] == [3, 5], "skipped steps"
+assert steps[3]["grad_norm"] is None and steps[4]["grad_norm"] is not None
+assert steps[12]["skipped_steps"] == 2
+# the schedule counts steps taken: step 4 runs at step 3's lr, step 6 at step 5's, and the
+# unskipped neighbours differ (the cosine moves every step after the 2 warm-up steps)
+assert steps[4]["lr"] == steps[3]["lr"] and steps[6]["lr"] == steps[5]["lr"], "lr advanced"
+assert steps[5]["lr"] != steps[4]["lr"] and steps[7]["lr"] != steps[6]["lr"]
+print("fp16 scaler: skipped", [3, 5], "scales", sorted(set(want.values())), "as DeepSpeed's")
+PY
+
+# resume from step 6: the saved scale is 128 (not the initial 256) and the counters
+grep -Eq '"scale": *128' "$WORK/straight/ckpt/step-00000006/manifest.json" ||
+  die "the step-6 checkpoint does not hold the halved scale"
+mkdir -p "$WORK/resumed/ckpt"
+cp -r "$WORK/straight/ckpt/step-00000006" "$WORK/resumed/ckpt/"
+printf 'step-00000006' >"$WORK/resumed/ckpt/latest"
+timeout 300 mpirun -np 2 --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+  --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
+  --set "data.vocab=$WORK/data/vocab.json" --set "logging.metrics=$WORK/resumed/metrics.jsonl" \
+  --set "$FP16" --set train.steps=12 --set "$(CK resumed)" --set train.micro_batch_size=2 \
+  >"$WORK/resumed/out.log" 2>&1 || { cat "$WORK/resumed/out.log"; die "resume run failed"; }
+grep -q "resumed at step 6" "$WORK/resumed/out.log" || die "run did not resume at step 6"
+compare resumed straight --bitwise --steps 7:12
+# the scaler continued where it was (a power-of-two scale change leaves fp16 values bitwise the
+# same unless they overflow, so the scale itself is compared): 128, grown back at step 9 as before
+/usr/bin/python3 - "$WORK/resumed/metrics.jsonl" "$WORK/straight/metrics.jsonl" <<'PY' ||
+import json, sys
+def sc(p):
+    return {r["step"]: (r["loss_scale"], r["skipped_steps"], r["lr"])
+            for r in map(json.loads, open(p)) if "skipped" in r and r["step"] > 6}
+a, b = sc(sys.argv[1]), sc(sys.argv[2])
+assert a == b and len(a) == 6, f"resumed {a} vs straight {b}"
+PY
+  die "the resumed run's loss scale, skipped count or lr differ from the straight run's"
+unset LOOM_INJECT_INF
+
+# stuck: scale 1 = min_loss_scale, no hysteresis: the first overflow is an error with its step
+rm -rf "$WORK/stuck"
+mkdir -p "$WORK/stuck"
+if LOOM_INJECT_INF=0:2 timeout 120 "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+    --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
+    --set "data.vocab=$WORK/data/vocab.json" --set train.steps=4 \
+    --set 'precision={"plugin":"fp16","initial_scale_power":0,"hysteresis":1}' \
+    >"$WORK/stuck/out.log" 2>&1; then
+  die "a loss scale stuck at min_loss_scale did not stop the run"
+fi
+grep -q "loss scale is stuck at min_loss_scale 1 at step 2" "$WORK/stuck/out.log" ||
+  { cat "$WORK/stuck/out.log"; die "the stuck-scale error does not name the step"; }
+
+# bf16 vs fp32 on 1 rank, 20 steps: bf16 keeps 8 significant bits, a relative rounding of at
+# most 2^-9 = 2e-3 per store; the loss is a log-sum-exp of logits whose own error is about that
+# relative to their size (< 1 here), so one step's loss differs by ~2e-3 * |logit| / loss
+# < 1e-3 relative, and the weights' drift over 20 small steps adds little. Bound 1e-2 (10x that);
+# measured worst: 1.2e-4. The runs must also differ (bf16 really rounds).
+run 1 fp32 --set train.steps=20
+run 1 bf16 --set train.steps=20 --set 'precision={"plugin":"bf16"}'
+/usr/bin/python3 - "$WORK/bf16/metrics.jsonl" "$WORK/fp32/metrics.jsonl" <<'PY' || die "bf16 vs fp32"
+import json, sys
+def losses(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r and "skipped" in r}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in b)
+print(f"bf16 vs fp32: worst relative loss difference over 20 steps {worst:.2e}")
+assert worst <= 1e-2 and a != b, worst
+PY
+# memory under bf16 and fp16: what each rank measures = what `loom estimate` predicts for the
+# same config (params: the fp32 master + the largest unit's 16-bit working copy; ddp's 16-bit
+# buckets in comm), for ddp and ZeRO 1/2/3 on 2 ranks; the estimate bounds every rank
+MEM=()
+for prec in bf16 fp16; do
+  for strat in ddp zero1 zero2 zero3; do
+    name=mem_${prec}_$strat
+    args=(--set train.steps=3 --set train.micro_batch_size=2 --set train.eval_interval=0
+          --set checkpoint=null --set "parallel=[{\"plugin\":\"$strat\"}]"
+          --set "precision={\"plugin\":\"$prec\"}")
+    run 2 "$name" "${args[@]}"
+    "$LOOM" estimate "$LOOM_SRC/configs/tiny.json" --world 2 --json "${args[@]}" \
+      >"$WORK/$name/estimate.json" || die "loom estimate failed for $name"
+    MEM+=("$name")
+  done
+done
+/usr/bin/python3 - "$WORK" "${MEM[@]}" <<'PY' || die "16-bit memory: measurement != estimate"
+import json, os, sys
+work, names = sys.argv[1], sys.argv[2:]
+for name in names:
+    est = json.load(open(os.path.join(work, name, "estimate.json")))
+    rec = [json.loads(l) for l in open(os.path.join(work, name, "metrics.jsonl")) if '"skipped"' in l][-1]
+    got, want, worst = rec["mem_peak_bytes"], est["bytes"], rec["mem_peak_bytes_max"]
+    assert est["precision"] == name.split("_")[1], (name, est["precision"])
+    for cat in ("params", "grads", "optim", "activations"):
+        assert got[cat] == want[cat], f"{name} {cat}: measured {got[cat]}, estimate {want[cat]}"
+    assert got["comm"] <= want["comm"] and worst["total"] <= est["bytes"]["total"], (name, got, want)
+    print(f"{name}: params {got['params']} grads {got['grads']} optim {got['optim']} comm "
+          f"{got['comm']} (estimate {want['comm']}) = estimate")
+PY
+echo "mixed_precision: fp16 skip/scale/resume/stuck, bf16 vs fp32, 16-bit memory = estimate"
