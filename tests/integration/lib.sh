@@ -8,7 +8,37 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/loom-it.XXXXXX")
-[ -n "${LOOM_KEEP_WORK:-}" ] || trap 'rm -rf "$WORK"' EXIT
+# Background jobs a script started (track_job PID): killed with their whole process tree on
+# every exit path, so a failing or interrupted test never leaves an mpirun or a rank behind.
+BG_JOBS=()
+on_exit() {
+  local p
+  for p in "${BG_JOBS[@]}"; do kill_tree "$p"; done
+  [ -n "${LOOM_KEEP_WORK:-}" ] || rm -rf "$WORK"
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+
+# descendants PID: every process below PID (children, grandchildren, ...), one per line. Walks
+# the parent links of this machine's process table, so only PID's own tree is ever named,
+# never another job's processes that happen to run the same command line.
+descendants() {
+  ps -eo pid=,ppid= | awk -v root="$1" '
+    { parent[$1] = $2; pids[NR] = $1 }
+    END { for (i = 1; i <= NR; i++) { p = pids[i]; q = parent[p]; n = 0
+            while (q != "" && q > 1 && n++ < 64) { if (q == root) { print p; break }; q = parent[q] } } }'
+}
+
+# kill_tree PID: SIGKILL PID and everything below it (a stopped rank too), then reap PID.
+kill_tree() {
+  local all
+  all="$(descendants "$1") $1"
+  # shellcheck disable=SC2086
+  kill -9 $all 2>/dev/null
+  wait "$1" 2>/dev/null
+  return 0
+}
+track_job() { BG_JOBS+=("$1"); }
 
 die() { echo "FAIL: $*" >&2; exit 1; }
 

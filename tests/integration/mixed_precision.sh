@@ -97,6 +97,40 @@ fi
 grep -q "loss scale is stuck at min_loss_scale 1 at step 2" "$WORK/stuck/out.log" ||
   { cat "$WORK/stuck/out.log"; die "the stuck-scale error does not name the step"; }
 
+# A skipped step leaves the training state bitwise as it was, and nothing of it carries over:
+# overflows injected at steps 2 and 3 (as the main job's real ones at 1 and 2); a checkpoint
+# after every step. The parameters, Adam m and v after steps 1, 2 and 3 must be the same bytes
+# (same crc32 per chunk: no update, no Adam moment touched on a skipped step), and step 4 run
+# by this process must be bitwise step 4 of a fresh process resumed from the step-3 checkpoint
+# (a gradient buffer not zeroed after the skipped steps, or a scale mixed up across the
+# halving, would make them differ). docs/mixed_precision.md: "The main job's excursion".
+LOOM_INJECT_INF=1:2,3 run 2 skipped --set "$FP16" --set train.steps=4 --set logging.interval=1 \
+  --set train.micro_batch_size=2 --set lr_schedule.warmup_steps=0 \
+  --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/skipped/ckpt\",\"every\":1,\"keep\":0}"
+/usr/bin/python3 - "$WORK/skipped/ckpt" <<'PY' || die "a skipped step changed the training state"
+import json, sys
+def crcs(step):
+    m = json.load(open(f"{sys.argv[1]}/step-{step:08d}/manifest.json"))
+    return {(c["name"], c["rank"], c["offset"]): c["crc32"] for sh in m["shards"] for c in sh["chunks"]}
+s1, s2, s3, s4 = (crcs(k) for k in (1, 2, 3, 4))
+assert s1 == s2 == s3, "params / optim.m / optim.v differ across the skipped steps 2 and 3"
+assert all(s4[k] != s3[k] for k in s3 if k[0] == "params"), "step 4 did not update"
+print(f"skipped steps 2, 3: {len(s1)} chunks (params, optim.m, optim.v) bitwise unchanged")
+PY
+mkdir -p "$WORK/skipped_resumed"
+cp -r "$WORK/skipped/ckpt" "$WORK/skipped_resumed/ckpt"
+rm -rf "$WORK/skipped_resumed/ckpt/step-00000004"
+echo step-00000003 > "$WORK/skipped_resumed/ckpt/latest"
+timeout 120 mpirun -np 2 --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+  --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
+  --set "data.vocab=$WORK/data/vocab.json" --set "$FP16" --set train.steps=4 \
+  --set train.micro_batch_size=2 --set lr_schedule.warmup_steps=0 --set logging.interval=1 \
+  --set "logging.metrics=$WORK/skipped_resumed/metrics.jsonl" \
+  --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/skipped_resumed/ckpt\",\"every\":1,\"keep\":0}" \
+  >"$WORK/skipped_resumed/out.log" 2>&1 ||
+  { cat "$WORK/skipped_resumed/out.log"; die "resume from the skipped step's checkpoint failed"; }
+compare skipped_resumed skipped --bitwise --steps 4:4
+
 # bf16 vs fp32 on 1 rank, 20 steps: bf16 keeps 8 significant bits, a relative rounding of at
 # most 2^-9 = 2e-3 per store; the loss is a log-sum-exp of logits whose own error is about that
 # relative to their size (< 1 here), so one step's loss differs by ~2e-3 * |logit| / loss

@@ -22,6 +22,7 @@ timeout 300 mpirun -np 2 --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.js
   --set "logging.metrics=$out/metrics.jsonl" --set "logging.tensorboard=$out/tb" \
   --set logging.interval=50 --set logging.peak_gflops=10 > "$out/train.log" 2>&1 &
 pid=$!
+track_job $pid # killed with its tree on every exit path (lib.sh)
 
 # 1. read mid-run: as soon as 10 steps are in the JSONL, while mpirun is still running
 for _ in $(seq 600); do
