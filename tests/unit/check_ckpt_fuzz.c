@@ -9,7 +9,6 @@
  * generator is seeded with a fixed value: every run tries the same inputs. */
 #define _GNU_SOURCE
 #include <check.h>
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 #include "../../plugins/checkpoint/checkpoint/checkpoint.c"
 #include "../../plugins/checkpoint/checkpoint/manifest.c"
 #include "train/ckpt_meta.h"
+#include "support/test_dir.h"
 
 /* ---- the fake host: one rank, options from a struct, errors into a buffer ---- */
 struct loom_host {
@@ -94,11 +94,6 @@ static uint64_t rnd(void) { /* xorshift64: deterministic */
   g_rng ^= g_rng >> 7;
   g_rng ^= g_rng << 17;
   return g_rng;
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path);
 }
 
 static char *path_of(const char *name) {
@@ -202,13 +197,12 @@ static void put_manifest(const char *sd, const char *text, size_t len) {
 }
 
 static void setup(void) {
-  snprintf(g_dir, sizeof g_dir, "/tmp/check_ckpt_fuzz.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(g_dir));
+  test_dir_make(g_dir, sizeof g_dir, "check_ckpt_fuzz");
   memset(&g_host, 0, sizeof g_host);
   g_rng = 0x10adc0ffee;
   save_step(STEP);
 }
-static void teardown(void) { nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+static void teardown(void) { test_dir_remove(g_dir); }
 
 /* ---- structural mutations of a JSON document ---- */
 /* A random node of the tree (objects and arrays are entered with probability 3/4). */

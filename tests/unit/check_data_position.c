@@ -4,25 +4,19 @@
  * names where it starts. */
 #define _GNU_SOURCE
 #include <check.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "data/shards.h"
+#include "support/test_dir.h"
 
 static char g_dir[256], g_err[1024];
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path);
-}
-
 /* Two shards: 1000 tokens (positions 0..999) and 500 (1000..1499). */
 static void setup(void) {
-  snprintf(g_dir, sizeof g_dir, "/tmp/check_data_position.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(g_dir));
+  test_dir_make(g_dir, sizeof g_dir, "check_data_position");
   size_t sizes[2] = {1000, 500}, first = 0;
   for (int s = 0; s < 2; s++) {
     uint16_t *t = malloc(sizes[s] * sizeof *t);
@@ -34,7 +28,7 @@ static void setup(void) {
     first += sizes[s];
   }
 }
-static void teardown(void) { nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+static void teardown(void) { test_dir_remove(g_dir); }
 
 static void open_T(loom_loader *ld, int T) {
   char pat[300];

@@ -12,7 +12,6 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +26,7 @@
 #include "model/gpt.h"
 #include "runtime/elf_check.h"
 #include "runtime/loader.h"
+#include "support/test_dir.h"
 
 #define PLUGINS LOOM_TEST_BUILD_DIR "/lib/loom/plugins"
 
@@ -34,17 +34,11 @@ static char g_dir[256];
 static char g_err[2048];
 
 static void dir_setup(void) {
-  snprintf(g_dir, sizeof g_dir, "/tmp/check_hostile.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(g_dir));
+  test_dir_make(g_dir, sizeof g_dir, "check_hostile");
   g_err[0] = '\0';
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st; (void)flag; (void)ftw;
-  return remove(path);
-}
-
-static void dir_teardown(void) { nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+static void dir_teardown(void) { test_dir_remove(g_dir); }
 
 static char *path_in(const char *name) {
   static char buf[4][512];

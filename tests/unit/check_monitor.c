@@ -6,7 +6,6 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <dirent.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,20 +17,15 @@
 #include "monitor/tb_writer.h"
 #include "report/compare_table.h"
 #include "report/run_metrics.h"
+#include "support/test_dir.h"
 
 static char g_dir[256];
 
 static void dir_setup(void) {
-  snprintf(g_dir, sizeof g_dir, "/tmp/check_monitor.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(g_dir));
+  test_dir_make(g_dir, sizeof g_dir, "check_monitor");
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st; (void)flag; (void)ftw;
-  return remove(path);
-}
-
-static void dir_teardown(void) { nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+static void dir_teardown(void) { test_dir_remove(g_dir); }
 
 START_TEST(crc32c_check_values) {
   /* CRC-32C's published check value (RFC 3720 B.4 family; "123456789" -> 0xe3069283) and

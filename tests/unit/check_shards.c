@@ -7,7 +7,6 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,22 +15,17 @@
 
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "support/test_dir.h"
 
 static char g_dir[256];
 static char g_err[1024];
 
 static void dir_setup(void) {
-  snprintf(g_dir, sizeof(g_dir), "/tmp/check_shards.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(g_dir));
+  test_dir_make(g_dir, sizeof g_dir, "check_shards");
   g_err[0] = '\0';
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st; (void)flag; (void)ftw;
-  return remove(path);
-}
-
-static void dir_teardown(void) { nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+static void dir_teardown(void) { test_dir_remove(g_dir); }
 
 static char *path_in(const char *name) {
   static char buf[4][512];
