@@ -20,7 +20,12 @@ if [ "$tests" = ON ]; then
   pkgs="$pkgs check libsubunit-dev python3-torch python3-protobuf python3-crc32c chromium"
 fi
 missing=""
-for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+# "install ok installed" only: a package removed but not purged still has a dpkg record
+# (deinstall ok config-files) for which `dpkg -s` succeeds
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing="$missing $p"
+done
 if [ -n "$missing" ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo=sudo

@@ -18,7 +18,7 @@
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
 for p in ddp zero2 zero3 cpu_offload tensor_parallel pipeline; do
-  [ -f "$PLUGINS/$p.so" ] || { echo "SKIP: $PLUGINS/$p.so is not built"; exit 0; }
+  [ -f "$PLUGINS/$p.so" ] || { echo "SKIP: $PLUGINS/$p.so is not built"; exit 77; }
 done
 MODEL=(--set model.n_head=4 --set model.n_layer=3 --set train.steps=10
        --set train.eval_interval=0 --set train.eval_batches=1)

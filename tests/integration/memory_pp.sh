@@ -10,7 +10,7 @@
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
 for p in pipeline ddp tensor_parallel; do
-  [ -f "$PLUGINS/$p.so" ] || { echo "SKIP: $PLUGINS/$p.so is not built"; exit 0; }
+  [ -f "$PLUGINS/$p.so" ] || { echo "SKIP: $PLUGINS/$p.so is not built"; exit 77; }
 done
 RUNS=()
 case_() { # case_ NAME NRANKS PARALLEL_JSON
