@@ -115,6 +115,23 @@ typedef struct loom_device_v1 {
    * Returns LOOM_OK, or LOOM_UNSUPPORTED for another pair of dtypes. */
   int (*convert)(void *ctx, void *dst, loom_dtype dst_dtype, const void *src,
                  loom_dtype src_dtype, size_t n);
+
+  /* ---- ABI 1.4: devices as plugins (cuda.so); NULL where a backend has nothing to say ---- */
+  /* create, with a reason: like create, but on failure writes one line saying why (no GPU, no
+   * driver, fewer GPUs than the local ranks that need one each, a bad option) into err
+   * (errlen bytes, NUL-terminated). local_size: ranks of this job on this node (the launcher's
+   * local size, 1 without one). The host calls it instead of create when present. */
+  int (*create_ex)(const char *options_json, int local_rank, int local_size, void **ctx,
+                   char *err, size_t errlen);
+  /* The backend's native stream (a cudaStream_t for CUDA) on which every kernel and copy of
+   * this context is ordered, so a comm plugin (NCCL) can enqueue its collectives on it. NULL:
+   * a synchronous backend (CPU). */
+  void *(*native_stream)(void *ctx);
+  /* Hint from the host, once after create: every value the GPT kernels read as weights or
+   * activations is representable in `dt` (the precision plugin's compute dtype), so a backend
+   * may run its GEMMs on `dt` operands with fp32 accumulation (exact conversion of its inputs).
+   * LOOM_F32: plain fp32 (a backend may still offer TF32 as an explicit option). */
+  void (*set_compute_dtype)(void *ctx, loom_dtype dt);
 } loom_device_v1;
 
 #ifdef __cplusplus
