@@ -4,6 +4,7 @@
  *   loom estimate CONFIG [--set ...] [--world N] [--json]   per-rank memory and traffic
  *   loom compare CONFIG_OR_RUN_DIR... [--np N] [--steps S] [--expect-equal TOL]   A/B runs
  *   loom report RUN_DIR [--out DIR]           one run's table, plots and HTML page
+ *   loom export RUN_OR_CKPT --format safetensors|llmc OUT   parameters for HF / llm.c
  *   loom plugins                              list the plugins on the search path
  *   loom conformance PLUGIN [...]             the conformance battery (core/conformance/)
  *   loom version
@@ -14,6 +15,7 @@
 
 #include "config/config.h"
 #include "conformance/conformance.h"
+#include "export/export_cmd.h"
 #include "report/commands.h"
 #include "runtime/loader.h"
 #include "runtime/plugins.h"
@@ -38,6 +40,9 @@ static void usage(FILE *out) {
           "       loom compare CONFIG_OR_RUN_DIR... [--np N] [--steps S] [--expect-equal TOL]\n"
           "                                                A/B runs side by side, with plots\n"
           "       loom report RUN_DIR [--out DIR]          one run's table, plots, HTML page\n"
+          "       loom export RUN_OR_CKPT --format safetensors|llmc OUT\n"
+          "                                                a checkpoint's parameters as a\n"
+          "                                                Hugging Face GPT-2 or llm.c file\n"
           "       loom plugins                             list plugins (LOOM_PLUGIN_PATH)\n"
           "       loom conformance PLUGIN [--with P] [--np N]\n"
           "                                                check a plugin against loom's own\n"
@@ -88,6 +93,8 @@ static int command_help(FILE *out, const char *cmd) {
     loom_compare_help(out);
   } else if (!strcmp(cmd, "report")) {
     loom_report_help(out);
+  } else if (!strcmp(cmd, "export")) {
+    loom_export_help(out);
   } else if (!strcmp(cmd, "plugins")) {
     fprintf(out,
             "usage: loom plugins\n"
@@ -238,7 +245,7 @@ int main(int argc, char **argv) {
     }
     if (command_help(stdout, argv[2]) == 0) return 0;
     fprintf(stderr, "loom: help: unknown command '%s' (commands: train, check, estimate, "
-            "compare, report, plugins, conformance, version)\n", argv[2]);
+            "compare, report, export, plugins, conformance, version)\n", argv[2]);
     return 2;
   }
   if (!strcmp(cmd, "conformance")) return loom_conformance_main(argc, argv);
@@ -249,6 +256,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "compare")) return loom_cmd_compare(argc, argv);
   if (!strcmp(cmd, "report")) return loom_cmd_report(argc, argv);
+  if (!strcmp(cmd, "export")) return loom_cmd_export(argc, argv);
   if (!strcmp(cmd, "train") || !strcmp(cmd, "check") || !strcmp(cmd, "estimate")) {
     if (argc < 3) {
       fprintf(stderr, "loom %s: missing CONFIG\n", cmd);

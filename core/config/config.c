@@ -576,13 +576,46 @@ static int load_sample(ctx *c) {
   return 0;
 }
 
+/* "init_from": {"path": FILE, "format": "safetensors" | "llmc"} (or null: none). The format
+ * may be left out when FILE ends in .safetensors or .bin (llm.c's name for its model files). */
+static int load_init_from(ctx *c) {
+  static const char *const keys[] = {"path", "format", NULL};
+  loom_config *cfg = c->cfg;
+  if (json_is_null(json_object_get(cfg->root, "init_from"))) return 0;
+  loom_options o;
+  if (section(c, "init_from", keys, &o)) return -1;
+  if (!o.obj) return 0;
+  if (!json_object_get(o.obj, "path"))
+    return loom__opt_error(&o, "path", c->err, c->errlen, "required key missing (expected the "
+                           "model file to start from, a .safetensors or llm.c .bin file)");
+  if (get_str(c, &o, "path", "", cfg->init_from.path, sizeof cfg->init_from.path) ||
+      get_str(c, &o, "format", "", cfg->init_from.format, sizeof cfg->init_from.format))
+    return -1;
+  if (!cfg->init_from.path[0])
+    return bad_choice(c, &o, "path", "a file name (a .safetensors or llm.c .bin model file)");
+  size_t n = strlen(cfg->init_from.path);
+  const char *f = cfg->init_from.format;
+  if (!f[0]) {
+    if (n > 12 && !strcmp(cfg->init_from.path + n - 12, ".safetensors")) f = "safetensors";
+    else if (n > 4 && !strcmp(cfg->init_from.path + n - 4, ".bin")) f = "llmc";
+    else
+      return loom__opt_error(&o, "format", c->err, c->errlen, "required when path does not "
+                             "end in .safetensors or .bin (expected \"safetensors\" or "
+                             "\"llmc\")");
+    snprintf(cfg->init_from.format, sizeof cfg->init_from.format, "%s", f);
+  }
+  if (strcmp(f, "safetensors") != 0 && strcmp(f, "llmc") != 0)
+    return bad_choice(c, &o, "format", "\"safetensors\" or \"llmc\"");
+  return 0;
+}
+
 /* Take ownership of root, apply the overrides, validate. On error cfg is released. */
 static int finish(loom_config *cfg, const char *file, json_t *root, const char *const *overrides,
                   int n_overrides, char *err, size_t errlen) {
   static const char *const top_keys[] = {
       "model",  "activation_checkpointing", "data", "train", "optimizer", "lr_schedule", "device",
       "comm",   "parallel", "precision", "checkpoint", "logging",     "sample",
-      NULL};
+      "init_from", NULL};
   ctx c = {.cfg = cfg, .file = file, .err = err, .errlen = errlen};
   cfg->root = root;
   if (!json_is_object(root)) {
@@ -603,7 +636,7 @@ static int finish(loom_config *cfg, const char *file, json_t *root, const char *
       plugin_section(&c, "comm", "mpi", "mpi", 0, &cfg->comm) || load_parallel(&c) ||
       plugin_section(&c, "precision", "fp32", "fp32", 0, &cfg->precision) ||
       plugin_section(&c, "checkpoint", "", "checkpoint", 1, &cfg->checkpoint) ||
-      load_logging(&c) || load_sample(&c))
+      load_logging(&c) || load_sample(&c) || load_init_from(&c))
     goto fail;
   return 0;
 fail:

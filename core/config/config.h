@@ -105,6 +105,13 @@ typedef struct loom_config {
     double temperature; /* default 1.0, > 0 */
     int top_k;          /* 0 = full distribution; default 0 */
   } sample;
+
+  struct {
+    char path[LOOM_PATH_MAX]; /* model file the parameters start from; "" = none (default):
+                                 GPT-2 initialisation from train.seed */
+    char format[16];          /* "safetensors" (Hugging Face GPT-2 names) or "llmc" (llm.c's
+                                 model file); "" in the file = from path's extension */
+  } init_from;                /* ignored when the run resumes from a checkpoint */
 } loom_config;
 
 /* Read and validate `path` into cfg (which need not be initialised; a loaded one must be

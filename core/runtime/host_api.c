@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../config/config_internal.h"
+#include "export/model_files.h"
 #include "runtime.h"
 
 void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const char *file,
@@ -304,6 +305,9 @@ static int host_init_params_range(loom_host *h, uint64_t begin, uint64_t n, floa
              (unsigned long long)begin, (unsigned long long)n);
     return LOOM_INVALID_USAGE;
   }
+  if (rt->init_file) /* init_from: this range of the file, read by this rank only */
+    return loom__model_file_fill(rt->init_file, &rt->model, begin, n, dst, h->error,
+                                 sizeof h->error) == 0 ? LOOM_OK : LOOM_IO;
   gpt_init_weights_range(&rt->model, rt->cfg->train.seed, begin, n, dst);
   return LOOM_OK;
 }

@@ -88,6 +88,8 @@ struct loom_runtime {
   int shard_params, shard_grads;/* a plugin owns parameter / gradient storage */
   float *optim_m, *optim_v;     /* host-owned AdamW state over the partition (NULL when a
                                    plugin owns the optimizer step) */
+  struct loom_model_file *init_file; /* init_from's file while the parameters are initialised
+                                   (until setup is done; init_params_range reads it), else NULL */
 };
 
 /* Format an error for the user: "loom: LABEL: MESSAGE" (LABEL = plugin and config path). */

@@ -186,6 +186,8 @@ static json_t *meta_json(loom_trainer *tr) {
   json_object_set_new(meta, "precision", json_is_object(pj) ? pj : json_null());
   if (pj && !json_is_object(pj)) json_decref(pj);
   if (rt->mesh.pp > 1) json_object_set_new(meta, "stages", stage_tensors_json(rt));
+  /* where the parameters came from before step 1 (config init_from; export/init_from.h) */
+  if (tr->init_from) json_object_set(meta, "init_from", tr->init_from);
   return meta;
 }
 
@@ -319,6 +321,11 @@ int loom__ckpt_resume(loom_trainer *tr) {
   if (!rc) {
     tr->step = step;
     tr->skipped_steps = m.skipped_steps;
+    json_t *src = json_object_get(m.root, "init_from"); /* carried into later checkpoints */
+    if (json_is_object(src)) {
+      json_decref(tr->init_from);
+      tr->init_from = json_deep_copy(src);
+    }
     if (rt->mesh.world_rank == 0) loom__ckpt_report(tr, &m);
   }
   loom__ckpt_meta_free(&m);

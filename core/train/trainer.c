@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../export/init_from.h"
 #include "../runtime/plugins.h"
 #include "../runtime/pp_split.h"
 #include "lr_schedule.h"
@@ -132,6 +133,36 @@ static int gather_peak_memory(loom_trainer *tr) {
   return 0;
 }
 
+/* init_from: open the file unless the run resumes from a checkpoint (resume wins: the
+ * checkpoint holds the run's own parameters; the file is then not even opened). The resume
+ * step is asked for here as loom__ckpt_resume asks later (the same collective answer). */
+static int open_init_from(loom_trainer *tr, char *e, size_t elen) {
+  loom_runtime *rt = &tr->rt;
+  const loom_config *cfg = &tr->cfg;
+  if (!cfg->init_from.path[0]) return 0;
+  int step = 0;
+  if (rt->has_checkpoint) {
+    const loom_checkpoint_v1 *ck = &rt->checkpoint.u.checkpoint;
+    if (ck->resume_step(rt->checkpoint_ctx, &step) != LOOM_OK) {
+      snprintf(e, elen, "plugin %s: finding a checkpoint failed: %s", rt->checkpoint_host.label,
+               rt->checkpoint_host.error);
+      return -1;
+    }
+  }
+  if (step > 0) {
+    if (rt->mesh.world_rank == 0)
+      printf("loom: init_from %s ignored: resuming from the checkpoint of step %d (resume "
+             "wins)\n", cfg->init_from.path, step);
+    return 0;
+  }
+  if (loom__init_from_open(cfg, &rt->init_file, e, elen) != 0) return -1;
+  tr->init_from = loom__init_from_record(cfg);
+  if (rt->mesh.world_rank == 0)
+    printf("loom: parameters initialised from %s (%s)\n", cfg->init_from.path,
+           cfg->init_from.format);
+  return 0;
+}
+
 gpt_hooks loom__forward_hooks(loom_trainer *tr) {
   gpt_hooks h = make_hooks(tr);
   h.pre_backward = h.post_backward = NULL;
@@ -189,9 +220,16 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
               (rt->shard_grads ? GPT_NO_GRAD_STORAGE : 0);
   if (gpt_init_ex(&rt->model, &mc, &rt->dev, flags, e, sizeof e) != LOOM_OK)
     return fail(tr, "%s: %s", cfg->path, e);
-  /* same seed on every rank: replicas start identical without a broadcast (a plugin that
-   * shards the parameters initialises its shard through init_params_range instead) */
-  if (!rt->shard_params) gpt_init_weights(&rt->model, cfg->train.seed);
+  if (open_init_from(tr, e, sizeof e) != 0) return fail(tr, "%s", e);
+  /* same seed (or file) on every rank: replicas start identical without a broadcast (a plugin
+   * that shards the parameters initialises its shard through init_params_range instead) */
+  if (!rt->shard_params && rt->init_file) {
+    if (loom__model_file_fill(rt->init_file, &rt->model, 0, rt->model.num_parameters,
+                              rt->model.params_memory, e, sizeof e) != 0)
+      return fail(tr, "%s: init_from.path: %s", cfg->path, e);
+  } else if (!rt->shard_params) {
+    gpt_init_weights(&rt->model, cfg->train.seed);
+  }
   if (loom__model_view_build(rt) != 0) return fail(tr, "out of host memory (model view)");
   if (rt->mesh.pp > 1 && (rt->mesh.pp_rank == 0 || rt->mesh.pp_rank == rt->mesh.pp - 1)) {
     rt->emb_buf = loom__dev_alloc(&rt->dev, (size_t)mc.vocab_size * mc.n_embd * sizeof(float),
@@ -203,7 +241,10 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                                       .count = rt->model.num_parameters,
                                       .params = rt->model.params_memory,
                                       .grads = rt->model.grads_memory, .sharded = 0};
-  if (loom__plugins_setup(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
+  int setup_rc = loom__plugins_setup(rt, e, sizeof e);
+  loom__model_file_close(rt->init_file); /* every parameter is initialised after setup */
+  rt->init_file = NULL;
+  if (setup_rc != 0) return fail(tr, "%s", e);
   if ((rt->shard_params || rt->shard_grads) && rt->partition_owner < 0)
     return fail(tr, "%s: parallel: a plugin owns parameter or gradient storage but none "
                 "published the optimizer partition (set_partition in setup)", cfg->path);
@@ -707,6 +748,10 @@ void loom_trainer_free(loom_trainer *tr) {
   if (tr->has_val) loom_loader_close(&tr->val);
   loom__plugins_destroy(rt);
   if (rt->model_view.numel) loom__model_view_free(rt);
+  loom__model_file_close(rt->init_file);
+  rt->init_file = NULL;
+  json_decref(tr->init_from);
+  tr->init_from = NULL;
   if (rt->model.params) gpt_free(&rt->model);
   if (rt->optim_m) loom__dev_free(&rt->dev, rt->optim_m);
   if (rt->optim_v) loom__dev_free(&rt->dev, rt->optim_v);

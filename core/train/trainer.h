@@ -41,6 +41,8 @@ typedef struct loom_trainer {
   int64_t mem_peak_max[LOOM_MEM__COUNT + 1]; /* max over every rank: each category, then total */
   int stopped;             /* training ended early on SIGINT/SIGTERM (checkpoint saved) */
   loom_watchdog watchdog;  /* ends the job when no progress is made for train.timeout_s */
+  json_t *init_from;       /* init_from's record for checkpoints ({path, format, bytes}), kept
+                              across resumes; NULL for a run started from the seed */
   char err[2048];          /* the message of the first failure */
 } loom_trainer;
 

@@ -1,0 +1,191 @@
+/* loom export RUN_OR_CKPT_OR_CONFIG --format safetensors|llmc OUT
+ *
+ * From a checkpoint (a step directory, a checkpoint directory, or a run directory with ckpt/):
+ * the parameters of that step, assembled tensor by tensor from whatever layout saved them
+ * (ckpt_view.h), written as a Hugging Face GPT-2 safetensors file or an llm.c model file
+ * (model_files.h). From a config (a .json file): the parameters that config's run starts from
+ * (its init_from file or the seed's GPT-2 initialisation), built on one rank in host memory. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config/config.h"
+#include "device/device.h"
+#include "export/ckpt_view.h"
+#include "export/export_cmd.h"
+#include "export/gpt2_layout.h"
+#include "export/init_from.h"
+#include "export/model_files.h"
+#include "util/fs_util.h"
+#include "util/one_line.h"
+
+void loom_export_help(FILE *out) {
+  fprintf(out,
+          "usage: loom export RUN_OR_CKPT --format safetensors|llmc OUT\n"
+          "Write a checkpoint's parameters as a Hugging Face GPT-2 safetensors file (names\n"
+          "wte.weight, h.N.attn.c_attn.weight, ...; Conv1D weights (in, out)) or an llm.c model\n"
+          "file (header 20240326, version 3, vocabulary padded to a multiple of 128).\n"
+          "RUN_OR_CKPT: a step directory (ckpt/step-00000100), a checkpoint directory or a run\n"
+          "directory with ckpt/ (its newest checkpoint), written under any layout (ddp, ZeRO,\n"
+          "tensor or pipeline parallel); or a config file (CONFIG.json): the parameters its run\n"
+          "starts from (init_from or the seed's initialisation).\n"
+          "To start a run from such a file: \"init_from\": {\"path\": FILE} in the config\n"
+          "(docs/checkpoints.md).\n");
+}
+
+/* ---- tensors from a config's initial model ---- */
+
+typedef struct initial_model {
+  loom_dev dev;
+  gpt_model m;
+} initial_model;
+
+static int initial_read(void *ctx, const gpt_param *p, float *dst, char *err, size_t errlen) {
+  initial_model *im = ctx;
+  for (int i = 0; i < im->m.n_params; i++)
+    if (!strcmp(im->m.params[i].name, p->name)) {
+      im->dev.ops->to_host(im->dev.ctx, dst, im->m.params[i].data, p->numel * sizeof(float));
+      return 0;
+    }
+  loom__set_err(err, errlen, "no tensor '%s' in the model", p->name); /* defensive */
+  return -1;
+}
+
+static int initial_open(initial_model *im, const loom_config *cfg, char *err, size_t errlen) {
+  char e[1024];
+  memset(im, 0, sizeof *im);
+  if (loom__dev_open(&im->dev, loom__cpu_device(), "{\"type\":\"cpu\",\"threads\":0}", 0, e,
+                     sizeof e) != LOOM_OK) {
+    loom__set_err(err, errlen, "device: %s", e);
+    return -1;
+  }
+  gpt_config mc = {.vocab_size = cfg->model.vocab_size, .max_seq_len = cfg->model.context_length,
+                   .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
+                   .n_embd = cfg->model.n_embd};
+  if (gpt_init_ex(&im->m, &mc, &im->dev, GPT_NO_GRAD_STORAGE, e, sizeof e) != LOOM_OK) {
+    loom__set_err(err, errlen, "%s: %s", cfg->path, e);
+    loom__dev_close(&im->dev);
+    return -1;
+  }
+  loom_model_file *f;
+  int rc = loom__init_from_open(cfg, &f, err, errlen);
+  if (!rc && f) {
+    rc = loom__model_file_fill(f, &im->m, 0, im->m.num_parameters, im->m.params_memory, e,
+                               sizeof e);
+    if (rc) loom__set_err(err, errlen, "%s: init_from.path: %s", cfg->path, e);
+  } else if (!rc) {
+    gpt_init_weights(&im->m, cfg->train.seed);
+  }
+  loom__model_file_close(f);
+  if (rc) {
+    gpt_free(&im->m);
+    loom__dev_close(&im->dev);
+  }
+  return rc;
+}
+
+/* ---- tensors from a checkpoint ---- */
+
+static int ckpt_read(void *ctx, const gpt_param *p, float *dst, char *err, size_t errlen) {
+  return loom__ckpt_view_read(ctx, p, dst, err, errlen);
+}
+
+/* safetensors "__metadata__" (strings only): where the tensors came from and loom's config. */
+static char *ckpt_metadata(const loom_ckpt_view *v) {
+  json_t *md = json_object();
+  char step[24];
+  snprintf(step, sizeof step, "%d", v->step);
+  json_object_set_new(md, "loom.source", json_string(v->dir));
+  json_object_set_new(md, "loom.step", json_string(step));
+  static const char *const keys[] = {"model", "config", "init_from"};
+  for (int i = 0; i < 3; i++) {
+    json_t *x = json_object_get(v->meta, keys[i]);
+    char *s = x ? json_dumps(x, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    char k[32];
+    snprintf(k, sizeof k, "loom.%s", keys[i]);
+    if (s) json_object_set_new(md, k, json_string(s));
+    free(s);
+  }
+  char *text = json_dumps(md, JSON_COMPACT);
+  json_decref(md);
+  return text;
+}
+
+static int is_config_file(const char *path) {
+  struct stat sb;
+  size_t n = strlen(path);
+  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && n > 5 && !strcmp(path + n - 5, ".json");
+}
+
+int loom_cmd_export(int argc, char **argv) {
+  const char *src = NULL, *out = NULL, *fmt = NULL;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--format") && i + 1 < argc) fmt = argv[++i];
+    else if (!strncmp(argv[i], "--format=", 9)) fmt = argv[i] + 9;
+    else if (argv[i][0] == '-' && argv[i][1]) {
+      fprintf(stderr, "loom export: unknown option '%s'\n", argv[i]);
+      loom_export_help(stderr);
+      return 2;
+    } else if (!src) src = argv[i];
+    else if (!out) out = argv[i];
+    else {
+      fprintf(stderr, "loom export: unexpected argument '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!src || !out || !fmt) {
+    fprintf(stderr, "loom export: missing %s\n", !src ? "RUN_OR_CKPT" : !fmt ? "--format" : "OUT");
+    loom_export_help(stderr);
+    return 2;
+  }
+  int format = loom__model_format(fmt);
+  if (format < 0) {
+    fprintf(stderr, "loom export: --format: expected safetensors or llmc, got '%s'\n", fmt);
+    return 2;
+  }
+  char err[2048];
+  gpt_model table;
+  int rc;
+  if (is_config_file(src)) {
+    loom_config cfg;
+    initial_model im;
+    if (loom_config_load(&cfg, src, NULL, 0, err, sizeof err) != 0) {
+      loom__put_line(stderr, "loom export: error: ", err);
+      return 1;
+    }
+    rc = initial_open(&im, &cfg, err, sizeof err);
+    if (!rc) {
+      char md[256];
+      snprintf(md, sizeof md, "{\"loom.source\": \"initial parameters of a config\"}");
+      rc = loom__model_file_write(out, (loom_model_format)format, &im.m, initial_read, &im, md,
+                                  err, sizeof err);
+      gpt_free(&im.m);
+      loom__dev_close(&im.dev);
+    }
+    loom_config_free(&cfg);
+  } else {
+    loom_ckpt_view v;
+    rc = loom__ckpt_view_open(&v, src, err, sizeof err);
+    if (!rc)
+      rc = loom__gpt2_table(&table, v.vocab_size, v.context_length, v.n_layer, v.n_head,
+                            v.n_embd, err, sizeof err);
+    if (!rc) {
+      char *md = ckpt_metadata(&v);
+      rc = loom__model_file_write(out, (loom_model_format)format, &table, ckpt_read, &v, md, err,
+                                  sizeof err);
+      free(md);
+      gpt_free(&table);
+      if (!rc)
+        printf("loom export: %s (step %d, dp %d x tp %d x pp %d) -> %s (%s)\n", v.dir, v.step,
+               (int)json_integer_value(json_object_get(v.meta, "dp")), v.tp, v.pp, out, fmt);
+    }
+    if (v.man) loom__ckpt_view_close(&v);
+  }
+  if (rc) {
+    loom__put_line(stderr, "loom export: error: ", err);
+    return 1;
+  }
+  return 0;
+}
