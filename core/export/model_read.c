@@ -231,6 +231,17 @@ static int open_safetensors(loom_model_file *f, const gpt_model *t, char *err, s
     return -1;
   }
   int rc = st_check_dims(f, hdr, &t->cfg, err, errlen);
+  /* the head count is in no tensor's shape: a file loom wrote records it in its metadata */
+  json_t *lm = json_object_get(json_object_get(hdr, "__metadata__"), "loom.model");
+  json_t *lmj = json_is_string(lm) ? json_loads(json_string_value(lm), 0, NULL) : NULL;
+  json_t *nh = json_object_get(lmj, "n_head");
+  if (!rc && json_is_integer(nh) && json_integer_value(nh) != t->cfg.n_head) {
+    loom__set_err(err, errlen, "%s: the file's n_head (metadata loom.model) is %" JSON_INTEGER_FORMAT
+                  ", the config's model.n_head is %d: the model does not match", f->path,
+                  json_integer_value(nh), t->cfg.n_head);
+    rc = -1;
+  }
+  json_decref(lmj);
   const uint64_t data0 = 8 + hlen, data_bytes = (uint64_t)f->size - data0;
   const char *k;
   json_t *v;

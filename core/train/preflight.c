@@ -15,6 +15,7 @@
 #include "../data/shards.h"
 #include "../data/tokenizer.h"
 #include "../device/device.h"
+#include "../export/init_from.h"
 #include "../model/gpt.h"
 #include "../runtime/plugins.h"
 #include "../runtime/pp_split.h"
@@ -175,6 +176,9 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
   if (loom_config_check_batch(cfg, rt->mesh.dp, err, errlen) != 0) goto out;
   if (check_model(rt, err, errlen) != 0) goto out;
   if (check_data(cfg, rt->mesh.dp, err, errlen) != 0) goto out;
+  loom_model_file *init = NULL; /* init_from: the file opened, every tensor's shape checked */
+  if (loom__init_from_open(cfg, &init, err, errlen) != 0) goto out;
+  loom__model_file_close(init);
   if (cfg->logging.metrics[0] && loom__check_output_path(cfg->logging.metrics, e, sizeof e)) {
     fail(err, errlen, "%s: logging.metrics: %s", cfg->path, e);
     goto out;
