@@ -167,6 +167,24 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(cfg.sample.tokens, 0);
   ck_assert_double_eq(cfg.sample.temperature, 1.0);
   ck_assert_int_eq(cfg.sample.top_k, 0);
+  ck_assert_str_eq(cfg.init_from.path, "");
+}
+END_TEST
+
+START_TEST(test_init_from) {
+  /* the format from the extension, or given; null is "none" */
+  ck_assert_int_eq(load("{\"init_from\": {\"path\": \"m/gpt2.safetensors\"}}"), 0);
+  ck_assert_str_eq(cfg.init_from.path, "m/gpt2.safetensors");
+  ck_assert_str_eq(cfg.init_from.format, "safetensors");
+  loom_config_free(&cfg);
+  ck_assert_int_eq(load("{\"init_from\": {\"path\": \"gpt2_124M.bin\"}}"), 0);
+  ck_assert_str_eq(cfg.init_from.format, "llmc");
+  loom_config_free(&cfg);
+  ck_assert_int_eq(load("{\"init_from\": {\"path\": \"w\", \"format\": \"llmc\"}}"), 0);
+  ck_assert_str_eq(cfg.init_from.format, "llmc");
+  loom_config_free(&cfg);
+  ck_assert_int_eq(load("{\"init_from\": null}"), 0);
+  ck_assert_str_eq(cfg.init_from.path, "");
 }
 END_TEST
 
@@ -335,6 +353,17 @@ static const err_case ERR_CASES[] = {
      "t.json: optimizer.betas[0]: expected a number in [0, 1), got -0.5"},
     {"{\"sample\": {\"temperature\": 0}}",
      "t.json: sample.temperature: expected a number > 0, got 0"},
+    {"{\"init_from\": {}}",
+     "t.json: init_from.path: required key missing (expected the model file to start from, a "
+     ".safetensors or llm.c .bin file)"},
+    {"{\"init_from\": {\"path\": \"w.pt\"}}",
+     "t.json: init_from.format: required when path does not end in .safetensors or .bin "
+     "(expected \"safetensors\" or \"llmc\")"},
+    {"{\"init_from\": {\"path\": \"w.bin\", \"format\": \"gguf\"}}",
+     "t.json: init_from.format: expected \"safetensors\" or \"llmc\", got \"gguf\""},
+    {"{\"init_from\": {\"path\": \"w.bin\", \"fmt\": \"llmc\"}}",
+     "t.json: init_from.fmt: unknown key (expected one of: path, format)"},
+    {"{\"init_from\": \"w.bin\"}", "t.json: init_from: expected an object, got \"w.bin\""},
     /* choices */
     {"{\"optimizer\": {\"name\": \"sgd\"}}",
      "t.json: optimizer.name: expected \"adamw\" (the only optimizer so far), got \"sgd\""},
@@ -398,7 +427,8 @@ static const err_case ERR_CASES[] = {
      "grad_accum_steps, global_batch_size, steps, eval_interval, eval_batches, seed, timeout_s)"},
     {"{\"modle\": {}}",
      "t.json: modle: unknown key (expected one of: model, activation_checkpointing, data, train, "
-     "optimizer, lr_schedule, device, comm, parallel, precision, checkpoint, logging, sample)"},
+     "optimizer, lr_schedule, device, comm, parallel, precision, checkpoint, logging, sample, "
+     "init_from)"},
     {"{\"device\": {\"gpus\": 8}}",
      "t.json: device.gpus: unknown key (expected one of: type, threads)"},
     {"{\"optimizer\": {\"momentum\": 0.9}}",
@@ -915,6 +945,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_full_round_trip);
   tcase_add_test(tc, test_defaults);
   tcase_add_test(tc, test_derived_defaults);
+  tcase_add_test(tc, test_init_from);
   tcase_add_test(tc, test_parallel_forms);
   tcase_add_test(tc, test_activation_checkpointing);
   tcase_add_test(tc, test_free_twice_and_zeroed);

@@ -1,0 +1,200 @@
+/* Model files (core/export/model_files.h): a model written as safetensors or llm.c and read
+ * back into every layout a rank can hold — whole, tensor-parallel slices, pipeline stages (the
+ * last stage's tied wte copy included), arbitrary flat ranges (ZeRO-3 partitions) — must give
+ * bitwise the values gpt_init_weights_range puts there for that layout (the seed's GPT-2
+ * initialisation, itself defined as the single-rank values sliced). Then damaged files: every
+ * one is refused with a message, never a crash or an out-of-range read. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "export/gpt2_layout.h"
+#include "export/model_files.h"
+#include "model/gpt.h"
+#include "support/test_dir.h"
+
+/* V 200 pads to 256 in llm.c's file; C 32, 4 heads so tp 2 and tp 4 split them */
+static const gpt_config base = {.vocab_size = 200, .max_seq_len = 16, .n_layer = 3,
+                                .n_head = 4, .n_embd = 32};
+enum { SEED = 4242 };
+static char dir[256], path_st[300], path_bin[300], err[1024];
+static loom_dev dev;
+static gpt_model whole, table;
+
+static int read_whole(void *ctx, const gpt_param *p, float *dst, char *e, size_t n) {
+  (void)ctx, (void)e, (void)n;
+  for (int i = 0; i < whole.n_params; i++)
+    if (!strcmp(whole.params[i].name, p->name)) {
+      dev.ops->to_host(dev.ctx, dst, whole.params[i].data, p->numel * sizeof(float));
+      return 0;
+    }
+  return -1;
+}
+
+static void setup(void) {
+  test_dir_make(dir, sizeof dir, "check_model_files");
+  snprintf(path_st, sizeof path_st, "%s/m.safetensors", dir);
+  snprintf(path_bin, sizeof path_bin, "%s/m.bin", dir);
+  ck_assert_int_eq(loom__dev_open(&dev, loom__cpu_device(), "{}", 0, err, sizeof err), LOOM_OK);
+  ck_assert_int_eq(gpt_init(&whole, &base, &dev, err, sizeof err), LOOM_OK);
+  gpt_init_weights(&whole, SEED);
+  ck_assert_int_eq(loom__gpt2_table(&table, base.vocab_size, base.max_seq_len, base.n_layer,
+                                    base.n_head, base.n_embd, err, sizeof err), 0);
+  ck_assert_msg(loom__model_file_write(path_st, LOOM_FORMAT_SAFETENSORS, &table, read_whole,
+                                       NULL, "{\"k\": \"v\"}", err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(loom__model_file_write(path_bin, LOOM_FORMAT_LLMC, &table, read_whole, NULL,
+                                       NULL, err, sizeof err) == 0, "%s", err);
+}
+
+static void teardown(void) {
+  gpt_free(&table);
+  gpt_free(&whole);
+  loom__dev_close(&dev);
+  test_dir_remove(dir);
+}
+
+/* Fill model `cfg`'s flat range [begin, begin+n) from `path` and compare with the seed's
+ * values for the same range, bitwise. */
+static void check_fill(const char *path, loom_model_format fmt, gpt_config cfg, size_t begin,
+                       size_t n) {
+  gpt_model m;
+  ck_assert_int_eq(gpt_init(&m, &cfg, &dev, err, sizeof err), LOOM_OK);
+  if (n == 0) n = m.num_parameters - begin;
+  float *want = loom__dev_alloc(&dev, n * sizeof(float), LOOM_MEM_OTHER);
+  float *got = loom__dev_alloc(&dev, n * sizeof(float), LOOM_MEM_OTHER);
+  gpt_init_weights_range(&m, SEED, begin, n, want);
+  loom_model_file *f = loom__model_file_open(path, fmt, &table, err, sizeof err);
+  ck_assert_msg(f != NULL, "%s", err);
+  ck_assert_msg(loom__model_file_fill(f, &m, begin, n, got, err, sizeof err) == 0, "%s", err);
+  loom__model_file_close(f);
+  float *hw = malloc(n * sizeof(float)), *hg = malloc(n * sizeof(float));
+  dev.ops->to_host(dev.ctx, hw, want, n * sizeof(float));
+  dev.ops->to_host(dev.ctx, hg, got, n * sizeof(float));
+  size_t bad = n;
+  for (size_t i = 0; i < n && bad == n; i++)
+    if (memcmp(&hw[i], &hg[i], sizeof(float)) != 0) bad = i;
+  ck_assert_msg(bad == n, "%s tp %d/%d pp [%d,%d) range [%zu,+%zu): element %zu is %g, the "
+                "seed's is %g", path, cfg.tp_rank, cfg.tp_size, cfg.pp_first, cfg.pp_end, begin,
+                n, begin + bad, bad < n ? hg[bad] : 0.0, bad < n ? hw[bad] : 0.0);
+  free(hw);
+  free(hg);
+  loom__dev_free(&dev, want);
+  loom__dev_free(&dev, got);
+  gpt_free(&m);
+}
+
+START_TEST(test_layouts) {
+  const char *paths[2] = {path_st, path_bin};
+  for (int k = 0; k < 2; k++) {
+    loom_model_format fmt = k ? LOOM_FORMAT_LLMC : LOOM_FORMAT_SAFETENSORS;
+    check_fill(paths[k], fmt, base, 0, 0); /* whole */
+    for (int tp = 2; tp <= 4; tp += 2)
+      for (int r = 0; r < tp; r++) {
+        gpt_config c = base;
+        c.tp_size = tp;
+        c.tp_rank = r;
+        check_fill(paths[k], fmt, c, 0, 0);
+      }
+    /* pipeline stages: embedding + block 0 | blocks 1-2 + head (with the tied wte copy) */
+    gpt_config s0 = base, s1 = base;
+    s0.pp_first = 0, s0.pp_end = 2;
+    s1.pp_first = 2, s1.pp_end = base.n_layer + 2;
+    check_fill(paths[k], fmt, s0, 0, 0);
+    check_fill(paths[k], fmt, s1, 0, 0);
+    s1.tp_size = 2, s1.tp_rank = 1;
+    check_fill(paths[k], fmt, s1, 0, 0);
+    /* ZeRO-3 partitions: ranges cutting through tensors and rows */
+    check_fill(paths[k], fmt, base, 1, 777);
+    check_fill(paths[k], fmt, base, 6399, 9001);
+    gpt_config t2 = base;
+    t2.tp_size = 2, t2.tp_rank = 1;
+    check_fill(paths[k], fmt, t2, 7000, 5000);
+  }
+}
+END_TEST
+
+/* Rewrite m.safetensors with its header passed through `edit` (a sed-like replace). */
+static void write_edited(const char *from, const char *to, const char *out) {
+  FILE *f = fopen(path_st, "rb");
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *d = malloc((size_t)size + 64);
+  ck_assert_int_eq(fread(d, 1, (size_t)size, f), (size_t)size);
+  fclose(f);
+  char *at = strstr(d + 8, from);
+  ck_assert_ptr_nonnull(at);
+  ck_assert_uint_eq(strlen(from), strlen(to)); /* same length: offsets stay valid */
+  memcpy(at, to, strlen(to));
+  f = fopen(out, "wb");
+  fwrite(d, 1, (size_t)size, f);
+  fclose(f);
+  free(d);
+}
+
+static void expect_refused(const char *path, loom_model_format fmt, const char *needle) {
+  loom_model_file *f = loom__model_file_open(path, fmt, &table, err, sizeof err);
+  ck_assert_msg(f == NULL, "%s opened", path);
+  ck_assert_msg(strstr(err, needle) != NULL, "message '%s' lacks '%s'", err, needle);
+}
+
+START_TEST(test_refusals) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/bad.safetensors", dir);
+  write_edited("\"F32\"", "\"I32\"", p);
+  expect_refused(p, LOOM_FORMAT_SAFETENSORS, "has dtype I32, loom reads F32, BF16 or F16");
+  write_edited("\"h.2.mlp.c_fc.bias\"", "\"h.2.mlp.c_fx.bias\"", p);
+  expect_refused(p, LOOM_FORMAT_SAFETENSORS, "tensor 'h.2.mlp.c_fx.bias' is not part of");
+  write_edited("\"ln_f.weight\"", "\"ln_g.weight\"", p);
+  expect_refused(p, LOOM_FORMAT_SAFETENSORS, "is not part of a GPT-2");
+  /* a header length beyond the file */
+  FILE *f = fopen(p, "r+b");
+  unsigned char big[8] = {0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0};
+  fwrite(big, 1, 8, f);
+  fclose(f);
+  expect_refused(p, LOOM_FORMAT_SAFETENSORS, "not a safetensors file");
+  /* a truncated file: data_offsets beyond its end */
+  snprintf(p, sizeof p, "cp %s %s/t.safetensors && truncate -s -4 %s/t.safetensors", path_st,
+           dir, dir);
+  ck_assert_int_eq(system(p), 0);
+  snprintf(p, sizeof p, "%s/t.safetensors", dir);
+  expect_refused(p, LOOM_FORMAT_SAFETENSORS, "data_offsets do not hold");
+  /* the llm.c file read as safetensors and the other way round, and a truncated llm.c file */
+  expect_refused(path_bin, LOOM_FORMAT_SAFETENSORS, "not a safetensors file");
+  expect_refused(path_st, LOOM_FORMAT_LLMC, "expected 20240326: not an llm.c model file");
+  snprintf(p, sizeof p, "cp %s %s/t.bin && truncate -s -4 %s/t.bin", path_bin, dir, dir);
+  ck_assert_int_eq(system(p), 0);
+  snprintf(p, sizeof p, "%s/t.bin", dir);
+  expect_refused(p, LOOM_FORMAT_LLMC, "the file is truncated or not llm.c's fp32 GPT-2");
+  snprintf(p, sizeof p, "%s/none.bin", dir);
+  expect_refused(p, LOOM_FORMAT_LLMC, "cannot open");
+}
+END_TEST
+
+START_TEST(test_llmc_header) {
+  FILE *f = fopen(path_bin, "rb");
+  int32_t h[256];
+  ck_assert_int_eq(fread(h, sizeof h[0], 256, f), 256);
+  fclose(f);
+  const int32_t want[8] = {20240326, 3, 16, 200, 3, 4, 32, 256};
+  for (int i = 0; i < 8; i++) ck_assert_int_eq(h[i], want[i]);
+  for (int i = 8; i < 256; i++) ck_assert_int_eq(h[i], 0);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("model_files");
+  TCase *tc = tcase_create("roundtrip");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_layouts);
+  tcase_add_test(tc, test_refusals);
+  tcase_add_test(tc, test_llmc_header);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
