@@ -136,6 +136,8 @@ expect_fail() { # expect_fail NEEDLE CONFIG|--train ARGS...
 }
 config l3 "$WORK/src.safetensors" "" '{"n_layer": 3}'
 expect_fail "the file's layer count (h.0 .. h.N) is 2, the config's model.n_layer is 3" \
+  "$LOOM" check "$WORK/l3.json"
+expect_fail "the file's layer count (h.0 .. h.N) is 2, the config's model.n_layer is 3" \
   "$LOOM" export "$WORK/l3.json" --format safetensors "$WORK/x.safetensors"
 config h4 "$WORK/src.safetensors" "" '{"n_head": 4}'
 expect_fail "the file's n_head (metadata loom.model) is 2, the config's model.n_head is 4" \
