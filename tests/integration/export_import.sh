@@ -4,7 +4,7 @@
 # GPT-2 forward (check_export.py verify: loss within 1e-5 of loom's); export -> init_from ->
 # export round trips bitwise for both formats; runs started from the file under zero3 dp2, tp2
 # and pp2 match the one-rank run step by step (compare_runs.py's equivalence tolerances) and
-# export the same parameters; the refusals (another model's file, a wrong shape) name the
+# export the same parameters (tp2 x pp2 too); the refusals (another model's file, a wrong shape) name the
 # tensor or dimension and both values; a resumed run ignores init_from.
 # Vocabulary 300 (not a multiple of 128): llm.c's file pads it to 384 rows.
 . "$(dirname "$0")/lib.sh"
@@ -54,9 +54,9 @@ $PY "$CHECK" same "$WORK/src.safetensors" "$WORK/rt_cross.safetensors" || die "l
 
 # 3a. training from the file under several layouts: each rank fills only what it holds (zero3
 # its partition through init_params_range, tp2 its slices, pp2 its stage and the last stage's
-# tied wte copy). zero3 dp2 and pp2 (2 micro-batches of 2) against the one-rank run with the
+# tied wte copy, tp2 x pp2 both). zero3 dp2 and pp2 (2 micro-batches of 2) against the one-rank run with the
 # same micro-batching: compare_runs.py's derived tolerances (measured: params 1.7e-7 of 3.9e-6).
-# tp2 against the one-rank run: loss and grad norm at the derived tolerances, the parameters at
+# tp2 (and tp2 x pp2) against the one-rank run: loss and grad norm at the derived tolerances, the parameters at
 # 1e-4: tp sums the row-parallel products in another order, and Adam's first steps from a
 # trained (not freshly initialised) point turn that rounding into ~lr * sign(noise) updates of
 # the elements whose gradient is near zero (measured 3.8e-5; the same 3-step gap separates two
@@ -74,6 +74,8 @@ PP2='--set train.micro_batch_size=2 --set train.grad_accum_steps=2 --set paralle
 run 2 init_zero3 $V $S --set "$I" $Z3
 run 2 init_tp2 $V $S --set "$I" $TP2
 run 2 init_pp2 $V $S --set "$I" $PP2
+TP2PP2='--set train.micro_batch_size=2 --set train.grad_accum_steps=2 --set parallel=[{"plugin":"tensor_parallel","size":2},{"plugin":"pipeline","size":2,"schedule":"1f1b"}]'
+run 4 init_tp2pp2 $V $S --set "$I" $TP2PP2
 grep -q "parameters initialised from $WORK/src.safetensors (safetensors)" "$WORK/init1/out.log" ||
   die "init1 does not say where its parameters came from"
 compare init1_llmc init1 --bitwise
@@ -91,8 +93,10 @@ for r in init_zero3 init_pp2; do
 done
 echo "== init_tp2 vs init1"
 compare init_tp2 init1 --rtol-params 1e-4
+echo "== init_tp2pp2 vs init1_m2"
+compare init_tp2pp2 init1_m2 --rtol-params 1e-4
 
-# 3b. export from zero3 dp2, tp2 and pp2 checkpoints equals the one-rank run's (same seed, same
+# 3b. export from zero3 dp2, tp2, pp2 and tp2 x pp2 checkpoints equals the one-rank run's (same seed, same
 # 20 steps as the equivalence matrix) within compare_runs.py's parameter tolerance there,
 # rho * S / 30 = 2.6e-5 for this model (the tolerance it derives and prints for these runs)
 S='--set train.steps=20 --set train.eval_interval=0'
@@ -100,8 +104,9 @@ run 1 eq1 $V $S --set 'parallel=[]'
 run 2 eq_zero3 $V $S $Z3
 run 2 eq_tp2 $V $S $TP2
 run 2 eq_pp2 $V $S $PP2
+run 4 eq_tp2pp2 $V $S $TP2PP2
 export_to "$WORK/eq1" safetensors "$WORK/eq1.safetensors"
-for r in eq_zero3 eq_tp2 eq_pp2; do
+for r in eq_zero3 eq_tp2 eq_pp2 eq_tp2pp2; do
   export_to "$WORK/$r" safetensors "$WORK/$r.safetensors"
   $PY "$CHECK" close "$WORK/$r.safetensors" "$WORK/eq1.safetensors" 2.6e-5 || die "$r export"
 done
