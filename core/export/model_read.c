@@ -360,6 +360,15 @@ static int fill_tensor(loom_model_file *f, const file_tensor *ft, const gpt_para
   const int64_t rows = ft->rows, cols = ft->cols;
   const int64_t frows = ft->transposed ? cols : rows, fcols = ft->transposed ? rows : cols;
   const size_t esz = loom_dtype_size((loom_dtype)ft->dtype);
+  if (!ft->transposed && (tp <= 1 || p->split_dim < 0)) {
+    /* the rank's piece is the whole tensor in the file's order: one read of [lo, hi) */
+    size_t cnt = hi - lo, bytes = cnt * esz;
+    char *to = (char *)buf + (esz == 4 ? 0 : bytes); /* 16-bit: upper half, widened in place */
+    if (read_exact(f, to, bytes, ft->at + (uint64_t)(lo - p->offset) * esz, err, errlen))
+      return -1;
+    if (esz != 4) loom__widen_16(ft->dtype == LOOM_BF16, (const uint16_t *)to, buf, cnt);
+    return 0;
+  }
   float *row = malloc((size_t)fcols * sizeof(float));
   if (!row) {
     loom__set_err(err, errlen, "out of host memory");

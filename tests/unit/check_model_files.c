@@ -5,6 +5,7 @@
  * initialisation, itself defined as the single-rank values sliced). Then damaged files: every
  * one is refused with a message, never a crash or an out-of-range read. */
 #include <check.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,87 @@ START_TEST(test_llmc_header) {
 }
 END_TEST
 
+/* bf16 of x by truncation (exact to widen back: the test's expected values) */
+static uint16_t bf16_trunc(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return (uint16_t)(u >> 16);
+}
+
+/* A BF16 safetensors file written here (names from loom__hf_name, Conv1D transposed), read
+ * into a tp 2 rank and a ZeRO-like range: every element is the bf16 value widened exactly. */
+START_TEST(test_bf16_file) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/bf16.safetensors", dir);
+  json_t *h = json_object();
+  uint64_t off = 0;
+  for (int i = 0; i < table.n_params; i++) {
+    const gpt_param *t = &table.params[i];
+    char name[96];
+    int tr;
+    loom__hf_name(t, name, sizeof name, &tr);
+    json_t *shape = t->ndim == 1 ? json_pack("[I]", (json_int_t)t->shape[0])
+                    : tr ? json_pack("[I,I]", (json_int_t)t->shape[1], (json_int_t)t->shape[0])
+                         : json_pack("[I,I]", (json_int_t)t->shape[0], (json_int_t)t->shape[1]);
+    json_object_set_new(h, name, json_pack("{s:s,s:o,s:[I,I]}", "dtype", "BF16", "shape", shape,
+                                           "data_offsets", (json_int_t)off,
+                                           (json_int_t)(off + 2 * t->numel)));
+    off += 2 * t->numel;
+  }
+  char *text = json_dumps(h, JSON_COMPACT);
+  json_decref(h);
+  uint64_t n = strlen(text);
+  FILE *f = fopen(p, "wb");
+  fwrite(&n, 8, 1, f); /* little-endian host */
+  fwrite(text, 1, n, f);
+  free(text);
+  for (int i = 0; i < table.n_params; i++) {
+    const gpt_param *t = &table.params[i];
+    char name[96];
+    int tr;
+    loom__hf_name(t, name, sizeof name, &tr);
+    float *v = malloc(t->numel * sizeof(float));
+    uint16_t *b = malloc(t->numel * sizeof(uint16_t));
+    ck_assert_int_eq(read_whole(NULL, t, v, NULL, 0), 0);
+    int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < cols; c++)
+        b[tr ? c * rows + r : r * cols + c] = bf16_trunc(v[r * cols + c]);
+    fwrite(b, 2, t->numel, f);
+    free(v);
+    free(b);
+  }
+  fclose(f);
+  gpt_config c = base;
+  c.tp_size = 2, c.tp_rank = 1;
+  gpt_model m;
+  ck_assert_int_eq(gpt_init(&m, &c, &dev, err, sizeof err), LOOM_OK);
+  size_t begin = 1234, cnt = m.num_parameters - 2000;
+  float *want = loom__dev_alloc(&dev, cnt * sizeof(float), LOOM_MEM_OTHER);
+  float *got = loom__dev_alloc(&dev, cnt * sizeof(float), LOOM_MEM_OTHER);
+  gpt_init_weights_range(&m, SEED, begin, cnt, want);
+  loom_model_file *mf = loom__model_file_open(p, LOOM_FORMAT_SAFETENSORS, &table, err, sizeof err);
+  ck_assert_msg(mf != NULL, "%s", err);
+  ck_assert_msg(loom__model_file_fill(mf, &m, begin, cnt, got, err, sizeof err) == 0, "%s", err);
+  loom__model_file_close(mf);
+  float *hw = malloc(cnt * sizeof(float)), *hg = malloc(cnt * sizeof(float));
+  dev.ops->to_host(dev.ctx, hw, want, cnt * sizeof(float));
+  dev.ops->to_host(dev.ctx, hg, got, cnt * sizeof(float));
+  for (size_t i = 0; i < cnt; i++) {
+    uint32_t u = (uint32_t)bf16_trunc(hw[i]) << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    ck_assert_msg(memcmp(&x, &hg[i], sizeof x) == 0, "element %zu: %g, want bf16 %g",
+                  begin + i, hg[i], x);
+  }
+  free(hw);
+  free(hg);
+  loom__dev_free(&dev, want);
+  loom__dev_free(&dev, got);
+  gpt_free(&m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("model_files");
   TCase *tc = tcase_create("roundtrip");
@@ -191,6 +273,7 @@ int main(void) {
   tcase_add_test(tc, test_layouts);
   tcase_add_test(tc, test_refusals);
   tcase_add_test(tc, test_llmc_header);
+  tcase_add_test(tc, test_bf16_file);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
