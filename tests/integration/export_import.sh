@@ -167,4 +167,9 @@ expect_fail "tensor 'h.1.attn.c_attn.weight' has shape [96, 32], the config need
 expect_fail "init_from.format: expected \"safetensors\" or \"llmc\"" \
   "$LOOM" check "$LOOM_SRC/configs/tiny.json" --set 'init_from={"path":"x.pt","format":"pt"}'
 expect_fail "no checkpoint there" "$LOOM" export "$WORK/data" --format llmc "$WORK/x.bin"
+cp -r "$WORK/src/ckpt/step-00000006" "$WORK/step-00000006"  # one flipped byte in a chunk
+printf '\xff' | dd of="$WORK/step-00000006/rank-00000.bin" bs=1 seek=1000 conv=notrunc 2>/dev/null
+expect_fail "checksum mismatch in item 'params'" \
+  "$LOOM" export "$WORK/step-00000006" --format llmc "$WORK/x.bin"
+[ ! -e "$WORK/x.bin" ] && [ ! -e "$WORK/x.bin.tmp" ] || die "a failed export left a file behind"
 echo "PASS"
