@@ -52,27 +52,20 @@ static int newest_step(const char *dir) {
 static int resolve(loom_ckpt_view *v, const char *path, char *err, size_t errlen) {
   char p[PATH_MAX];
   snprintf(p, sizeof p, "%s/manifest.json", path);
-  if (is_file(p)) {
-    const char *base = strrchr(path, '/');
+  if (is_file(p)) { /* a step directory: its name gives the step ("ckpt/step-00000100/") */
     char name[PATH_MAX];
-    snprintf(name, sizeof name, "%s", base ? base + 1 : path);
+    snprintf(name, sizeof name, "%s", path);
     size_t n = strlen(name);
-    while (n > 0 && name[n - 1] == '/') name[--n] = '\0'; /* "step-00000100/" */
-    if (n == 0) { /* "dir/" ends in a slash: take the component before it */
-      char tmp[PATH_MAX];
-      snprintf(tmp, sizeof tmp, "%s", path);
-      size_t t = strlen(tmp);
-      while (t > 1 && tmp[t - 1] == '/') tmp[--t] = '\0';
-      base = strrchr(tmp, '/');
-      snprintf(name, sizeof name, "%s", base ? base + 1 : tmp);
-    }
-    v->step = step_of(name);
+    while (n > 1 && name[n - 1] == '/') name[--n] = '\0';
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    v->step = step_of(base);
     if (v->step < 0) {
       loom__set_err(err, errlen, "%s: a checkpoint step directory is named step-NNNNNNNN (as "
-                    "the checkpoint plugin writes it), got '%s'", path, name);
+                    "the checkpoint plugin writes it), got '%s'", path, base);
       return -1;
     }
-    snprintf(v->dir, sizeof v->dir, "%s", path);
+    snprintf(v->dir, sizeof v->dir, "%s", name);
     return 0;
   }
   const char *bases[2] = {path, p};
