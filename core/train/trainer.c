@@ -705,6 +705,7 @@ void loom_trainer_free(loom_trainer *tr) {
   free(tr->targets);
   loom_loader_close(&tr->train);
   if (tr->has_val) loom_loader_close(&tr->val);
+  loom_tokenizer_free(&tr->tok);
   loom__plugins_destroy(rt);
   if (rt->model_view.numel) loom__model_view_free(rt);
   if (rt->model.params) gpt_free(&rt->model);
