@@ -423,6 +423,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   if (e->pp > 1 && read_schedule(cfg, e, err, errlen) != 0) goto out;
   /* the parameter tables only: no device, no storage */
   gpt_config full = {.vocab_size = cfg->model.vocab_size,
+                     .padded_vocab_size = cfg->model.padded_vocab_size,
                      .max_seq_len = cfg->model.context_length, .n_layer = cfg->model.n_layer,
                      .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
                      .tp_size = e->tp, .tp_rank = 0,

@@ -118,6 +118,7 @@ static int check_model(loom_runtime *rt, char *err, size_t errlen) {
   const loom_config *cfg = rt->cfg;
   char e[1024];
   gpt_config full = {.vocab_size = cfg->model.vocab_size,
+                     .padded_vocab_size = cfg->model.padded_vocab_size,
                      .max_seq_len = cfg->model.context_length, .n_layer = cfg->model.n_layer,
                      .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
                      .tp_size = rt->mesh.tp, .tp_rank = 0,

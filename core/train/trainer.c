@@ -173,7 +173,9 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   tr->accum = cfg->train.grad_accum_steps;
   tr->G = (uint64_t)cfg->train.global_batch_size;
 
-  gpt_config mc = {.vocab_size = cfg->model.vocab_size, .max_seq_len = cfg->model.context_length,
+  gpt_config mc = {.vocab_size = cfg->model.vocab_size,
+                   .padded_vocab_size = cfg->model.padded_vocab_size,
+                   .max_seq_len = cfg->model.context_length,
                    .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
                    .n_embd = cfg->model.n_embd, .tp_size = rt->mesh.tp,
                    .tp_rank = rt->mesh.tp_rank,
@@ -194,7 +196,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   if (!rt->shard_params) gpt_init_weights(&rt->model, cfg->train.seed);
   if (loom__model_view_build(rt) != 0) return fail(tr, "out of host memory (model view)");
   if (rt->mesh.pp > 1 && (rt->mesh.pp_rank == 0 || rt->mesh.pp_rank == rt->mesh.pp - 1)) {
-    rt->emb_buf = loom__dev_alloc(&rt->dev, (size_t)mc.vocab_size * mc.n_embd * sizeof(float),
+    rt->emb_buf = loom__dev_alloc(&rt->dev, (size_t)gpt_vocab_rows(&mc) * mc.n_embd * sizeof(float),
                                   LOOM_MEM_COMM);
     if (!rt->emb_buf) return fail(tr, "out of memory (tied embedding gradient buffer)");
   }
