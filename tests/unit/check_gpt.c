@@ -601,7 +601,8 @@ START_TEST(test_padded_vocab) {
   }
   float lossp = forward_loss(inp, tgt, B, T);
   /* the head's GEMM has 32 output columns instead of 17: OpenBLAS may block them differently,
-   * so each value may round differently; the bounds are the ones of test_accum_batch_split */
+   * so each value may round differently; the bounds are the ones of test_accum_batch_split
+   * (measured here: loss bitwise equal, worst gradient tensor 3.7e-7 against 1.6e-5) */
   const double fwd_tol = fp32_tol(2, gpt_forward_reductions(&tiny, T) + B * T);
   const double path = gpt_forward_reductions(&tiny, T) + gpt_backward_reductions(&tiny, B, T);
   double loss_err = fabs((double)lossp - loss) / loss;
