@@ -276,7 +276,7 @@ static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_esti
   const int P = e->pp, last = P - 1;
   const uint64_t B = (uint64_t)e->micro_batch, T = (uint64_t)e->seq_len, C = (uint64_t)e->n_embd,
                  A = (uint64_t)e->accum, N = (uint64_t)e->world, tp = (uint64_t)e->tp,
-                 VC = (uint64_t)e->vocab_size * C;
+                 VC = (uint64_t)gpt_vocab_rows(&m->cfg) * C; /* wte rows: padded */
   memset(st, 0, sizeof *st);
   st->first_unit = m->first_unit;
   st->last_unit = m->last_unit;
