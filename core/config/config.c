@@ -308,7 +308,7 @@ static int plugin_section(ctx *c, const char *key, const char *dflt, const char 
 
 static int load_model(ctx *c) {
   static const char *const keys[] = {"vocab_size", "context_length", "n_layer", "n_head",
-                                     "n_embd",     NULL};
+                                     "n_embd",     "padded_vocab_size", NULL};
   loom_options o;
   if (section(c, "model", keys, &o)) return -1;
   loom_config *cfg = c->cfg;
@@ -317,13 +317,15 @@ static int load_model(ctx *c) {
       get_int(c, &o, "context_length", 256, 1, GPT_MAX_SEQ_LEN, &cfg->model.context_length) ||
       get_int(c, &o, "n_layer", 4, 1, GPT_MAX_N_LAYER, &cfg->model.n_layer) ||
       get_int(c, &o, "n_head", 4, 1, GPT_MAX_N_EMBD, &cfg->model.n_head) ||
-      get_int(c, &o, "n_embd", 128, 1, GPT_MAX_N_EMBD, &cfg->model.n_embd))
+      get_int(c, &o, "n_embd", 128, 1, GPT_MAX_N_EMBD, &cfg->model.n_embd) ||
+      get_int(c, &o, "padded_vocab_size", cfg->model.vocab_size, cfg->model.vocab_size, 65536,
+              &cfg->model.padded_vocab_size))
     return -1;
   if (cfg->model.n_embd % cfg->model.n_head != 0)
     return loom__opt_error(&o, "n_embd", c->err, c->errlen,
                            "expected a multiple of model.n_head (%d), got %d", cfg->model.n_head,
                            cfg->model.n_embd);
-  double n = gpt_param_count_estimate(cfg->model.vocab_size, cfg->model.context_length,
+  double n = gpt_param_count_estimate(cfg->model.padded_vocab_size, cfg->model.context_length,
                                       cfg->model.n_layer, cfg->model.n_embd);
   if (n > (double)GPT_MAX_PARAMS)
     return loom__opt_error(&o, "n_layer", c->err, c->errlen,

@@ -34,6 +34,9 @@ typedef struct loom_config {
 
   struct {
     int vocab_size;   /* default 256 (byte-level tokenizer) */
+    int padded_vocab_size; /* rows of wte and columns of the logits, >= vocab_size (default
+                            * vocab_size): llm.c pads GPT-2's 50257 to 50304 = 393 x 128 for
+                            * the GEMMs; the extra columns are masked out of softmax and loss */
     int context_length; /* max sequence length, default 256 */
     int n_layer, n_head, n_embd; /* defaults 4, 4, 128 */
   } model;

@@ -104,7 +104,7 @@ static int64_t dim_value(const gpt_config *c, gpt_dim d) {
     case D_C: return c->n_embd;
     case D_3C: return 3 * (int64_t)c->n_embd;
     case D_4C: return 4 * (int64_t)c->n_embd;
-    case D_V: return c->vocab_size;
+    case D_V: return gpt_vocab_rows(c);
     case D_MAXT: return c->max_seq_len;
   }
   return 0;
@@ -229,7 +229,7 @@ static size_t block_scratch_layout(block_scratch *s, float *base, const gpt_conf
 static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, int T) {
   /* a pipeline stage holds its blocks' activations only, the head's only on the last stage */
   size_t N = (size_t)B * T, C = (size_t)c->n_embd, L = (size_t)cfg_blocks(c);
-  size_t V = cfg_has_head(c) ? (size_t)c->vocab_size : 0, off = 0;
+  size_t V = cfg_has_head(c) ? (size_t)gpt_vocab_rows(c) : 0, off = 0;
   /* tensor parallel: qkv, attention and the MLP hidden layer hold this rank's part only */
   size_t Cl = C / (size_t)cfg_tp(c), NHl = (size_t)(c->n_head / cfg_tp(c));
   size_t Lf, La; /* blocks that keep their tensors, their attention probabilities */
@@ -277,7 +277,7 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
  * 64 per tensor for alignment. Below 2^52 floats every product in acts_layout is exact. */
 static int acts_size_fits(const gpt_config *c, int B, int T) {
   double N = (double)B * T, C = c->n_embd, NH = c->n_head, L = cfg_blocks(c);
-  double bound = (L + 2) * N * (16.0 * C + NH * T + 8) + 3.0 * N * c->vocab_size + 64.0 * 32;
+  double bound = (L + 2) * N * (16.0 * C + NH * T + 8) + 3.0 * N * gpt_vocab_rows(c) + 64.0 * 32;
   return B > 0 && T > 0 && bound < 4503599627370496.0; /* 2^52 */
 }
 
@@ -604,12 +604,14 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
 
 static int head_forward(gpt_model *m, int u) {
   gpt_acts *a = m->acts;
-  const int N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+  const int N = m->B * m->T, C = m->cfg.n_embd, V = gpt_vocab_rows(&m->cfg);
   const gpt_param *wte = gpt_head_wte(m); /* tied: the head reads unit 0's wte (or its copy) */
   OPS->layernorm_forward(CTX, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(m, m->cfg.n_layer),
                          W(GPT_LNF_W), W(GPT_LNF_B), N, C);
   store16(m, a->lnf, (size_t)N * C);
-  OPS->matmul_forward(CTX, a->logits, a->lnf, wte->work, NULL, N, C, V);
+  /* a padded vocabulary's extra columns get -inf (logits_mask): probability 0, so the loss,
+   * dlogits (probs - one-hot: 0 there) and every gradient are the unpadded model's */
+  OPS->matmul_forward(CTX, a->logits, a->lnf, wte->work, m->logits_mask, N, C, V);
   store16(m, a->logits, (size_t)N * V); /* the loss is then computed in fp32 from these */
   if (!m->has_targets) return LOOM_OK;
   OPS->crossentropy_forward(CTX, a->losses, a->probs, a->logits, m->targets, N, V);
@@ -622,7 +624,7 @@ static int head_forward(gpt_model *m, int u) {
 
 static void head_backward(gpt_model *m, int u, float dloss) {
   gpt_acts *a = m->acts;
-  const int N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+  const int N = m->B * m->T, C = m->cfg.n_embd, V = gpt_vocab_rows(&m->cfg);
   const size_t NC = (size_t)N * C;
   const gpt_param *wte = gpt_head_wte(m);
   float *dlogits = a->dscratch; /* (B,T,V) */
@@ -723,7 +725,8 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
   }
   const struct { const char *name; int value, max; } limits[] = {
       {"n_layer", c->n_layer, GPT_MAX_N_LAYER}, {"n_embd", c->n_embd, GPT_MAX_N_EMBD},
-      {"max_seq_len", c->max_seq_len, GPT_MAX_SEQ_LEN}, {"vocab_size", c->vocab_size, 65536}};
+      {"max_seq_len", c->max_seq_len, GPT_MAX_SEQ_LEN}, {"vocab_size", c->vocab_size, 65536},
+      {"padded_vocab_size", gpt_vocab_rows(c), 65536}};
   for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
     if (limits[i].value > limits[i].max) {
       if (err)
@@ -732,7 +735,7 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
       return LOOM_INVALID_CONFIG;
     }
   }
-  double n = gpt_param_count_estimate(c->vocab_size, c->max_seq_len, c->n_layer, c->n_embd);
+  double n = gpt_param_count_estimate(gpt_vocab_rows(c), c->max_seq_len, c->n_layer, c->n_embd);
   if (n > (double)GPT_MAX_PARAMS) {
     if (err)
       snprintf(err, errlen, "model: %.3g parameters (n_layer %d, n_embd %d) is more than the "
@@ -840,6 +843,18 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
     m->wwork = loom__dev_alloc(dev, m->wwork_floats * sizeof(float), LOOM_MEM_PARAMS);
     if (!m->wwork) goto nomem;
   }
+  const int V = m->cfg.vocab_size, Vp = gpt_vocab_rows(&m->cfg);
+  if (Vp > V && dev && cfg_has_head(&m->cfg)) {
+    m->logits_mask = loom__dev_alloc(dev, (size_t)Vp * sizeof(float), LOOM_MEM_OTHER);
+    float *mask = malloc((size_t)Vp * sizeof(float));
+    if (!m->logits_mask || !mask) {
+      free(mask);
+      goto nomem;
+    }
+    for (int i = 0; i < Vp; i++) mask[i] = i < V ? 0.0f : -INFINITY;
+    OPS->from_host(CTX, m->logits_mask, mask, (size_t)Vp * sizeof(float));
+    free(mask);
+  }
   return LOOM_OK;
 
 nomem:
@@ -870,6 +885,7 @@ void gpt_free(gpt_model *m) {
     acts_free(m);
     loom__dev_free(m->dev, m->recompute);
     loom__dev_free(m->dev, m->wwork);
+    loom__dev_free(m->dev, m->logits_mask);
     loom__dev_free(m->dev, m->grads_memory);
     loom__dev_free(m->dev, m->params_memory);
   }
@@ -1106,6 +1122,6 @@ void gpt_zero_grad(gpt_model *m) {
 void gpt_logits_row(const gpt_model *m, int row, float *host_out) {
   assert(m->acts && row >= 0 && row < m->B * m->T);
   if (!m->acts || row < 0 || row >= m->B * m->T) return; /* defensive: misuse in release */
-  const size_t V = (size_t)m->cfg.vocab_size;
-  OPS->to_host(CTX, host_out, m->acts->logits + (size_t)row * V, V * sizeof(float));
+  const size_t V = (size_t)m->cfg.vocab_size, Vp = (size_t)gpt_vocab_rows(&m->cfg);
+  OPS->to_host(CTX, host_out, m->acts->logits + (size_t)row * Vp, V * sizeof(float));
 }

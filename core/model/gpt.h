@@ -30,7 +30,7 @@
 #include "../device/device.h"
 
 typedef struct gpt_config {
-  int vocab_size;  /* V */
+  int vocab_size;  /* V: token ids and targets are < V */
   int max_seq_len; /* maximum T (size of wpe) */
   int n_layer;     /* L */
   int n_head;      /* NH; n_embd % n_head == 0 */
@@ -61,6 +61,12 @@ typedef struct gpt_config {
    * the fp32 GEMM accumulators (DeepSpeed's grad_accum_dtype = fp32). The attention core
    * (scores, softmax, probabilities @ V) is one fused fp32 kernel whose output is rounded. */
   int dtype;
+  /* Vp >= V (0 means V): rows of wte and columns of the logits. As llm.c does for GPT-2's
+   * 50257 (-> 50304), a vocabulary padded to a multiple of 128 keeps the head's GEMM on aligned
+   * sizes; the logits of columns V..Vp-1 get a -inf bias, so softmax gives them probability 0,
+   * the loss and every gradient (their wte rows' included) are those of the unpadded model, and
+   * sampling never picks them. */
+  int padded_vocab_size;
 } gpt_config;
 
 /* Activation checkpointing policies (Chen et al. 2016; Korthikanti et al. 2022, §5):
@@ -77,6 +83,11 @@ typedef struct gpt_config {
 #define GPT_CKPT_NONE 0
 #define GPT_CKPT_FULL 1
 #define GPT_CKPT_SELECTIVE 2
+
+/* Vp: the padded vocabulary (rows of wte, columns of the logits). */
+static inline int gpt_vocab_rows(const gpt_config *c) {
+  return c->padded_vocab_size > c->vocab_size ? c->padded_vocab_size : c->vocab_size;
+}
 
 /* What a parameter is, so plugins (tensor parallel, weight decay) can treat it by role. */
 typedef enum gpt_param_role {
@@ -172,6 +183,9 @@ typedef struct gpt_model {
   /* mixed precision: one unit's 16-bit working weights (LOOM_MEM_PARAMS; NULL in fp32) */
   float *wwork;
   size_t wwork_floats;
+  /* padded vocabulary (Vp > V, on the stage with the head): the logits' bias, 0 for columns
+   * < V and -inf after (device, Vp floats, LOOM_MEM_OTHER); NULL otherwise */
+  float *logits_mask;
 } gpt_model;
 
 /* Check `cfg` and build the parameter table; allocate parameters and gradients on `dev`.
@@ -265,7 +279,8 @@ gpt_param *gpt_head_wte(gpt_model *m);
 /* Zero all parameter gradients. */
 void gpt_zero_grad(gpt_model *m);
 
-/* Copy row `row` (0 <= row < B*T) of the last forward's logits (V floats) to host memory. */
+/* Copy row `row` (0 <= row < B*T) of the last forward's logits to host memory: its first V
+ * floats (the real vocabulary; a padded vocabulary's -inf columns are left out). */
 void gpt_logits_row(const gpt_model *m, int row, float *host_out);
 
 #endif

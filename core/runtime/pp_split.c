@@ -34,7 +34,7 @@ int loom__pp_split(loom_runtime *rt, const gpt_config *full, char *err, size_t e
     }
     for (int u = 0; u < n; u++)
       pre[u + 1] = pre[u] + (double)(tmp.unit_offset[u + 1] - tmp.unit_offset[u]) +
-                   (u == n - 1 ? (double)full->vocab_size * full->n_embd : 0.0);
+                   (u == n - 1 ? (double)gpt_vocab_rows(full) * full->n_embd : 0.0);
     gpt_free(&tmp);
 #define BEST(k, j) best[(size_t)(k) * (n + 1) + (j)]
 #define ARG(k, j) arg[(size_t)(k) * (n + 1) + (j)]

@@ -276,7 +276,7 @@ static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_esti
   const int P = e->pp, last = P - 1;
   const uint64_t B = (uint64_t)e->micro_batch, T = (uint64_t)e->seq_len, C = (uint64_t)e->n_embd,
                  A = (uint64_t)e->accum, N = (uint64_t)e->world, tp = (uint64_t)e->tp,
-                 VC = (uint64_t)e->vocab_size * C;
+                 VC = (uint64_t)gpt_vocab_rows(&m->cfg) * C; /* wte rows: padded */
   memset(st, 0, sizeof *st);
   st->first_unit = m->first_unit;
   st->last_unit = m->last_unit;
@@ -423,6 +423,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   if (e->pp > 1 && read_schedule(cfg, e, err, errlen) != 0) goto out;
   /* the parameter tables only: no device, no storage */
   gpt_config full = {.vocab_size = cfg->model.vocab_size,
+                     .padded_vocab_size = cfg->model.padded_vocab_size,
                      .max_seq_len = cfg->model.context_length, .n_layer = cfg->model.n_layer,
                      .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
                      .tp_size = e->tp, .tp_rank = 0,

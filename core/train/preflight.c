@@ -102,6 +102,7 @@ int loom__data_open(const loom_config *cfg, int dp, loom_run_data *d, char *err,
 void loom__data_close(loom_run_data *d) {
   loom_loader_close(&d->train); /* a zeroed loader closes as a no-op */
   loom_loader_close(&d->val);
+  loom_tokenizer_free(&d->tok); /* GPT-2's tables; a zeroed or byte tokenizer is a no-op */
   memset(d, 0, sizeof *d);
 }
 
@@ -118,6 +119,7 @@ static int check_model(loom_runtime *rt, char *err, size_t errlen) {
   const loom_config *cfg = rt->cfg;
   char e[1024];
   gpt_config full = {.vocab_size = cfg->model.vocab_size,
+                     .padded_vocab_size = cfg->model.padded_vocab_size,
                      .max_seq_len = cfg->model.context_length, .n_layer = cfg->model.n_layer,
                      .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
                      .tp_size = rt->mesh.tp, .tp_rank = 0,
@@ -155,6 +157,8 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
   rt->cfg = cfg;
   char e[1500];
   int rc = -1;
+  loom_tokenizer tok; /* freed at out: */
+  loom_tokenizer_init_bytes(&tok);
   if (loom_config_load(cfg, config_path, overrides, n_overrides, err, errlen) != 0) goto out;
   if (loom__plugins_open(rt, err, errlen) != 0) goto out;
   if (stand_in_mesh(rt, world, err, errlen) != 0) goto out;
@@ -186,7 +190,6 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
   if (loom__plugins_create(rt, err, errlen) != 0) goto out;
   /* the checkpoint train would resume from: what train refuses in it before step 1 (another
    * model, vocabulary or split; a manifest that fails verification) is refused here too */
-  loom_tokenizer tok;
   if (loom_tokenizer_load(&tok, cfg->data.vocab, e, sizeof e) != 0) { /* checked above */
     fail(err, errlen, "%s: data.vocab: %s", cfg->path, e);
     goto out;
@@ -194,6 +197,7 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
   if (loom__ckpt_preflight(rt, &tok, err, errlen) != 0) goto out;
   rc = 0;
 out:
+  loom_tokenizer_free(&tok);
   loom__plugins_destroy(rt);
   if (rt->dev.ops) loom__dev_close(&rt->dev);
   loom_config_free(cfg);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "trainer.h"
+#include "../data/text_sink.h"
 
 /* Draw a token from logits (V) with temperature and top-k (0 = all). probs is scratch (V). */
 static int sample_token(float *logits, float *probs, int V, double temperature, int top_k,
@@ -45,6 +46,15 @@ static int sample_token(float *logits, float *probs, int V, double temperature, 
   return 0;
 }
 
+/* Show one token: its bytes join the text so far (a character split between two BPE tokens
+ * prints once complete); an id without bytes (a padded vocabulary's extra rows) shows as "?". */
+static void put_token(loom_text_sink *sink, const loom_tokenizer *tok, int32_t id) {
+  size_t n;
+  const unsigned char *b = loom_tokenizer_token_bytes(tok, id, &n);
+  if (b) loom_text_sink_put(sink, b, n);
+  else loom_text_sink_put(sink, (const unsigned char *)"?", 1);
+}
+
 int loom_trainer_sample(loom_trainer *tr) {
   loom_runtime *rt = &tr->rt;
   const loom_config *c = &tr->cfg;
@@ -58,21 +68,25 @@ int loom_trainer_sample(loom_trainer *tr) {
     snprintf(tr->err, sizeof tr->err, "out of host memory (sampling)");
     return -1;
   }
-  int len = (int)loom_tokenizer_encode(&tr->tok, c->sample.prompt, strlen(c->sample.prompt),
-                                       toks, (size_t)cap);
-  if (len <= 0) { /* empty prompt: start from a newline */
-    toks[0] = '\n' < V ? '\n' : 0;
+  size_t plen = loom_tokenizer_encode(&tr->tok, c->sample.prompt, strlen(c->sample.prompt),
+                                      toks, (size_t)cap);
+  if (plen > (size_t)cap) { /* only when out of memory: a prompt never needs more than a byte */
+    free(toks); free(window); free(logits); free(probs);
+    snprintf(tr->err, sizeof tr->err, "out of host memory (encoding the sample prompt)");
+    return -1;
+  }
+  int len = (int)plen;
+  if (len <= 0) { /* empty prompt: start from <|endoftext|> (GPT-2), else a newline */
+    toks[0] = tr->tok.eot_token >= 0 ? tr->tok.eot_token : '\n' < V ? '\n' : 0;
     len = 1;
   }
   int rank0 = rt->mesh.world_rank == 0;
+  loom_text_sink sink;
+  loom_text_sink_init(&sink, stdout);
   if (rank0) {
     printf("loom: sample (%d tokens, temperature %.2f, top-k %d):\n", n, c->sample.temperature,
            c->sample.top_k);
-    char buf[16];
-    for (int i = 0; i < len; i++) {
-      int k = loom_tokenizer_decode(&tr->tok, toks[i], buf, sizeof buf);
-      fwrite(buf, 1, (size_t)k, stdout);
-    }
+    for (int i = 0; i < len; i++) put_token(&sink, &tr->tok, toks[i]);
   }
   int rc = 0;
   for (int i = 0; i < n && rc == 0; i++) {
@@ -97,13 +111,14 @@ int loom_trainer_sample(loom_trainer *tr) {
     toks[len++] = next;
     loom_watchdog_beat(&tr->watchdog, tr->step);
     if (rank0) {
-      char buf[16];
-      int k = loom_tokenizer_decode(&tr->tok, next, buf, sizeof buf);
-      fwrite(buf, 1, (size_t)k, stdout);
+      put_token(&sink, &tr->tok, next);
       fflush(stdout);
     }
   }
-  if (rank0) printf("\n");
+  if (rank0) {
+    loom_text_sink_flush(&sink);
+    printf("\n");
+  }
   free(toks); free(window); free(logits); free(probs);
   if (rc != LOOM_OK && !tr->err[0]) snprintf(tr->err, sizeof tr->err, "sampling forward failed (%d)", rc);
   return rc == LOOM_OK ? 0 : -1;

@@ -204,7 +204,9 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   tr->accum = cfg->train.grad_accum_steps;
   tr->G = (uint64_t)cfg->train.global_batch_size;
 
-  gpt_config mc = {.vocab_size = cfg->model.vocab_size, .max_seq_len = cfg->model.context_length,
+  gpt_config mc = {.vocab_size = cfg->model.vocab_size,
+                   .padded_vocab_size = cfg->model.padded_vocab_size,
+                   .max_seq_len = cfg->model.context_length,
                    .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
                    .n_embd = cfg->model.n_embd, .tp_size = rt->mesh.tp,
                    .tp_rank = rt->mesh.tp_rank,
@@ -232,7 +234,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   }
   if (loom__model_view_build(rt) != 0) return fail(tr, "out of host memory (model view)");
   if (rt->mesh.pp > 1 && (rt->mesh.pp_rank == 0 || rt->mesh.pp_rank == rt->mesh.pp - 1)) {
-    rt->emb_buf = loom__dev_alloc(&rt->dev, (size_t)mc.vocab_size * mc.n_embd * sizeof(float),
+    rt->emb_buf = loom__dev_alloc(&rt->dev, (size_t)gpt_vocab_rows(&mc) * mc.n_embd * sizeof(float),
                                   LOOM_MEM_COMM);
     if (!rt->emb_buf) return fail(tr, "out of memory (tied embedding gradient buffer)");
   }
@@ -746,6 +748,7 @@ void loom_trainer_free(loom_trainer *tr) {
   free(tr->targets);
   loom_loader_close(&tr->train);
   if (tr->has_val) loom_loader_close(&tr->val);
+  loom_tokenizer_free(&tr->tok);
   loom__plugins_destroy(rt);
   if (rt->model_view.numel) loom__model_view_free(rt);
   loom__model_file_close(rt->init_file);

@@ -62,6 +62,7 @@ START_TEST(test_full_round_trip) {
   ck_assert_str_eq(cfg.path, "t.json");
   ck_assert_ptr_nonnull(cfg.root);
   ck_assert_int_eq(cfg.model.vocab_size, 50257);
+  ck_assert_int_eq(cfg.model.padded_vocab_size, 50257); /* default: vocab_size, unpadded */
   ck_assert_int_eq(cfg.model.context_length, 1024);
   ck_assert_int_eq(cfg.model.n_layer, 12);
   ck_assert_int_eq(cfg.model.n_head, 12);
@@ -125,6 +126,7 @@ END_TEST
 START_TEST(test_defaults) {
   ck_assert_msg(load("{}") == 0, "%s", err);
   ck_assert_int_eq(cfg.model.vocab_size, 256);
+  ck_assert_int_eq(cfg.model.padded_vocab_size, 256);
   ck_assert_int_eq(cfg.model.context_length, 256);
   ck_assert_int_eq(cfg.model.n_layer, 4);
   ck_assert_int_eq(cfg.model.n_head, 4);
@@ -330,6 +332,8 @@ static const err_case ERR_CASES[] = {
     {"{\"logging\": {\"interval\": 0}}",
      "t.json: logging.interval: expected an integer in [1, 1073741824], got 0"},
     {"{\"sample\": {\"tokens\": -1}}", "t.json: sample.tokens: expected an integer in [0, 1073741824], got -1"},
+    {"{\"model\": {\"vocab_size\": 300, \"padded_vocab_size\": 256}}",
+     "t.json: model.padded_vocab_size: expected an integer in [300, 65536], got 256"},
     {"{\"sample\": {\"top_k\": 1.5}}", "t.json: sample.top_k: expected an integer in [0, 65536], got 1.5"},
     {"{\"lr_schedule\": {\"warmup_steps\": -1}}",
      "t.json: lr_schedule.warmup_steps: expected an integer >= 0, got -1"},

@@ -330,10 +330,10 @@ END_TEST
 
 START_TEST(test_config_validation) {
   static const struct { gpt_config cfg; const char *needle; } bad[] = {
-      {{0, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0}, "vocab_size"},   {{17, 0, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0}, "max_seq_len"},
-      {{17, 8, 0, 2, 8, 0, 0, 0, 0, 0, 0, 0}, "n_layer"},     {{17, 8, 2, -1, 8, 0, 0, 0, 0, 0, 0, 0}, "n_head"},
-      {{17, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0}, "n_embd"},      {{17, 8, 2, 3, 8, 0, 0, 0, 0, 0, 0, 0}, "divisible"},
-      {{17, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 7}, "dtype"},
+      {{0, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0}, "vocab_size"},   {{17, 0, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0}, "max_seq_len"},
+      {{17, 8, 0, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0}, "n_layer"},     {{17, 8, 2, -1, 8, 0, 0, 0, 0, 0, 0, 0, 0}, "n_head"},
+      {{17, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_embd"},      {{17, 8, 2, 3, 8, 0, 0, 0, 0, 0, 0, 0, 0}, "divisible"},
+      {{17, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 7, 0}, "dtype"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char err[256] = "";
@@ -562,6 +562,86 @@ START_TEST(test_invalid_usage) {
 }
 END_TEST
 
+/* ---- padded vocabulary (llm.c's 50257 -> 50304) ---- */
+
+/* V = 17 padded to 32: the same weights (the padded rows of wte random, large) give the same
+ * loss, logits and gradients as the unpadded model, the padded rows' gradients are exactly 0
+ * (their logits are -inf: probability 0, dlogits 0). Unmasked, those rows' N(0, 3) weights
+ * would move the loss far outside the tolerance and get non-zero gradients. */
+START_TEST(test_padded_vocab) {
+  const int B = 2, T = 5, V = tiny.vocab_size, Vp = 32, C = tiny.n_embd;
+  init_model(&tiny);
+  randomize_params(0.3f);
+  int32_t *inp = rand_tokens((size_t)B * T, V), *tgt = rand_tokens((size_t)B * T, V);
+  float loss = forward_loss(inp, tgt, B, T);
+  float *rows = hmem((size_t)B * T * V * sizeof(float));
+  for (int r = 0; r < B * T; r++) gpt_logits_row(&model, r, rows + (size_t)r * V);
+  gpt_zero_grad(&model);
+  ck_assert_int_eq(gpt_backward(&model, 1.0f / (B * T), NULL), LOOM_OK);
+  float *p0 = params_host(), *g0 = grads_host();
+  size_t off0[64];
+  int n_params = model.n_params;
+  for (int i = 0; i < n_params; i++) off0[i] = model.params[i].offset;
+  gpt_free(&model);
+
+  gpt_config padded = tiny;
+  padded.padded_vocab_size = Vp;
+  init_model(&padded);
+  ck_assert_int_eq(model.n_params, n_params);
+  ck_assert_int_eq((int)model.params[0].shape[0], Vp);
+  for (int i = 0; i < n_params; i++) {
+    gpt_param *q = &model.params[i];
+    float *h = malloc(q->numel * sizeof(float));
+    ck_assert_ptr_nonnull(h);
+    size_t real = q->role == GPT_WTE ? (size_t)V * C : q->numel;
+    memcpy(h, p0 + off0[i], real * sizeof(float));
+    for (size_t j = real; j < q->numel; j++) h[j] = 3.0f * loom__rng_normal(&rng);
+    dev.ops->from_host(dev.ctx, q->data, h, q->numel * sizeof(float));
+    free(h);
+  }
+  float lossp = forward_loss(inp, tgt, B, T);
+  /* the head's GEMM has 32 output columns instead of 17: OpenBLAS may block them differently,
+   * so each value may round differently; the bounds are the ones of test_accum_batch_split
+   * (measured here: loss bitwise equal, worst gradient tensor 3.7e-7 against 1.6e-5) */
+  const double fwd_tol = fp32_tol(2, gpt_forward_reductions(&tiny, T) + B * T);
+  const double path = gpt_forward_reductions(&tiny, T) + gpt_backward_reductions(&tiny, B, T);
+  double loss_err = fabs((double)lossp - loss) / loss;
+  printf("padded vocab: loss rel err %.2e; tol %.1e\n", loss_err, fwd_tol);
+  ck_assert_msg(loss_err <= fwd_tol, "loss %.9g padded vs %.9g", (double)lossp, (double)loss);
+  float *row = hmem((size_t)V * sizeof(float));
+  for (int r = 0; r < B * T; r++) {
+    gpt_logits_row(&model, r, row);
+    for (int v = 0; v < V; v++)
+      ck_assert_msg(fabsf(row[v] - rows[(size_t)r * V + v]) <= fwd_tol * 4,
+                    "logit [%d][%d]: %.9g padded vs %.9g", r, v, (double)row[v],
+                    (double)rows[(size_t)r * V + v]);
+  }
+  gpt_zero_grad(&model);
+  ck_assert_int_eq(gpt_backward(&model, 1.0f / (B * T), NULL), LOOM_OK);
+  float *g1 = grads_host();
+  double worst = 0;
+  for (int i = 0; i < n_params; i++) {
+    const gpt_param *q = &model.params[i];
+    size_t real = q->role == GPT_WTE ? (size_t)V * C : q->numel;
+    double d2 = 0, r2 = 0;
+    for (size_t j = 0; j < real; j++) {
+      double d = (double)g1[q->offset + j] - g0[off0[i] + j];
+      d2 += d * d;
+      r2 += (double)g0[off0[i] + j] * g0[off0[i] + j];
+    }
+    double e = d2 == 0 ? 0 : sqrt(d2 / fmax(r2, 1e-60));
+    worst = fmax(worst, e);
+    ck_assert_msg(e <= fp32_tol(2, path), "%s: grad rel err %.3e > %.1e", q->name, e,
+                  fp32_tol(2, path));
+    for (size_t j = real; j < q->numel; j++)
+      ck_assert_msg(g1[q->offset + j] == 0.0f, "%s[%zu]: padded row's gradient %.9g != 0",
+                    q->name, j, (double)g1[q->offset + j]);
+  }
+  printf("padded vocab: worst grad rel err %.2e; tol %.1e; padded rows' grads exactly 0\n",
+         worst, fp32_tol(2, path));
+}
+END_TEST
+
 static Suite *gpt_suite(void) {
   Suite *s = suite_create("gpt");
   struct { const char *name; const TTest *fn; } cases[] = {
@@ -575,6 +655,7 @@ static Suite *gpt_suite(void) {
       {"hooks", test_hooks},
       {"logits_causality", test_logits_and_causality},
       {"invalid_usage", test_invalid_usage},
+      {"padded_vocab", test_padded_vocab},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     TCase *tc = tcase_create(cases[i].name);
