@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Compare two loom runs: per-step loss and grad norm from their JSONL metrics, and the final
-parameters from their last checkpoints (under tensor parallel reassembled from the tp ranks'
+parameters from their last checkpoints: each global tensor "params/NAME" reassembled from its
+chunks, whatever tp slicing, stage or ZeRO partition wrote them (format 3, the global view);
+checkpoints from before it ("items" absent) under tensor parallel from the tp ranks'
 "params@tpRofN" items with the tensor table in the manifest's metadata, and replicated tensors
-checked identical across tp ranks).
+checked identical across tp ranks.
 
 usage: compare_runs.py [--rtol R | --rtol-loss R --rtol-grad-norm R --rtol-params R] [--bitwise]
                        [--steps A:B] METRICS_A CKPT_A METRICS_B CKPT_B
@@ -107,6 +109,56 @@ def assemble(step_dir, tensors, shards, tp):
     return out
 
 
+def slice_runs(ch):
+    """(run length, [global start of each run]) of the slice a format-3 chunk holds, in local
+    order (plugins/checkpoint/checkpoint/slice.c): rows split: one run of whole rows per block;
+    columns split: one run per row and block."""
+    shape = ch["shape"]
+    rows, cols = shape[0], (shape[1] if len(shape) == 2 else 1)
+    d, parts, idx, size = ch["split_dim"], ch["split_parts"], ch["split_index"], ch["split_size"]
+    if d < 0 or size == 1:
+        return rows * cols, [0]
+    if d == 0:
+        block, lrows = rows // parts, rows // parts // size
+        return lrows * cols, [(p * block + idx * lrows) * cols for p in range(parts)]
+    block, lcols = cols // parts, cols // parts // size
+    return lcols, [r * cols + p * block + idx * lcols for r in range(rows) for p in range(parts)]
+
+
+def read_global(step_dir, man, name):
+    """The global tensor `name` ("params/wte") of a format-3 checkpoint, assembled from every
+    chunk of it (whatever slicing and partition wrote it), or None; every element must be
+    written exactly once."""
+    out, seen = None, 0
+    for shard in man["shards"]:
+        for ch in shard["chunks"]:
+            if ch["name"] != name:
+                continue
+            if out is None:
+                out = array.array("f", bytes(4 * ch["global_numel"]))
+            with open(os.path.join(step_dir, ch["file"]), "rb") as f:
+                f.seek(ch["at"])
+                part = array.array("f")
+                part.frombytes(f.read(4 * ch["count"]))
+            run, starts = slice_runs(ch)
+            lo, hi = ch["offset"], ch["offset"] + ch["count"]
+            for k in range(lo // run, (hi + run - 1) // run):
+                a, b = max(lo, k * run), min(hi, (k + 1) * run)
+                g = starts[k] + (a - k * run)
+                out[g:g + (b - a)] = part[a - lo:b - lo]
+            seen += ch["count"]
+    if out is not None and seen != len(out):
+        sys.exit(f"FAIL {step_dir}: '{name}' has {seen} elements in its chunks, {len(out)} global")
+    return out
+
+
+def global_names(meta):
+    """The model's tensor names in the single-rank flat order (the tensor tables of the
+    metadata: meta.tensors, or each stage's under pipeline parallel), without tied copies."""
+    tables = [s["tensors"] for s in meta["stages"]] if meta.get("pp", 1) > 1 else [meta["tensors"]]
+    return [t["name"] for tab in tables for t in tab if not t.get("tied_copy")]
+
+
 def read_params(ckpt_dir):
     """The global flat parameters of the newest checkpoint in ckpt_dir, in the single-rank
     layout: the 'params' item, or under tensor parallel the 'params@tpRofN' items reassembled
@@ -119,6 +171,20 @@ def read_params(ckpt_dir):
         man = json.load(f)
     meta = man.get("meta", {})
     tp, pp = meta.get("tp", 1), meta.get("pp", 1)
+    if meta.get("items") == "global":
+        out = array.array("f")
+        for name in global_names(meta):
+            g = read_global(step_dir, man, "params/" + name)
+            if g is None:
+                sys.exit(f"{step_dir}: no 'params/{name}' item")
+            out.extend(g)
+        tied = read_global(step_dir, man, "params/wte@tied_copy")
+        if tied is not None:
+            if tied != read_global(step_dir, man, "params/wte"):
+                sys.exit(f"FAIL {step_dir}: the last stage's copy of the tied wte differs "
+                         f"from the first stage's wte")
+            print("tied wte copy on the last stage: bitwise equal to stage 0's wte")
+        return man["step"], out
     if tp == 1 and pp == 1:
         out = read_item(step_dir, man, "params")
         if out is None:
