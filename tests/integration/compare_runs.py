@@ -7,7 +7,7 @@ checkpoints from before it ("items" absent) under tensor parallel from the tp ra
 checked identical across tp ranks.
 
 usage: compare_runs.py [--rtol R | --rtol-loss R --rtol-grad-norm R --rtol-params R] [--bitwise]
-                       [--steps A:B] METRICS_A CKPT_A METRICS_B CKPT_B
+                       [--steps A:B] [--state [--rtol-state R]] METRICS_A CKPT_A METRICS_B CKPT_B
 
 Tolerances are relative: |a - b| <= rtol * |b| for each step's loss and grad norm, and
 ||a - b||_inf <= rtol * ||b||_inf over the flat final parameters (the L2 ratio ||a - b|| / ||b||
@@ -25,6 +25,8 @@ rows summed into every weight gradient). Derivation and measurements: docs/toler
   grad norm  2.5 rho, rho = 2 lambda sqrt(n_fwd + n_bwd) u: the gradient's rounding, times an
              allowance for the step's conditioning (a gradient that is a small sum of large
              per-sequence terms loses relative accuracy; measured up to 1.1 rho)
+  m, v       (--state) 2 x the grad norm's: Adam's m averages gradients (each within rho), v
+             their squares (2 rho); a moment lost at a resume is off by beta^k ~ 0.35-0.6
   params     rho * S / 30 after S steps: rounding differences compound through the optimizer
              steps, measured ~linear in S (0.0028 rho per step on configs/tiny.json, 20-300
              steps), so 12x margin
@@ -159,6 +161,29 @@ def global_names(meta):
     return [t["name"] for tab in tables for t in tab if not t.get("tied_copy")]
 
 
+def newest_manifest(ckpt_dir):
+    with open(os.path.join(ckpt_dir, "latest")) as f:
+        step_dir = os.path.join(ckpt_dir, f.read().strip())
+    with open(os.path.join(step_dir, "manifest.json")) as f:
+        return step_dir, json.load(f)
+
+
+def read_state(ckpt_dir, kind):
+    """Global flat `kind` ("optim.m", "optim.v") of the newest format-3 checkpoint, in the
+    single-rank order; exits when the checkpoint has no global view."""
+    step_dir, man = newest_manifest(ckpt_dir)
+    meta = man.get("meta", {})
+    if meta.get("items") != "global":
+        sys.exit(f"{step_dir}: --state needs a checkpoint with the global view")
+    out = array.array("f")
+    for name in global_names(meta):
+        g = read_global(step_dir, man, f"{kind}/{name}")
+        if g is None:
+            sys.exit(f"{step_dir}: no '{kind}/{name}' item")
+        out.extend(g)
+    return out
+
+
 def read_params(ckpt_dir):
     """The global flat parameters of the newest checkpoint in ckpt_dir, in the single-rank
     layout: the 'params' item, or under tensor parallel the 'params@tpRofN' items reassembled
@@ -275,6 +300,12 @@ def main():
     ap.add_argument("--rtol-params", type=float)
     ap.add_argument("--bitwise", action="store_true")
     ap.add_argument("--steps", default="1:1000000000")
+    ap.add_argument("--state", action="store_true",
+                    help="also compare Adam's m and v of the final checkpoints (global view): "
+                    "max|a-b|/max|b| of each within --rtol-state, and the lr of every step "
+                    "exactly")
+    ap.add_argument("--rtol-state", type=float,
+                    help="default 2x the grad norm's: m averages gradients, v their squares")
     ap.add_argument("metrics_a")
     ap.add_argument("ckpt_a")
     ap.add_argument("metrics_b")
@@ -335,6 +366,25 @@ def main():
     if (a.bitwise and maxdiff != 0.0) or rel_inf > rtol:
         print(f"FAIL final parameters: {rel_inf:.3g} > {rtol:g}")
         ok = False
+    if a.state:
+        a.state = 2 * a.rtol_grad_norm if a.rtol_state is None else a.rtol_state
+        for s in sorted(ma):
+            if ma[s].get("lr") != mb[s].get("lr"):
+                print(f"FAIL step {s} lr: {ma[s].get('lr')!r} vs {mb[s].get('lr')!r} (the "
+                      f"schedule did not continue at the saved step)")
+                ok = False
+        for kind in ("optim.m", "optim.v"):
+            xa, xb = read_state(a.ckpt_a, kind), read_state(a.ckpt_b, kind)
+            if len(xa) != len(xb):
+                sys.exit(f"FAIL {kind}: {len(xa)} vs {len(xb)} values")
+            d, i = max((abs(x - y), i) for i, (x, y) in enumerate(zip(xa, xb)))
+            ref = max(abs(y) for y in xb)
+            rel = d / max(ref, 1e-30)
+            print(f"final {kind} ({len(xa)} values): max|a-b|/max|b| = {rel:.3g} (element {i});"
+                  f" tolerance {a.state:.3g}" + margin(a.state, rel))
+            if rel > a.state:
+                print(f"FAIL final {kind}: {rel:.3g} > {a.state:g}")
+                ok = False
     print("OK" if ok else "MISMATCH")
     return 0 if ok else 1
 
