@@ -96,18 +96,19 @@ static int check_split(const loom_runtime *rt, const loom_ckpt_meta *m, char *er
     units_text(rt, m, saved, run, sizeof saved);
     snprintf(err, errlen,
              "checkpoint step %d: the pipeline split differs: it was saved with pp %d, units "
-             "per stage %s; this run has pp %d, units per stage %s (it was written before "
-             "the global view: each stage's items hold its own units; resume with the same "
-             "pipeline \"size\" and \"stages\", or start a new checkpoint dir)", m->step,
-             m->pp, saved, rt->mesh.pp, run);
+             "per stage %s; this run has pp %d, units per stage %s (its items are per stage — "
+             "written before the global view, or by a checkpoint plugin without it — and hold "
+             "that stage's units; resume with the same pipeline \"size\" and \"stages\", or "
+             "start a new checkpoint dir)", m->step, m->pp, saved, rt->mesh.pp, run);
     return -1;
   }
   if (m->tp != rt->mesh.tp) {
     snprintf(err, errlen,
              "checkpoint step %d: the tensor-parallel size differs: it was saved with tp %d, "
-             "this run has tp %d (it was written before the global view: each tp rank's items "
-             "are its slices of that split; resume with the same tensor_parallel \"size\", or "
-             "start a new checkpoint dir)", m->step, m->tp, rt->mesh.tp);
+             "this run has tp %d (its items are per tp rank — written before the global view, "
+             "or by a checkpoint plugin without it — and hold that split's slices; resume with "
+             "the same tensor_parallel \"size\", or start a new checkpoint dir)", m->step,
+             m->tp, rt->mesh.tp);
     return -1;
   }
   return 0;

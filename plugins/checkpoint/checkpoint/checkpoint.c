@@ -906,13 +906,21 @@ static int ckpt_load(void *ctx, int step, loom_ckpt_state_v1 *st, const char **m
   return rc;
 }
 
+/* tests/fixtures builds these sources once more as ckpt_per_rank.so with CKPT_FIXTURE_PER_RANK:
+ * a checkpoint plugin without the global view (as every one before ABI 1.4), so the tests
+ * exercise the host's per-rank layout and its refusals. */
+#ifdef CKPT_FIXTURE_PER_RANK
+#define CKPT_CAPS LOOM_CKPT_CAP_RESHARD
+#else
+#define CKPT_CAPS (LOOM_CKPT_CAP_RESHARD | LOOM_CKPT_CAP_GLOBAL_VIEW)
+#endif
+
 LOOM_EXPORT const loom_checkpoint_v1 loom_plugin_v1 = {
   .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_CHECKPOINT, "checkpoint", "1.2.0",
                                  "sharded checkpoints: per-rank shards + manifest, atomic "
                                  "publish, every byte CRC-32 verified, a global view of each "
                                  "tensor resharded at load to any mesh",
-                                 LOOM_CKPT_CAP_RESHARD | LOOM_CKPT_CAP_GLOBAL_VIEW,
-                                 loom_checkpoint_v1),
+                                 CKPT_CAPS, loom_checkpoint_v1),
   .create = ckpt_create,
   .destroy = ckpt_destroy,
   .should_save = ckpt_should_save,
