@@ -65,6 +65,10 @@ reshard() {
     --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/$r/ckpt\",\"every\":10}" \
     >"$WORK/$r/out.log" 2>&1 || { cat "$WORK/$r/out.log"; die "$r: the resume failed"; }
   grep -q "resumed at step 10" "$WORK/$r/out.log" || die "$r did not resume at step 10"
+  case "$src/$dst" in # the change of split is reported
+    one/tp2_pp2_dp2) grep -q "model-parallel split: tp 1 -> 2, pp 1 -> 2" "$WORK/$r/out.log" ||
+      { cat "$WORK/$r/out.log"; die "$r: the tp/pp change is not reported"; } ;;
+  esac
   echo "== $src (${LAYOUT[$src]%% *} ranks) -> $dst (${LAYOUT[$dst]%% *} ranks): steps 11-20"
   compare "$r" "$dst" --steps 11:20 --state
 }
