@@ -197,7 +197,7 @@ static void check_parallel_caps(tally *t, const loom_parallel_v1 *par) {
 
 static void check_other_caps(tally *t, const loom_plugin *p) {
   uint64_t c = p->u.hdr.caps, known = 0;
-  if (p->kind == LOOM_KIND_CHECKPOINT) known = LOOM_CKPT_CAP_RESHARD;
+  if (p->kind == LOOM_KIND_CHECKPOINT) known = LOOM_CKPT_CAP_RESHARD | LOOM_CKPT_CAP_GLOBAL_VIEW;
   if (p->kind == LOOM_KIND_COMM) known = LOOM_COMM_CAP_HOST_MEMORY | LOOM_COMM_CAP_DEVICE_MEMORY;
   char msg[256];
   if (p->kind == LOOM_KIND_COMM && !(c & LOOM_COMM_CAP_HOST_MEMORY)) {
@@ -340,8 +340,10 @@ int loom_conformance_main(int argc, char **argv) {
     cap_names(p->u.hdr.caps, caps, sizeof caps);
   } else {
     check_other_caps(&t, p);
-    if (p->kind == LOOM_KIND_CHECKPOINT && (p->u.hdr.caps & LOOM_CKPT_CAP_RESHARD))
-      snprintf(caps, sizeof caps, "RESHARD");
+    if (p->kind == LOOM_KIND_CHECKPOINT)
+      snprintf(caps, sizeof caps, "%s%s",
+               p->u.hdr.caps & LOOM_CKPT_CAP_RESHARD ? "RESHARD " : "",
+               p->u.hdr.caps & LOOM_CKPT_CAP_GLOBAL_VIEW ? "GLOBAL_VIEW" : "");
   }
   fflush(stdout);
 

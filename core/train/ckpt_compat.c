@@ -67,10 +67,24 @@ static void units_text(const loom_runtime *rt, const loom_ckpt_meta *m, char *sa
   if (rt->mesh.pp <= 1) snprintf(run, n, "[all]");
 }
 
-/* The items' names carry the tensor-parallel and pipeline coordinates: a different split is
- * named as such rather than as missing chunks. */
+/* A checkpoint with the global view (items "KIND/TENSOR", each chunk a slice of a global
+ * tensor) loads on any mesh this config can run, through a checkpoint plugin that reads it
+ * (LOOM_CKPT_CAP_GLOBAL_VIEW). One from before it (items per rank, "params@pp1of2@tp0of2")
+ * loads on the same tensor-parallel size and stage split only (any data-parallel size or ZeRO
+ * stage): another split is named as such rather than as missing chunks. */
 static int check_split(const loom_runtime *rt, const loom_ckpt_meta *m, char *err,
                        size_t errlen) {
+  if (m->global_items) {
+    if (rt->checkpoint.u.checkpoint.hdr.caps & LOOM_CKPT_CAP_GLOBAL_VIEW) return 0;
+    snprintf(err, errlen,
+             "checkpoint step %d: its items are slices of global tensors (saved with dp %d, "
+             "tp %d, pp %d), and checkpoint plugin '%s' (ABI %d.%d) cannot load that layout "
+             "(no LOOM_CKPT_CAP_GLOBAL_VIEW): use loom's checkpoint.so, or a plugin built "
+             "against ABI 1.4 that declares it", m->step, m->dp, m->tp, m->pp,
+             rt->checkpoint.u.checkpoint.hdr.name, rt->checkpoint.u.checkpoint.hdr.abi_major,
+             rt->checkpoint.u.checkpoint.hdr.abi_minor);
+    return -1;
+  }
   int same_split = 1;
   for (int s = 0; m->pp == rt->mesh.pp && rt->mesh.pp > 1 && s < rt->mesh.pp; s++) {
     json_t *x = json_array_get(m->stages, (size_t)s);
@@ -82,16 +96,18 @@ static int check_split(const loom_runtime *rt, const loom_ckpt_meta *m, char *er
     units_text(rt, m, saved, run, sizeof saved);
     snprintf(err, errlen,
              "checkpoint step %d: the pipeline split differs: it was saved with pp %d, units "
-             "per stage %s; this run has pp %d, units per stage %s (each stage's items hold "
-             "its own units; resume with the same pipeline \"size\" and \"stages\", or start "
-             "a new checkpoint dir)", m->step, m->pp, saved, rt->mesh.pp, run);
+             "per stage %s; this run has pp %d, units per stage %s (its items are per stage — "
+             "written before the global view, or by a checkpoint plugin without it — and hold "
+             "that stage's units; resume with the same pipeline \"size\" and \"stages\", or "
+             "start a new checkpoint dir)", m->step, m->pp, saved, rt->mesh.pp, run);
     return -1;
   }
   if (m->tp != rt->mesh.tp) {
     snprintf(err, errlen,
              "checkpoint step %d: the tensor-parallel size differs: it was saved with tp %d, "
-             "this run has tp %d (each tp rank's tensors are slices of that split; resume "
-             "with the same tensor_parallel \"size\", or start a new checkpoint dir)", m->step,
+             "this run has tp %d (its items are per tp rank — written before the global view, "
+             "or by a checkpoint plugin without it — and hold that split's slices; resume with "
+             "the same tensor_parallel \"size\", or start a new checkpoint dir)", m->step,
              m->tp, rt->mesh.tp);
     return -1;
   }

@@ -1,6 +1,7 @@
 /* Whether a checkpoint's saved state means the same thing under this run's config: the checks
- * `loom train` makes before loading any tensor (refusing another model, vocabulary, tensor- or
- * pipeline-parallel split), shared with `loom check`, which runs them against the checkpoint
+ * `loom train` makes before loading any tensor (refusing another model or vocabulary; another
+ * tensor- or pipeline-parallel split only for a checkpoint from before the global view, or a
+ * checkpoint plugin that cannot read it), shared with `loom check`, which runs them against the checkpoint
  * train would resume from so that the two cannot disagree. */
 #ifndef LOOM_CORE_CKPT_COMPAT_H
 #define LOOM_CORE_CKPT_COMPAT_H

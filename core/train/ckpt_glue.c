@@ -1,5 +1,7 @@
 /* What the core puts into a checkpoint and takes back out: the state items (parameters and
- * optimizer state as flat chunks), the metadata document (ckpt_meta.h: everything that gives
+ * optimizer state: one item per global tensor and kind, each rank's a slice of it, so any
+ * mesh can load them — the global view, docs/architecture.md "Checkpoints"), the metadata
+ * document (ckpt_meta.h: everything that gives
  * the numbers their meaning), and each rank's RNG. The checkpoint plugin decides how they are
  * stored and verifies every byte; resume refuses what would reinterpret the saved state and
  * reports (ckpt_report.c) what changes how the run continues. */
@@ -17,9 +19,24 @@
 #include "lr_schedule.h"
 #include "trainer.h"
 
-#define MAX_ITEMS 16
+#define MAX_FLAT 16 /* flat state items: params, optim.m, optim.v, a plugin's own */
 
 typedef struct rank_blob { loom_rng rank_rng, sample_rng; } rank_blob;
+
+/* The items of one save or load, and their slice descriptors (NULL: per-rank flat items). */
+typedef struct ckpt_items {
+  loom_ckpt_item_v1 *items;
+  loom_ckpt_slice_v1 *slices;
+  char (*names)[96];
+  int n;
+} ckpt_items;
+
+static void ckpt_items_free(ckpt_items *x) {
+  free(x->items);
+  free(x->slices);
+  free(x->names);
+  memset(x, 0, sizeof *x);
+}
 
 static loom_ckpt_item_v1 flat_item(const char *name, uint64_t n, void *data, int writer) {
   loom_ckpt_item_v1 it = {.struct_size = sizeof it, .name = name, .dtype = LOOM_F32,
@@ -39,24 +56,9 @@ static loom_ckpt_item_v1 partition_item(loom_runtime *rt, const char *name, void
   return it;
 }
 
-/* Under tensor parallel each tp rank's flat buffers hold different (local) tensors: its items
- * are saved under names carrying the tp coordinate, "params@tp1of2", so the tp ranks' chunks
- * never mix, and a resume with another tp size finds no chunk of its names. */
-static char item_names[MAX_ITEMS][64];
-
-/* Under pipeline parallel likewise each stage's: "params@pp1of2", "params@pp1of2@tp0of2". */
-static void tp_rename(loom_runtime *rt, loom_ckpt_item_v1 *items, int n) {
-  if (rt->mesh.tp <= 1 && rt->mesh.pp <= 1) return;
-  for (int i = 0; i < n && i < MAX_ITEMS; i++) {
-    char pp[32] = "", tp[32] = "";
-    if (rt->mesh.pp > 1) snprintf(pp, sizeof pp, "@pp%dof%d", rt->mesh.pp_rank, rt->mesh.pp);
-    if (rt->mesh.tp > 1) snprintf(tp, sizeof tp, "@tp%dof%d", rt->mesh.tp_rank, rt->mesh.tp);
-    snprintf(item_names[i], sizeof item_names[i], "%s%s%s", items[i].name, pp, tp);
-    items[i].name = item_names[i];
-  }
-}
-
-static int build_items(loom_trainer *tr, loom_ckpt_item_v1 *items, int *n) {
+/* The state as flat items over this rank's flat parameter layout: parameters (or this rank's
+ * ZeRO-3 partition of them) and Adam's m and v (the host's, or the optimizer owner's). */
+static int flat_items(loom_trainer *tr, loom_ckpt_item_v1 *items, int *n) {
   loom_runtime *rt = &tr->rt;
   uint64_t N = rt->model.num_parameters;
   int k = 0;
@@ -71,13 +73,114 @@ static int build_items(loom_trainer *tr, loom_ckpt_item_v1 *items, int *n) {
     int i = rt->optimizer_owner;
     const loom_parallel_v1 *p = &rt->parallel[i].u.parallel;
     int m = 0;
-    int rc = p->state_items ? p->state_items(rt->parallel_ctx[i], items + k, MAX_ITEMS - k, &m)
+    int rc = p->state_items ? p->state_items(rt->parallel_ctx[i], items + k, MAX_FLAT - k, &m)
                             : LOOM_OK;
     if (rc != LOOM_OK) return loom__hook_error(rt, i, "state_items", rc, tr->err, sizeof tr->err);
     k += m;
   }
-  tp_rename(rt, items, k);
   *n = k;
+  return 0;
+}
+
+/* "NAME@pp1of2@tp0of2": the per-rank name of a flat item under pipeline and tensor parallel
+ * (the layout before the global view, and items no tensor table describes). */
+static void per_rank_name(const loom_runtime *rt, const char *name, char out[96]) {
+  char pp[32] = "", tp[32] = "";
+  if (rt->mesh.pp > 1) snprintf(pp, sizeof pp, "@pp%dof%d", rt->mesh.pp_rank, rt->mesh.pp);
+  if (rt->mesh.tp > 1) snprintf(tp, sizeof tp, "@tp%dof%d", rt->mesh.tp_rank, rt->mesh.tp);
+  snprintf(out, 96, "%s%s%s", name, pp, tp);
+}
+
+/* The whole of a flat item of n elements, as a slice descriptor. */
+static loom_ckpt_slice_v1 whole_slice(uint64_t n) {
+  return (loom_ckpt_slice_v1){.struct_size = sizeof(loom_ckpt_slice_v1), .ndim = 1,
+                              .shape = {(int64_t)n}, .split_dim = -1, .split_parts = 1,
+                              .split_index = 0, .split_size = 1};
+}
+
+/* Append one item (its name copied) and its slice. */
+static void push(ckpt_items *x, loom_ckpt_item_v1 it, const char *name, loom_ckpt_slice_v1 sl) {
+  snprintf(x->names[x->n], sizeof x->names[x->n], "%s", name);
+  it.name = x->names[x->n];
+  x->items[x->n] = it;
+  if (x->slices) x->slices[x->n] = sl;
+  x->n++;
+}
+
+/* The global view: each flat item over the parameter layout becomes one item per tensor it
+ * touches, "KIND/TENSOR" ("optim.m/h.0.attn.qkv.weight"), holding [offset, +count) of this tp
+ * rank's slice of the global tensor. Replicated tensors are written by tp rank 0 only. The
+ * last pipeline stage's tied copy of wte loads from "KIND/wte"; a save writes its parameters
+ * as "params/wte@tied_copy", which nothing loads: tools check it equals wte (the pipeline's
+ * tied-gradient sum kept the two copies identical). */
+static void split_by_tensor(const loom_runtime *rt, const loom_ckpt_item_v1 *f, int saving,
+                            ckpt_items *x) {
+  const gpt_model *m = &rt->model;
+  size_t esz = loom_dtype_size(f->dtype);
+  uint64_t lo = f->offset, hi = f->offset + f->count;
+  for (int i = 0; i < m->n_params; i++) {
+    const gpt_param *t = &m->params[i];
+    if (!t->present) continue;
+    uint64_t a = lo > t->offset ? lo : t->offset;
+    uint64_t b = hi < t->offset + t->numel ? hi : t->offset + t->numel;
+    if (a >= b) continue;
+    int split = t->split_dim >= 0 && rt->mesh.tp > 1;
+    loom_ckpt_slice_v1 sl = whole_slice(0);
+    sl.ndim = t->ndim;
+    sl.shape[0] = t->shape[0];
+    sl.shape[1] = t->ndim == 2 ? t->shape[1] : 0;
+    if (split) {
+      sl.split_dim = t->split_dim;
+      sl.split_parts = t->split_parts;
+      sl.split_index = rt->mesh.tp_rank;
+      sl.split_size = rt->mesh.tp;
+    }
+    loom_ckpt_item_v1 it = *f;
+    it.global_numel = (uint64_t)t->shape[0] * (uint64_t)(t->ndim == 2 ? t->shape[1] : 1);
+    it.offset = a - t->offset;
+    it.count = b - a;
+    it.data = (char *)f->data + (size_t)(a - lo) * esz;
+    int tied_record = saving && t->tied_copy && strcmp(f->name, "params") == 0;
+    if (saving && t->tied_copy && !tied_record) continue;
+    it.writer = f->writer && (!t->tied_copy || tied_record) && (split || rt->mesh.tp_rank == 0);
+    char name[96];
+    snprintf(name, sizeof name, "%s/%s%s", f->name, t->name, tied_record ? "@tied_copy" : "");
+    push(x, it, name, sl);
+  }
+}
+
+/* Whether this run's checkpoint plugin loads the global view (ABI 1.4). */
+static int plugin_global_view(const loom_runtime *rt) {
+  return (rt->checkpoint.u.checkpoint.hdr.caps & LOOM_CKPT_CAP_GLOBAL_VIEW) != 0;
+}
+
+/* The items of a save (`saving`; global: the layout this run writes) or of a load of a
+ * checkpoint whose items are `global` or per rank. */
+static int build_items(loom_trainer *tr, int global, int saving, ckpt_items *x) {
+  loom_runtime *rt = &tr->rt;
+  loom_ckpt_item_v1 flat[MAX_FLAT];
+  int nf = 0;
+  memset(x, 0, sizeof *x);
+  if (flat_items(tr, flat, &nf) != 0) return -1;
+  int cap = nf * (global ? rt->model.n_params : 1);
+  x->items = calloc((size_t)cap, sizeof *x->items);
+  x->names = calloc((size_t)cap, sizeof *x->names);
+  x->slices = global ? calloc((size_t)cap, sizeof *x->slices) : NULL;
+  if (!x->items || !x->names || (global && !x->slices)) {
+    ckpt_items_free(x);
+    snprintf(tr->err, sizeof tr->err, "checkpoint: out of host memory for %d items", cap);
+    return -1;
+  }
+  for (int i = 0; i < nf; i++) {
+    if (global && flat[i].global_numel == rt->model.num_parameters) {
+      split_by_tensor(rt, &flat[i], saving, x);
+      continue;
+    }
+    /* per rank: the layout before the global view, or an item of a plugin's own */
+    char name[96];
+    per_rank_name(rt, flat[i].name, name);
+    push(x, flat[i], name, whole_slice(flat[i].global_numel));
+  }
   return 0;
 }
 
@@ -193,10 +296,11 @@ static json_t *meta_json(loom_trainer *tr) {
 
 int loom__ckpt_save(loom_trainer *tr) {
   loom_runtime *rt = &tr->rt;
-  loom_ckpt_item_v1 items[MAX_ITEMS];
-  int n;
-  if (build_items(tr, items, &n) != 0) return -1;
+  ckpt_items x;
+  int global = plugin_global_view(rt);
+  if (build_items(tr, global, 1, &x) != 0) return -1;
   json_t *meta = meta_json(tr);
+  if (meta && global) json_object_set_new(meta, "items", json_string("global"));
   char *text = meta ? json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
   json_decref(meta);
   /* what is written must read back: a save never publishes metadata a resume would refuse
@@ -208,15 +312,17 @@ int loom__ckpt_save(loom_trainer *tr) {
              "back: %s (are data.train's file names UTF-8?)", tr->step,
              text ? why : "out of host memory");
     free(text);
+    ckpt_items_free(&x);
     return -1;
   }
   loom__ckpt_meta_free(&check);
   rank_blob blob = {tr->rank_rng, tr->sample_rng};
-  loom_ckpt_state_v1 st = {.struct_size = sizeof st, .step = tr->step, .n_items = n,
-                           .items = items, .meta_json = text, .rank_blob = &blob,
-                           .rank_blob_bytes = sizeof blob};
+  loom_ckpt_state_v1 st = {.struct_size = sizeof st, .step = tr->step, .n_items = x.n,
+                           .items = x.items, .meta_json = text, .rank_blob = &blob,
+                           .rank_blob_bytes = sizeof blob, .slices = x.slices};
   int rc = rt->checkpoint.u.checkpoint.save(rt->checkpoint_ctx, &st);
   free(text);
+  ckpt_items_free(&x);
   if (rc != LOOM_OK) {
     snprintf(tr->err, sizeof tr->err, "plugin %s: saving step %d failed: %s",
              rt->checkpoint_host.label, tr->step, ckpt_error(tr));
@@ -228,16 +334,17 @@ int loom__ckpt_save(loom_trainer *tr) {
 /* Load the items and this rank's blob of `step` (the metadata was read already). */
 static int load_state(loom_trainer *tr, const loom_ckpt_meta *m) {
   loom_runtime *rt = &tr->rt;
-  loom_ckpt_item_v1 items[MAX_ITEMS];
-  int n;
-  if (build_items(tr, items, &n) != 0) return -1;
+  ckpt_items x;
+  if (build_items(tr, m->global_items, 0, &x) != 0) return -1;
   rank_blob blob;
   memset(&blob, 0, sizeof blob);
-  loom_ckpt_state_v1 st = {.struct_size = sizeof st, .step = m->step, .n_items = n,
-                           .items = items, .rank_blob = &blob, .rank_blob_bytes = sizeof blob};
+  loom_ckpt_state_v1 st = {.struct_size = sizeof st, .step = m->step, .n_items = x.n,
+                           .items = x.items, .rank_blob = &blob, .rank_blob_bytes = sizeof blob,
+                           .slices = x.slices};
   const char *meta_text = NULL;
-  if (rt->checkpoint.u.checkpoint.load(rt->checkpoint_ctx, m->step, &st, &meta_text) !=
-      LOOM_OK) {
+  int rc = rt->checkpoint.u.checkpoint.load(rt->checkpoint_ctx, m->step, &st, &meta_text);
+  ckpt_items_free(&x);
+  if (rc != LOOM_OK) {
     snprintf(tr->err, sizeof tr->err, "plugin %s: loading step %d failed: %s",
              rt->checkpoint_host.label, m->step, ckpt_error(tr));
     return -1;

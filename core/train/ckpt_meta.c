@@ -214,6 +214,12 @@ int loom__ckpt_meta_parse(const char *text, loom_ckpt_meta *m, char *err, size_t
   /* optional (checkpoints before mixed precision have none: 0) */
   if (!rc && json_object_get(r, "skipped_steps"))
     rc = int_in(&p, r, "", "skipped_steps", 0, m->step, &m->skipped_steps);
+  /* optional: absent in checkpoints before the global view (their items are per rank) */
+  const char *items = "per-rank";
+  if (!rc && json_object_get(r, "items")) rc = str(&p, r, "", "items", 16, &items);
+  if (!rc && strcmp(items, "global") != 0 && strcmp(items, "per-rank") != 0)
+    rc = bad(&p, "items: expected \"global\" or \"per-rank\", got \"%s\"", items);
+  if (!rc) m->global_items = strcmp(items, "global") == 0;
   json_t *prec = json_object_get(r, "precision");
   if (!rc && !json_is_null(prec) && !json_is_object(prec))
     rc = bad(&p, "precision: expected an object or null, got %s", kind(prec));

@@ -17,7 +17,10 @@
  *   optimizer {beta1, beta2, eps, weight_decay, grad_clip}, seed, precision_plugin
  *   precision (the precision plugin's state or null: fp16's loss scaler), skipped_steps
  *        (optional int in [0, step]: steps skipped on gradient overflow), config (as loaded),
- *   tensors (the tensor table, tools only) */
+ *   tensors (the tensor table, tools only), items (optional: "global" when the items are one per
+ *        global tensor and state kind, "params/h.0.attn.qkv.weight", each chunk a slice of it,
+ *        which any mesh can load; absent or "per-rank" in checkpoints before it: flat items per
+ *        tp rank and stage, "params@pp0of2@tp1of2", loadable by the same tp and pp only) */
 #ifndef LOOM_CORE_CKPT_META_H
 #define LOOM_CORE_CKPT_META_H
 
@@ -47,6 +50,7 @@ typedef struct loom_ckpt_meta {
   const char *precision_plugin;
   json_t *precision; /* the precision plugin's state: an object, or NULL */
   int skipped_steps; /* steps skipped on gradient overflow (optional key; 0 when absent) */
+  int global_items;  /* 1: items are global tensors' slices (any mesh loads them); 0: per rank */
 } loom_ckpt_meta;
 
 /* Parse and check `text`. Returns 0, or -1 with err naming the field and what was expected

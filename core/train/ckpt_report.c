@@ -132,6 +132,10 @@ static void report_batch_and_data(report *r, loom_trainer *tr, const loom_ckpt_m
     line(r, "world size: %d -> %d (dp %d -> %d; each rank's random stream restarts from "
          "train.seed, the data continues at the saved token position)", m->world_size,
          rt->mesh.world_size, m->dp, rt->mesh.dp);
+  if (m->tp != rt->mesh.tp || m->pp != rt->mesh.pp)
+    line(r, "model-parallel split: tp %d -> %d, pp %d -> %d (each rank loaded its slices of "
+         "the parameters and Adam's moments from the checkpoint's global view)", m->tp,
+         rt->mesh.tp, m->pp, rt->mesh.pp);
   if (strcmp(m->data.pattern, cfg->data.train) != 0)
     line(r, "data.train: \"%s\" -> \"%s\" (%s)", m->data.pattern, cfg->data.train,
          tr->resume_shard_found ? "the saved position's shard is in the new data: reading "

@@ -449,6 +449,34 @@ EOF
   fi
 fi
 
+# checkpoint: save under tensor parallel 2, load on 1 rank (LOOM_CKPT_CAP_GLOBAL_VIEW, ABI 1.4:
+# each tp rank's chunks are slices of global tensors, and the load reassembles them)
+if [ "$KIND" = checkpoint ] && want checkpoint && [ "$NP" -ge 2 ]; then
+  if ! has_cap GLOBAL_VIEW; then
+    skip checkpoint.global_view "the plugin does not declare LOOM_CKPT_CAP_GLOBAL_VIEW"
+  else
+    rm -rf "$WORK/gv"; mkdir -p "$WORK/gv"
+    cs="{\"plugin\":$PJ$OPTS,\"dir\":$(json_path "$WORK/gv/ckpt"),\"every\":3,\"keep\":0}"
+    job 2 gv2 --set 'parallel=[{"plugin":"tensor_parallel","size":2}]' \
+      --set train.micro_batch_size=$(mb 1 1) --set train.steps=3 --set "checkpoint=$cs"
+    if timeout 300 mpirun -np 1 --bind-to none "$LOOM" train "$WORK/base.json" \
+         --set 'parallel=[]' --set "checkpoint=$cs" --set "logging.metrics=$WORK/gv/metrics.jsonl" \
+         >"$WORK/gv/out.log" 2>&1 && grep -q "resumed at step 3" "$WORK/gv/out.log"; then
+      reference
+      if python3 - "$WORK/gv/metrics.jsonl" "$WORK/ref/metrics.jsonl" "$RTOL" <<'EOF'
+import json, sys
+def m(p): return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r and r["step"] >= 4}
+a, b, t = m(sys.argv[1]), m(sys.argv[2]), float(sys.argv[3])
+sys.exit(0 if a and all(abs(a[s] - b[s]) <= t * abs(b[s]) for s in a) else 1)
+EOF
+      then pass checkpoint.global_view "saved under tp 2 (tensor slices), resumed on 1 rank: steps 4-6 match the 1-rank run within $RTOL"
+      else fail checkpoint.global_view "saved under tp 2, resumed on 1 rank: steps 4-6 differ from the 1-rank run: the slices were not reassembled into their tensors"; fi
+    else
+      fail checkpoint.global_view "the resume on 1 rank of a tp 2 checkpoint failed: $(last_error gv)"
+    fi
+  fi
+fi
+
 # ---------------------------------------------------------------- faults
 # A rank failing inside each hook the plugin implements: the probe, listed before the plugin,
 # fails on rank 1 at step 2 in that hook; rank 0 goes on into the plugin's hook (and its

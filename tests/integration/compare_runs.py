@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """Compare two loom runs: per-step loss and grad norm from their JSONL metrics, and the final
-parameters from their last checkpoints (under tensor parallel reassembled from the tp ranks'
+parameters from their last checkpoints: each global tensor "params/NAME" reassembled from its
+chunks, whatever tp slicing, stage or ZeRO partition wrote them (format 3, the global view);
+checkpoints from before it ("items" absent) under tensor parallel from the tp ranks'
 "params@tpRofN" items with the tensor table in the manifest's metadata, and replicated tensors
-checked identical across tp ranks).
+checked identical across tp ranks.
 
 usage: compare_runs.py [--rtol R | --rtol-loss R --rtol-grad-norm R --rtol-params R] [--bitwise]
-                       [--steps A:B] METRICS_A CKPT_A METRICS_B CKPT_B
+                       [--steps A:B] [--state [--rtol-state R]] METRICS_A CKPT_A METRICS_B CKPT_B
 
 Tolerances are relative: |a - b| <= rtol * |b| for each step's loss and grad norm, and
 ||a - b||_inf <= rtol * ||b||_inf over the flat final parameters (the L2 ratio ||a - b|| / ||b||
@@ -23,6 +25,8 @@ rows summed into every weight gradient). Derivation and measurements: docs/toler
   grad norm  2.5 rho, rho = 2 lambda sqrt(n_fwd + n_bwd) u: the gradient's rounding, times an
              allowance for the step's conditioning (a gradient that is a small sum of large
              per-sequence terms loses relative accuracy; measured up to 1.1 rho)
+  m, v       (--state) 2 x the grad norm's: Adam's m averages gradients (each within rho), v
+             their squares (2 rho); a moment lost at a resume is off by beta^k ~ 0.35-0.6
   params     rho * S / 30 after S steps: rounding differences compound through the optimizer
              steps, measured ~linear in S (0.0028 rho per step on configs/tiny.json, 20-300
              steps), so 12x margin
@@ -107,6 +111,79 @@ def assemble(step_dir, tensors, shards, tp):
     return out
 
 
+def slice_runs(ch):
+    """(run length, [global start of each run]) of the slice a format-3 chunk holds, in local
+    order (plugins/checkpoint/checkpoint/slice.c): rows split: one run of whole rows per block;
+    columns split: one run per row and block."""
+    shape = ch["shape"]
+    rows, cols = shape[0], (shape[1] if len(shape) == 2 else 1)
+    d, parts, idx, size = ch["split_dim"], ch["split_parts"], ch["split_index"], ch["split_size"]
+    if d < 0 or size == 1:
+        return rows * cols, [0]
+    if d == 0:
+        block, lrows = rows // parts, rows // parts // size
+        return lrows * cols, [(p * block + idx * lrows) * cols for p in range(parts)]
+    block, lcols = cols // parts, cols // parts // size
+    return lcols, [r * cols + p * block + idx * lcols for r in range(rows) for p in range(parts)]
+
+
+def read_global(step_dir, man, name):
+    """The global tensor `name` ("params/wte") of a format-3 checkpoint, assembled from every
+    chunk of it (whatever slicing and partition wrote it), or None; every element must be
+    written exactly once."""
+    out, seen = None, 0
+    for shard in man["shards"]:
+        for ch in shard["chunks"]:
+            if ch["name"] != name:
+                continue
+            if out is None:
+                out = array.array("f", bytes(4 * ch["global_numel"]))
+            with open(os.path.join(step_dir, ch["file"]), "rb") as f:
+                f.seek(ch["at"])
+                part = array.array("f")
+                part.frombytes(f.read(4 * ch["count"]))
+            run, starts = slice_runs(ch)
+            lo, hi = ch["offset"], ch["offset"] + ch["count"]
+            for k in range(lo // run, (hi + run - 1) // run):
+                a, b = max(lo, k * run), min(hi, (k + 1) * run)
+                g = starts[k] + (a - k * run)
+                out[g:g + (b - a)] = part[a - lo:b - lo]
+            seen += ch["count"]
+    if out is not None and seen != len(out):
+        sys.exit(f"FAIL {step_dir}: '{name}' has {seen} elements in its chunks, {len(out)} global")
+    return out
+
+
+def global_names(meta):
+    """The model's tensor names in the single-rank flat order (the tensor tables of the
+    metadata: meta.tensors, or each stage's under pipeline parallel), without tied copies."""
+    tables = [s["tensors"] for s in meta["stages"]] if meta.get("pp", 1) > 1 else [meta["tensors"]]
+    return [t["name"] for tab in tables for t in tab if not t.get("tied_copy")]
+
+
+def newest_manifest(ckpt_dir):
+    with open(os.path.join(ckpt_dir, "latest")) as f:
+        step_dir = os.path.join(ckpt_dir, f.read().strip())
+    with open(os.path.join(step_dir, "manifest.json")) as f:
+        return step_dir, json.load(f)
+
+
+def read_state(ckpt_dir, kind):
+    """Global flat `kind` ("optim.m", "optim.v") of the newest format-3 checkpoint, in the
+    single-rank order; exits when the checkpoint has no global view."""
+    step_dir, man = newest_manifest(ckpt_dir)
+    meta = man.get("meta", {})
+    if meta.get("items") != "global":
+        sys.exit(f"{step_dir}: --state needs a checkpoint with the global view")
+    out = array.array("f")
+    for name in global_names(meta):
+        g = read_global(step_dir, man, f"{kind}/{name}")
+        if g is None:
+            sys.exit(f"{step_dir}: no '{kind}/{name}' item")
+        out.extend(g)
+    return out
+
+
 def read_params(ckpt_dir):
     """The global flat parameters of the newest checkpoint in ckpt_dir, in the single-rank
     layout: the 'params' item, or under tensor parallel the 'params@tpRofN' items reassembled
@@ -119,6 +196,20 @@ def read_params(ckpt_dir):
         man = json.load(f)
     meta = man.get("meta", {})
     tp, pp = meta.get("tp", 1), meta.get("pp", 1)
+    if meta.get("items") == "global":
+        out = array.array("f")
+        for name in global_names(meta):
+            g = read_global(step_dir, man, "params/" + name)
+            if g is None:
+                sys.exit(f"{step_dir}: no 'params/{name}' item")
+            out.extend(g)
+        tied = read_global(step_dir, man, "params/wte@tied_copy")
+        if tied is not None:
+            if tied != read_global(step_dir, man, "params/wte"):
+                sys.exit(f"FAIL {step_dir}: the last stage's copy of the tied wte differs "
+                         f"from the first stage's wte")
+            print("tied wte copy on the last stage: bitwise equal to stage 0's wte")
+        return man["step"], out
     if tp == 1 and pp == 1:
         out = read_item(step_dir, man, "params")
         if out is None:
@@ -209,6 +300,12 @@ def main():
     ap.add_argument("--rtol-params", type=float)
     ap.add_argument("--bitwise", action="store_true")
     ap.add_argument("--steps", default="1:1000000000")
+    ap.add_argument("--state", action="store_true",
+                    help="also compare Adam's m and v of the final checkpoints (global view): "
+                    "max|a-b|/max|b| of each within --rtol-state, and the lr of every step "
+                    "exactly")
+    ap.add_argument("--rtol-state", type=float,
+                    help="default 2x the grad norm's: m averages gradients, v their squares")
     ap.add_argument("metrics_a")
     ap.add_argument("ckpt_a")
     ap.add_argument("metrics_b")
@@ -269,6 +366,25 @@ def main():
     if (a.bitwise and maxdiff != 0.0) or rel_inf > rtol:
         print(f"FAIL final parameters: {rel_inf:.3g} > {rtol:g}")
         ok = False
+    if a.state:
+        a.state = 2 * a.rtol_grad_norm if a.rtol_state is None else a.rtol_state
+        for s in sorted(ma):
+            if ma[s].get("lr") != mb[s].get("lr"):
+                print(f"FAIL step {s} lr: {ma[s].get('lr')!r} vs {mb[s].get('lr')!r} (the "
+                      f"schedule did not continue at the saved step)")
+                ok = False
+        for kind in ("optim.m", "optim.v"):
+            xa, xb = read_state(a.ckpt_a, kind), read_state(a.ckpt_b, kind)
+            if len(xa) != len(xb):
+                sys.exit(f"FAIL {kind}: {len(xa)} vs {len(xb)} values")
+            d, i = max((abs(x - y), i) for i, (x, y) in enumerate(zip(xa, xb)))
+            ref = max(abs(y) for y in xb)
+            rel = d / max(ref, 1e-30)
+            print(f"final {kind} ({len(xa)} values): max|a-b|/max|b| = {rel:.3g} (element {i});"
+                  f" tolerance {a.state:.3g}" + margin(a.state, rel))
+            if rel > a.state:
+                print(f"FAIL final {kind}: {rel:.3g} > {a.state:g}")
+                ok = False
     print("OK" if ok else "MISMATCH")
     return 0 if ok else 1
 

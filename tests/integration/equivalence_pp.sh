@@ -48,9 +48,14 @@ for name, want in (("pp2_1f1b", [(0, 1), (2, 3)]), ("pp4_gpipe", [(0, 0), (1, 1)
     for k, s in enumerate(stages):
         names = [t["name"] for t in s["tensors"]]
         numel = sum(t["numel"] for t in s["tensors"])
-        items = [c for sh in man["shards"] for c in sh["chunks"]
-                 if c["name"] == f"params@pp{k}of{len(stages)}"]
-        assert items and all(c["global_numel"] == numel for c in items), (name, k)
+        # stage k runs on rank k: its shard holds the params of its own tensors (global view,
+        # "params/NAME"), the tied wte copy as "params/wte@tied_copy", nothing else
+        chunks = [c for c in man["shards"][k]["chunks"] if c["name"].startswith("params/")]
+        tied = any(t.get("tied_copy") for t in s["tensors"])
+        own = {t["name"] for t in s["tensors"] if not t.get("tied_copy")}
+        assert {c["name"][7:] for c in chunks} == own | ({"wte@tied_copy"} if tied else set()), \
+            (name, k, sorted(c["name"] for c in chunks))
+        assert sum(c["count"] for c in chunks) == numel, (name, k)
         emb = "wte" in names and s["first_unit"] == 0
         blocks = sorted({n.split(".")[1] for n in names if n.startswith("h.")})
         want_blocks = [str(u - 1) for u in range(max(1, s["first_unit"]), min(2, s["last_unit"]) + 1)]

@@ -18,6 +18,7 @@
 
 #include "../../plugins/checkpoint/checkpoint/checkpoint.c"
 #include "../../plugins/checkpoint/checkpoint/manifest.c"
+#include "../../plugins/checkpoint/checkpoint/slice.c"
 #include "train/ckpt_meta.h"
 #include "support/test_dir.h"
 
@@ -130,7 +131,7 @@ static void save_step(int step) {
   for (int i = 0; i < BLOB; i++) g_blob[i] = (unsigned char)(i * 7 + 1);
   loom_ckpt_item_v1 it[4];
   int n = make_items(it, g_params, g_m, g_v);
-  loom_ckpt_state_v1 st = {sizeof st, step, n, it, "{\"note\":\"meta\"}", g_blob, BLOB};
+  loom_ckpt_state_v1 st = {sizeof st, step, n, it, "{\"note\":\"meta\"}", g_blob, BLOB, NULL};
   void *ctx = create_ckpt();
   ck_assert_msg(loom_plugin_v1.save(ctx, &st) == LOOM_OK, "save: %s", g_host.error);
   loom_plugin_v1.destroy(ctx);
@@ -143,7 +144,7 @@ static int try_resume(int *step_out) {
   unsigned char blob[BLOB];
   loom_ckpt_item_v1 it[4];
   int n = make_items(it, p, m, v);
-  loom_ckpt_state_v1 st = {sizeof st, 0, n, it, NULL, blob, BLOB};
+  loom_ckpt_state_v1 st = {sizeof st, 0, n, it, NULL, blob, BLOB, NULL};
   g_host.error[0] = '\0';
   void *ctx = create_ckpt();
   int step = 0, rc = loom_plugin_v1.resume_step(ctx, &step);

@@ -40,6 +40,7 @@
 #include <zlib.h>
 
 #include "manifest.h"
+#include "slice.h"
 
 typedef struct ckpt {
   const loom_host_api_v1 *api;
@@ -387,6 +388,49 @@ static int ckpt_should_save(void *ctx, int step, int last) {
   return last || (c->every > 0 && step % c->every == 0);
 }
 
+/* ---- the global view (slice.h) ---- */
+/* The slice item i of `st` holds: the host's descriptor (ABI 1.4), else the whole flat item. */
+static void item_slice(const loom_ckpt_state_v1 *st, int i, ckpt_slice *out) {
+  const loom_ckpt_item_v1 *it = &st->items[i];
+  *out = (ckpt_slice){.rows = (int64_t)it->global_numel, .cols = 1, .split_dim = -1,
+                      .parts = 1, .index = 0, .size = 1};
+  if (!LOOM_CKPT_HAS_SLICES(st)) return;
+  const loom_ckpt_slice_v1 *d = LOOM_CKPT_SLICE_AT(st, i);
+  out->rows = d->shape[0];
+  out->cols = d->ndim == 2 ? d->shape[1] : 1;
+  if (d->split_dim >= 0 && d->split_size > 1) {
+    out->split_dim = d->split_dim;
+    out->parts = d->split_parts;
+    out->index = d->split_index;
+    out->size = d->split_size;
+  }
+}
+
+static int item_ndim(const loom_ckpt_state_v1 *st, int i) {
+  return LOOM_CKPT_HAS_SLICES(st) ? LOOM_CKPT_SLICE_AT(st, i)->ndim : 1;
+}
+
+/* Refuse a host's slice descriptor that does not describe its item (a host bug, named). */
+static int check_items(ckpt *c, const loom_ckpt_state_v1 *st) {
+  for (int i = 0; i < st->n_items; i++) {
+    const loom_ckpt_item_v1 *it = &st->items[i];
+    ckpt_slice sl;
+    item_slice(st, i, &sl);
+    int nd = item_ndim(st, i);
+    if ((nd != 1 && nd != 2) || ckpt_slice_valid(&sl) != 0 ||
+        (uint64_t)sl.rows * (uint64_t)sl.cols != it->global_numel ||
+        it->offset > ckpt_slice_numel(&sl) || it->count > ckpt_slice_numel(&sl) - it->offset) {
+      io_fail(c, "item '%s': its slice (shape [%lld, %lld], split_dim %d, %d blocks, slice %d "
+              "of %d) does not hold [%llu, +%llu) of %llu elements: the host described it "
+              "wrongly", it->name, (long long)sl.rows, (long long)sl.cols, sl.split_dim,
+              sl.parts, sl.index, sl.size, (unsigned long long)it->offset,
+              (unsigned long long)it->count, (unsigned long long)it->global_numel);
+      return LOOM_INVALID_USAGE;
+    }
+  }
+  return LOOM_OK;
+}
+
 /* This rank's shard: the chunks it writes, then its blob. Returns its index as JSON. */
 static json_t *write_shard(ckpt *c, const char *dir, const loom_ckpt_state_v1 *st) {
   char path[PATH_MAX], file[32];
@@ -417,13 +461,19 @@ static json_t *write_shard(ckpt *c, const char *dir, const loom_ckpt_state_v1 *s
       ok = io_fail(c, "writing %s: %s", path, strerror(errno));
     }
     free(host);
-    json_array_append_new(chunks,
-                          json_pack("{s:s, s:i, s:I, s:I, s:I, s:i, s:s, s:I, s:I}", "name",
-                                    it->name, "dtype", (int)it->dtype, "global_numel",
-                                    (json_int_t)it->global_numel, "offset",
-                                    (json_int_t)it->offset, "count", (json_int_t)it->count,
-                                    "rank", c->rank, "file", file, "at", (json_int_t)at, "crc32",
-                                    (json_int_t)crc));
+    ckpt_slice sl;
+    item_slice(st, i, &sl);
+    json_t *shape = sl.cols > 1 || item_ndim(st, i) == 2
+                        ? json_pack("[I, I]", (json_int_t)sl.rows, (json_int_t)sl.cols)
+                        : json_pack("[I]", (json_int_t)sl.rows);
+    json_array_append_new(
+        chunks, json_pack("{s:s, s:i, s:I, s:o, s:i, s:i, s:i, s:i, s:I, s:I, s:i, s:s, s:I, "
+                          "s:I}", "name", it->name, "dtype", (int)it->dtype, "global_numel",
+                          (json_int_t)it->global_numel, "shape", shape, "split_dim",
+                          sl.split_dim, "split_parts", sl.parts, "split_index", sl.index,
+                          "split_size", sl.size, "offset", (json_int_t)it->offset, "count",
+                          (json_int_t)it->count, "rank", c->rank, "file", file, "at",
+                          (json_int_t)at, "crc32", (json_int_t)crc));
     at += bytes;
   }
   if (ok && st->rank_blob_bytes && write_all(fd, st->rank_blob, st->rank_blob_bytes) != 0) {
@@ -505,15 +555,12 @@ static int ckpt_save(void *ctx, const loom_ckpt_state_v1 *st) {
   snprintf(name, sizeof name, "step-%08d", st->step);
   path_fmt(tmp, sizeof tmp, "%s/.tmp-%s", c->dir, name);
   path_fmt(final, sizeof final, "%s/%s", c->dir, name);
-  int ok = 1;
-  if (c->rank == 0) {
+  int ok = check_items(c, st) == LOOM_OK;
+  if (ok && c->rank == 0) {
     rm_tree(tmp); /* leftovers of a crashed save */
     if (mkdirs(tmp) != 0) ok = io_fail(c, "cannot create %s: %s", tmp, strerror(errno));
   }
-  if (!all_ok(c, ok)) {
-    if (ok) io_fail(c, "rank 0 could not create %s", tmp);
-    return LOOM_IO;
-  }
+  if (!agree(c, ok)) return LOOM_IO;
 
   json_t *index = write_shard(c, tmp, st);
   char *index_text = index ? json_dumps(index, JSON_COMPACT) : NULL;
@@ -657,78 +704,153 @@ static uint64_t u64_of(json_t *o, const char *key) {
   return (uint64_t)json_integer_value(json_object_get(o, key));
 }
 
-/* Fill one requested chunk from the saved chunks of the same item that overlap it. The
- * manifest passed ckpt_manifest_check: every field read here has its type and range. */
-static int load_item(ckpt *c, const char *dir, json_t *shards, loom_ckpt_item_v1 *it) {
+/* Where the pieces of one saved chunk go: into the host staging buffer of the requested item
+ * (global view), or straight to its device memory (flat items). */
+typedef struct piece_sink {
+  const loom_device_v1 *dev;
   void *dev_ctx;
-  const loom_device_v1 *dev = c->api->device(c->host, &dev_ctx);
-  size_t esz = loom_dtype_size(it->dtype);
-  uint64_t covered = 0, want_lo = it->offset, want_hi = it->offset + it->count;
-  size_t si;
-  json_t *shard;
-  json_array_foreach(shards, si, shard) {
-    size_t ci;
-    json_t *ch;
-    json_array_foreach(json_object_get(shard, "chunks"), ci, ch) {
-      if (strcmp(json_string_value(json_object_get(ch, "name")), it->name) != 0) continue;
-      uint64_t gn = u64_of(ch, "global_numel");
-      int dt = (int)u64_of(ch, "dtype");
-      if (gn != it->global_numel || dt != (int)it->dtype) {
-        io_fail(c,
-        "%s: item '%s' has %llu elements of dtype %d, this run needs %llu of "
-        "dtype %d: the checkpoint was made for a different model (compare "
-        "the model section with meta.config.model in its manifest.json)",
-        dir, it->name, (unsigned long long)gn, dt,
-        (unsigned long long)it->global_numel, (int)it->dtype);
-        return LOOM_CORRUPT;
-      }
-      uint64_t lo = u64_of(ch, "offset"), n = u64_of(ch, "count");
-      uint64_t a = lo > want_lo ? lo : want_lo, b = lo + n < want_hi ? lo + n : want_hi;
-      if (a >= b) continue;
-      size_t bytes = (size_t)n * esz;
-      const char *file = json_string_value(json_object_get(ch, "file"));
-      char p[PATH_MAX];
-      path_fmt(p, sizeof p, "%s/%s", dir, file);
-      struct stat sb; /* the size first: a huge count in a damaged manifest allocates nothing */
-      if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) &&
-          (u64_of(ch, "at") > (uint64_t)sb.st_size ||
-           bytes > (uint64_t)sb.st_size - u64_of(ch, "at"))) {
-        io_fail(c, "%s: truncated: item '%s' needs %zu bytes at %llu, the file holds %lld: the "
-                "checkpoint is corrupt", p, it->name, bytes,
-                (unsigned long long)u64_of(ch, "at"), (long long)sb.st_size);
-        return LOOM_CORRUPT;
-      }
-      void *buf = malloc(bytes ? bytes : 1);
-      if (!buf) {
-        io_fail(c, "out of host memory reading %s", it->name);
-        return LOOM_NOMEM;
-      }
-      if (read_at(c, dir, file, u64_of(ch, "at"), buf, bytes) != 0) {
-        free(buf);
-        return LOOM_CORRUPT;
-      }
-      if (crc_of(buf, bytes) != (uint32_t)u64_of(ch, "crc32")) {
-        free(buf);
-        io_fail(c, "%s/%s: checksum mismatch in item '%s' [%llu, +%llu): the "
-                          "checkpoint is corrupt", dir, file, it->name,
-                          (unsigned long long)lo, (unsigned long long)n);
-        return LOOM_CORRUPT;
-      }
-      dev->from_host(dev_ctx, (char *)it->data + (a - want_lo) * esz,
-                     (char *)buf + (a - lo) * esz, (size_t)(b - a) * esz);
-      free(buf);
-      covered += b - a;
+  char *stage;     /* host, the requested item's count elements, or NULL: copy to device */
+  char *dst;       /* the item's device memory */
+  uint64_t dst_lo; /* the item's first element (its offset in its slice) */
+  const char *src; /* the saved chunk's bytes */
+  uint64_t src_lo; /* the chunk's first element in its slice */
+  size_t esz;
+} piece_sink;
+
+/* ckpt_overlap_fn: `len` elements from the saved chunk's slice element b to the item's a. */
+static int put_piece(void *ud, uint64_t a, uint64_t b, uint64_t len) {
+  piece_sink *k = ud;
+  const char *from = k->src + (b - k->src_lo) * k->esz;
+  size_t at = (size_t)(a - k->dst_lo) * k->esz, bytes = (size_t)len * k->esz;
+  if (k->stage) memcpy(k->stage + at, from, bytes);
+  else k->dev->from_host(k->dev_ctx, k->dst + at, from, bytes);
+  return 0;
+}
+
+/* Read a saved chunk whole and verify its CRC-32: a chunk is at most one tensor's slice in
+ * format 3 (the read buffer of the memory bound), one rank's flat partition in format 2.
+ * Returns the bytes (caller frees), or NULL with the error set and *rc the result. */
+static char *read_chunk(ckpt *c, const char *dir, json_t *ch, const char *name, int *rc) {
+  size_t bytes = (size_t)u64_of(ch, "count") * loom_dtype_size((loom_dtype)u64_of(ch, "dtype"));
+  const char *file = json_string_value(json_object_get(ch, "file"));
+  char p[PATH_MAX];
+  path_fmt(p, sizeof p, "%s/%s", dir, file);
+  struct stat sb; /* the size first: a huge count in a damaged manifest allocates nothing */
+  if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) &&
+      (u64_of(ch, "at") > (uint64_t)sb.st_size ||
+       bytes > (uint64_t)sb.st_size - u64_of(ch, "at"))) {
+    io_fail(c, "%s: truncated: item '%s' needs %zu bytes at %llu, the file holds %lld: the "
+            "checkpoint is corrupt", p, name, bytes, (unsigned long long)u64_of(ch, "at"),
+            (long long)sb.st_size);
+    *rc = LOOM_CORRUPT;
+    return NULL;
+  }
+  char *buf = malloc(bytes ? bytes : 1);
+  if (!buf) {
+    io_fail(c, "out of host memory reading %s", name);
+    *rc = LOOM_NOMEM;
+    return NULL;
+  }
+  if (read_at(c, dir, file, u64_of(ch, "at"), buf, bytes) != 0) {
+    free(buf);
+    *rc = LOOM_CORRUPT;
+    return NULL;
+  }
+  if (crc_of(buf, bytes) != (uint32_t)u64_of(ch, "crc32")) {
+    free(buf);
+    *rc = LOOM_CORRUPT;
+    io_fail(c, "%s/%s: checksum mismatch in item '%s' [%llu, +%llu): the checkpoint is corrupt",
+            dir, file, name, (unsigned long long)u64_of(ch, "offset"),
+            (unsigned long long)u64_of(ch, "count"));
+    return NULL;
+  }
+  return buf;
+}
+
+/* Fill requested item i from the saved chunks of the same name (`saved`, from the name index)
+ * that share elements with it, under whatever slicing each was saved: the slices' runs are
+ * merged in global order (slice.h), so a tp 2 slice is filled from a tp 1 tensor, tp 4
+ * slices, or a ZeRO partition's piece alike. The manifest passed ckpt_manifest_check: every
+ * field read here has its type and range. */
+static int load_item(ckpt *c, const char *dir, json_t *saved, const loom_ckpt_state_v1 *st,
+                     int i) {
+  loom_ckpt_item_v1 *it = &st->items[i];
+  piece_sink k = {.esz = loom_dtype_size(it->dtype), .dst = it->data, .dst_lo = it->offset};
+  k.dev = c->api->device(c->host, &k.dev_ctx);
+  ckpt_slice want;
+  item_slice(st, i, &want);
+  int nd = item_ndim(st, i), rc = LOOM_OK;
+  uint64_t covered = 0;
+  if (LOOM_CKPT_HAS_SLICES(st) && it->count > 0) {
+    k.stage = malloc((size_t)it->count * k.esz);
+    if (!k.stage) {
+      io_fail(c, "out of host memory reading %s", it->name);
+      return LOOM_NOMEM;
     }
   }
-  if (covered != it->count) {
-    io_fail(c, "%s: item '%s' [%llu, +%llu) is not fully in the checkpoint "
-                      "(%llu of %llu elements found%s)", dir, it->name,
-                      (unsigned long long)it->offset, (unsigned long long)it->count,
-                      (unsigned long long)covered, (unsigned long long)it->count,
-                      covered > it->count ? ": chunks overlap, the checkpoint is corrupt" : "");
-    return LOOM_CORRUPT;
+  size_t ci;
+  json_t *ch;
+  json_array_foreach(saved, ci, ch) {
+    uint64_t gn = u64_of(ch, "global_numel");
+    int dt = (int)u64_of(ch, "dtype");
+    ckpt_slice have;
+    ckpt_chunk_slice(ch, &have);
+    int same_shape = !json_is_array(json_object_get(ch, "shape")) || nd != 2 ||
+                     (have.rows == want.rows && have.cols == want.cols);
+    if (gn != it->global_numel || dt != (int)it->dtype || !same_shape) {
+      io_fail(c, "%s: item '%s' has %llu elements (shape [%lld, %lld]) of dtype %d, this run "
+              "needs %llu (shape [%lld, %lld]) of dtype %d: the checkpoint was made for a "
+              "different model (compare the model section with meta.config.model in its "
+              "manifest.json)", dir, it->name, (unsigned long long)gn, (long long)have.rows,
+              (long long)have.cols, dt, (unsigned long long)it->global_numel,
+              (long long)want.rows, (long long)want.cols, (int)it->dtype);
+      rc = LOOM_CORRUPT;
+      break;
+    }
+    uint64_t lo = u64_of(ch, "offset"), n = u64_of(ch, "count");
+    /* a cheap test first: does any element of the chunk fall in the wanted range? */
+    if (ckpt_slice_overlap(&want, it->offset, it->offset + it->count, &have, lo, lo + n,
+                           NULL, NULL) == 0)
+      continue;
+    char *buf = read_chunk(c, dir, ch, it->name, &rc);
+    if (!buf) break;
+    k.src = buf;
+    k.src_lo = lo;
+    covered += ckpt_slice_overlap(&want, it->offset, it->offset + it->count, &have, lo, lo + n,
+                                  put_piece, &k);
+    free(buf);
   }
-  return LOOM_OK;
+  if (rc == LOOM_OK && covered != it->count) {
+    io_fail(c, "%s: item '%s' [%llu, +%llu) is not fully in the checkpoint "
+            "(%llu of %llu elements found%s)", dir, it->name,
+            (unsigned long long)it->offset, (unsigned long long)it->count,
+            (unsigned long long)covered, (unsigned long long)it->count,
+            covered > it->count ? ": chunks overlap, the checkpoint is corrupt" : "");
+    rc = LOOM_CORRUPT;
+  }
+  if (rc == LOOM_OK && k.stage)
+    k.dev->from_host(k.dev_ctx, it->data, k.stage, (size_t)it->count * k.esz);
+  free(k.stage);
+  return rc;
+}
+
+/* The saved chunks by item name: {name: [chunk, ...]} (borrowed chunk references). */
+static json_t *chunks_by_name(json_t *shards) {
+  json_t *index = json_object();
+  size_t si, ci;
+  json_t *shard, *ch;
+  json_array_foreach(shards, si, shard) {
+    json_array_foreach(json_object_get(shard, "chunks"), ci, ch) {
+      const char *name = json_string_value(json_object_get(ch, "name"));
+      json_t *list = json_object_get(index, name);
+      if (!list) {
+        list = json_array();
+        json_object_set_new(index, name, list);
+      }
+      json_array_append(list, ch);
+    }
+  }
+  return index;
 }
 
 /* This rank's private blob, when the world size is the one it was saved with, verified. */
@@ -759,8 +881,16 @@ static int ckpt_load(void *ctx, int step, loom_ckpt_state_v1 *st, const char **m
   path_fmt(dir, sizeof dir, "%s/step-%08d", c->dir, step);
   json_t *man = read_manifest(c, step);
   int rc = man ? LOOM_OK : LOOM_CORRUPT;
-  json_t *shards = json_object_get(man, "shards");
-  for (int i = 0; !rc && i < st->n_items; i++) rc = load_item(c, dir, shards, &st->items[i]);
+  if (!rc && st->n_items > 0) rc = check_items(c, st);
+  json_t *index = man && !rc && st->n_items > 0 ? chunks_by_name(json_object_get(man, "shards"))
+                                                : NULL;
+  json_t *none = json_array();
+  for (int i = 0; !rc && i < st->n_items; i++) {
+    json_t *saved = json_object_get(index, st->items[i].name);
+    rc = load_item(c, dir, saved ? saved : none, st, i);
+  }
+  json_decref(none);
+  json_decref(index);
   if (!rc) rc = load_blob(c, dir, man, st);
   if (!rc) {
     free(c->meta);
@@ -776,11 +906,21 @@ static int ckpt_load(void *ctx, int step, loom_ckpt_state_v1 *st, const char **m
   return rc;
 }
 
+/* tests/fixtures builds these sources once more as ckpt_per_rank.so with CKPT_FIXTURE_PER_RANK:
+ * a checkpoint plugin without the global view (as every one before ABI 1.4), so the tests
+ * exercise the host's per-rank layout and its refusals. */
+#ifdef CKPT_FIXTURE_PER_RANK
+#define CKPT_CAPS LOOM_CKPT_CAP_RESHARD
+#else
+#define CKPT_CAPS (LOOM_CKPT_CAP_RESHARD | LOOM_CKPT_CAP_GLOBAL_VIEW)
+#endif
+
 LOOM_EXPORT const loom_checkpoint_v1 loom_plugin_v1 = {
-  .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_CHECKPOINT, "checkpoint", "1.1.0",
+  .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_CHECKPOINT, "checkpoint", "1.2.0",
                                  "sharded checkpoints: per-rank shards + manifest, atomic "
-                                 "publish, every byte CRC-32 verified, chunk-addressed",
-                                 LOOM_CKPT_CAP_RESHARD, loom_checkpoint_v1),
+                                 "publish, every byte CRC-32 verified, a global view of each "
+                                 "tensor resharded at load to any mesh",
+                                 CKPT_CAPS, loom_checkpoint_v1),
   .create = ckpt_create,
   .destroy = ckpt_destroy,
   .should_save = ckpt_should_save,

@@ -75,17 +75,68 @@ static int str_field(json_t *obj, const char *where, const char *key, size_t max
   return 0;
 }
 
-static int check_chunk(json_t *ch, int rank, const char *where, char *why, size_t n) {
+void ckpt_chunk_slice(json_t *ch, ckpt_slice *out) {
+  json_t *shape = json_object_get(ch, "shape");
+  *out = (ckpt_slice){.rows = json_integer_value(json_object_get(ch, "global_numel")), .cols = 1,
+                      .split_dim = -1, .parts = 1, .index = 0, .size = 1};
+  if (!json_is_array(shape)) return; /* format 2: flat */
+  out->rows = json_integer_value(json_array_get(shape, 0));
+  out->cols = json_array_size(shape) == 2 ? json_integer_value(json_array_get(shape, 1)) : 1;
+  out->split_dim = (int)json_integer_value(json_object_get(ch, "split_dim"));
+  out->parts = (int)json_integer_value(json_object_get(ch, "split_parts"));
+  out->index = (int)json_integer_value(json_object_get(ch, "split_index"));
+  out->size = (int)json_integer_value(json_object_get(ch, "split_size"));
+}
+
+/* Format 3's slice fields of a chunk whose global_numel is gn; the local element count of the
+ * slice into *local. */
+static int check_slice(json_t *ch, const char *w, int64_t gn, int64_t *local, char *why,
+                       size_t n) {
+  json_t *shape = json_object_get(ch, "shape");
+  size_t nd = json_array_size(shape);
+  if (!json_is_array(shape) || nd < 1 || nd > 2)
+    return why_fmt(why, n, "%sshape: expected an array of 1 or 2 integers", w);
+  int64_t dims[2] = {1, 1}, sd, parts, size, index;
+  for (size_t d = 0; d < nd; d++) {
+    json_t *v = json_array_get(shape, d);
+    if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+        json_integer_value(v) > CKPT_MAX_ELEMENTS)
+      return why_fmt(why, n, "%sshape[%zu]: expected an integer in [1, %" PRId64 "]", w, d,
+                     CKPT_MAX_ELEMENTS);
+    dims[d] = json_integer_value(v);
+  }
+  if (dims[0] > CKPT_MAX_ELEMENTS / dims[1] || dims[0] * dims[1] != gn)
+    return why_fmt(why, n, "%sshape: its elements are not global_numel = %" PRId64, w, gn);
+  if (int_field(ch, w, "split_dim", -1, (int64_t)nd - 1, &sd, why, n) ||
+      int_field(ch, w, "split_parts", 1, CKPT_MAX_WORLD, &parts, why, n) ||
+      int_field(ch, w, "split_size", 1, CKPT_MAX_WORLD, &size, why, n) ||
+      int_field(ch, w, "split_index", 0, size - 1, &index, why, n))
+    return -1;
+  ckpt_slice s;
+  ckpt_chunk_slice(ch, &s);
+  if (ckpt_slice_valid(&s) != 0)
+    return why_fmt(why, n, "%ssplit_*: shape [%" PRId64 ", %" PRId64 "] cannot be cut along dim "
+                   "%" PRId64 " into %" PRId64 " blocks of %" PRId64 " slices", w, dims[0],
+                   dims[1], sd, parts, size);
+  *local = (int64_t)ckpt_slice_numel(&s);
+  return 0;
+}
+
+static int check_chunk(json_t *ch, int rank, int sliced, const char *where, char *why,
+                       size_t n) {
   if (!json_is_object(ch)) return why_fmt(why, n, "%s: expected an object", where);
   char w[96];
   snprintf(w, sizeof w, "%s.", where);
   const char *name, *file;
-  int64_t dtype, gn, off, count, r, at, crc;
+  int64_t dtype, gn, local, off, count, r, at, crc;
   if (str_field(ch, w, "name", 127, &name, why, n) ||
       int_field(ch, w, "dtype", 0, LOOM_I64, &dtype, why, n) ||
-      int_field(ch, w, "global_numel", 0, CKPT_MAX_ELEMENTS, &gn, why, n) ||
-      int_field(ch, w, "offset", 0, gn, &off, why, n) ||
-      int_field(ch, w, "count", 0, gn - off, &count, why, n) ||
+      int_field(ch, w, "global_numel", 0, CKPT_MAX_ELEMENTS, &gn, why, n))
+    return -1;
+  local = gn;
+  if (sliced && check_slice(ch, w, gn, &local, why, n) != 0) return -1;
+  if (int_field(ch, w, "offset", 0, local, &off, why, n) ||
+      int_field(ch, w, "count", 0, local - off, &count, why, n) ||
       int_field(ch, w, "rank", rank, rank, &r, why, n) ||
       str_field(ch, w, "file", 31, &file, why, n) ||
       int_field(ch, w, "at", 0, CKPT_MAX_OFFSET, &at, why, n) ||
@@ -103,7 +154,7 @@ static int check_chunk(json_t *ch, int rank, const char *where, char *why, size_
   return 0;
 }
 
-static int check_shard(json_t *sh, int rank, char *why, size_t n) {
+static int check_shard(json_t *sh, int rank, int sliced, char *why, size_t n) {
   char w[64];
   snprintf(w, sizeof w, "shards[%d].", rank);
   if (!json_is_object(sh)) return why_fmt(why, n, "shards[%d]: expected an object", rank);
@@ -118,7 +169,7 @@ static int check_shard(json_t *sh, int rank, char *why, size_t n) {
   for (size_t i = 0; i < json_array_size(chunks); i++) {
     char cw[96];
     snprintf(cw, sizeof cw, "shards[%d].chunks[%zu]", rank, i);
-    if (check_chunk(json_array_get(chunks, i), rank, cw, why, n) != 0) return -1;
+    if (check_chunk(json_array_get(chunks, i), rank, sliced, cw, why, n) != 0) return -1;
   }
   return 0;
 }
@@ -127,8 +178,10 @@ int ckpt_manifest_check(json_t *man, int step, char *why, size_t n) {
   if (!json_is_object(man)) return why_fmt(why, n, "expected a JSON object");
   const char *format;
   if (str_field(man, "", "format", 64, &format, why, n)) return -1;
-  if (strcmp(format, CKPT_MANIFEST_FORMAT) != 0)
-    return why_fmt(why, n, "format: expected \"%s\", got \"%s\"%s", CKPT_MANIFEST_FORMAT, format,
+  int sliced = strcmp(format, CKPT_MANIFEST_FORMAT) == 0;
+  if (!sliced && strcmp(format, CKPT_MANIFEST_FORMAT_FLAT) != 0)
+    return why_fmt(why, n, "format: expected \"%s\" (or \"%s\"), got \"%s\"%s",
+                   CKPT_MANIFEST_FORMAT, CKPT_MANIFEST_FORMAT_FLAT, format,
                    strcmp(format, "loom-checkpoint-1") == 0
                        ? " (an older loom wrote it: its private state carries no checksum and "
                          "its data cursor counts sequences of one length; start a new "
@@ -145,6 +198,6 @@ int ckpt_manifest_check(json_t *man, int step, char *why, size_t n) {
     return why_fmt(why, n, "shards: expected an array of world_size = %" PRId64 " entries",
                    world);
   for (int r = 0; r < (int)world; r++)
-    if (check_shard(json_array_get(shards, (size_t)r), r, why, n) != 0) return -1;
+    if (check_shard(json_array_get(shards, (size_t)r), r, sliced, why, n) != 0) return -1;
   return 0;
 }

@@ -34,10 +34,51 @@ typedef struct loom_ckpt_state_v1 {
   const char *meta_json;      /* save: host metadata, identical on every rank */
   void *rank_blob;            /* this rank's private state (RNG); save reads, load fills */
   size_t rank_blob_bytes;
+  /* ---- ABI 1.4 (read only when struct_size covers it; absent or NULL = flat items) ---- */
+  /* The global view, for a plugin declaring LOOM_CKPT_CAP_GLOBAL_VIEW (the host sets it only
+   * for such a plugin): n_items slice descriptors, element i describing items[i]; index with
+   * LOOM_CKPT_SLICE_AT. With it, item i is the element range [offset, offset + count) of one
+   * rank's slice of the global tensor `name` (row-major, the slice's own layout), and
+   * global_numel is the global tensor's element count; a load may ask for any slice of a
+   * tensor saved under any other slicing, and the plugin reassembles it (the host, not the
+   * plugin, knows which slice each rank of a new mesh needs). */
+  const struct loom_ckpt_slice_v1 *slices;
 } loom_ckpt_state_v1;
+
+/* Which part of a global tensor an item holds (ABI 1.4). Tensor-parallel slicing of a 1-D or
+ * 2-D tensor of global `shape`: split_dim (0 rows, 1 columns) is cut into split_parts equal
+ * blocks (attn.qkv: 3 — q, k, v), and each block into split_size equal slices; slice
+ * split_index holds slice split_index of every block, blocks in order, row-major. split_dim
+ * -1 (or split_size 1) is the whole tensor. Example: qkv.weight (3C, C), split_dim 0,
+ * split_parts 3, split_size 2, split_index 1 holds rows [C/2, C), [3C/2, 2C), [5C/2, 3C). */
+typedef struct loom_ckpt_slice_v1 {
+  uint32_t struct_size;
+  int ndim;          /* 1 or 2 */
+  int64_t shape[4];  /* the global shape; its product is the item's global_numel */
+  int split_dim;     /* -1 whole tensor, else 0 or 1 (< ndim) */
+  int split_parts;   /* >= 1; shape[split_dim] divisible by split_parts * split_size */
+  int split_index;   /* 0 .. split_size - 1 */
+  int split_size;    /* >= 1 (the tensor-parallel size the slice was cut for) */
+} loom_ckpt_slice_v1;
+
+/* Element i of state->slices; the host's struct_size is the stride (a later minor may append
+ * fields). */
+#define LOOM_CKPT_SLICE_AT(state, i)                                                    \
+  ((const loom_ckpt_slice_v1 *)((const char *)(state)->slices +                       \
+                                (size_t)(i) * (state)->slices[0].struct_size))
+
+/* Whether a state struct from this host carries the global view (ABI 1.4). */
+#define LOOM_CKPT_HAS_SLICES(state)                                                     \
+  ((state)->struct_size >= offsetof(loom_ckpt_state_v1, slices) + sizeof(void *) &&    \
+   (state)->slices != NULL)
 
 /* Caps */
 #define LOOM_CKPT_CAP_RESHARD (1u << 0) /* can load chunks saved by a different world size */
+/* ABI 1.4: understands loom_ckpt_state_v1.slices — loads any slice of a tensor saved under
+ * another tensor-parallel slicing, stage split or partition (cross-mesh resume). Without it the
+ * host names items per tp rank and stage ("params@pp0of2@tp1of2") and refuses a resume on
+ * another tp or pp size. */
+#define LOOM_CKPT_CAP_GLOBAL_VIEW (1u << 1)
 
 typedef struct loom_checkpoint_v1 {
   loom_plugin_header hdr;
