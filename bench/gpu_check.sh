@@ -12,7 +12,7 @@
 #
 # loom comes from tools/gpu_carry.sh's .gpu_carry/ (a Release install tree built with CUDA plus
 # the Debian runtime packages, unpacked here into a private root: that machine has no package
-# registry), or from build/ when loom was built on this machine.
+# registry), or from build/ (LOOM_BUILD=DIR: that build) when loom was built on this machine.
 #
 #   bench/gpu_check.sh              the check (exit 3, with the reason, when there is no GPU)
 #   bench/gpu_check.sh --rehearse   the CPU parts only, anywhere: unpack the carry, check that
@@ -36,25 +36,40 @@ row() { ROWS+=("| $1 | $2 | $3 |"); printf '[%4ds] %-34s %-5s %s\n' $(($(date +%
 die() { echo "gpu_check: $*" >&2; exit 1; }
 
 # ---- loom: the carried tree or a local build ----
-if [ -d .gpu_carry/prefix ]; then
+if [ -d .gpu_carry/prefix ] && [ -z "${LOOM_BUILD:-}" ]; then
   ROOT=/tmp/loom_root
   rm -rf "$ROOT" && mkdir -p "$ROOT"
   for d in .gpu_carry/debs/*.deb; do dpkg -x "$d" "$ROOT" || die "dpkg -x $d failed"; done
   PREFIX=$SRC/.gpu_carry/prefix
   LIBS="$ROOT/usr/lib/x86_64-linux-gnu:$ROOT/lib/x86_64-linux-gnu"
+  # Debian's alternatives symlinks (libopenblas, libpsm) are not in the debs: their real folders
   LIBS="$LIBS:$ROOT/usr/lib/x86_64-linux-gnu/openmpi/lib:$ROOT/usr/lib/x86_64-linux-gnu/openblas-pthread"
+  LIBS="$LIBS:$ROOT/usr/lib/libpsm1"
+  # and some ship only the versioned file: make the soname links (ldconfig -n: those folders only)
+  for d in ${LIBS//:/ }; do [ -d "$d" ] && ldconfig -n "$d" 2>/dev/null; done
   # only loom's commands see the carried libraries (python and torch keep the machine's own)
   L() { env LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" OPAL_PREFIX="$ROOT/usr" \
         PATH="$ROOT/usr/bin:$PATH" "$@"; }
   LOOM=$PREFIX/bin/loom PREPARE=$PREFIX/bin/loom-prepare PLUGDIR=$PREFIX/lib/loom/plugins
-  missing=$(for f in "$LOOM" "$PREPARE" "$PLUGDIR"/*.so "$ROOT"/usr/bin/orterun; do
-              L ldd "$f" 2>/dev/null; done | grep 'not found' | sort -u | grep -v 'libcuda.so' || true)
+  MPIRUN=$ROOT/usr/bin/orterun # Debian's mpirun is an alternatives link, not in the deb
+  # every library resolves, and inside the carry unless it is the C runtime or CUDA's (the
+  # machine's own): a library found on the build machine's system would be missing there
+  deps=$(for f in "$LOOM" "$PREPARE" "$PLUGDIR"/*.so "$ROOT"/usr/bin/orterun \
+           "$ROOT"/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so; do L ldd "$f" 2>/dev/null
+         done | sort -u)
+  missing=$(grep 'not found' <<<"$deps" | grep -v 'libcuda.so' || true)
   [ -z "$missing" ] || die "libraries missing from the carry: $missing"
-  row "carry" ok "$(du -sm .gpu_carry | cut -f1) MiB unpacked from $(ls .gpu_carry/debs | wc -l) debs; every library resolves"
-elif [ -x build/bin/loom ]; then
+  outside=$(awk '/=> \// {print $3}' <<<"$deps" | grep -v "^$ROOT/\|^/usr/local/cuda\|/libc\.so\|/libm\.so\|/libgcc_s\|/libstdc++\|/ld-linux\|/libdl\.so\|/libpthread\|/librt\.so\|/libcuda\|/libnvidia\|/libcudart\|/libcublas\|/libnccl" | sort -u || true)
+  [ -z "$outside" ] || die "libraries the carry lacks (found on this system only): $(echo $outside)"
+  relocated=$(L ompi_info --path pkglibdir --parsable 2>/dev/null | cut -d: -f3-)
+  case "$relocated" in "$ROOT"/*) ;; *) die "Open MPI is not relocated into the carry ($relocated)" ;; esac
+  row "carry" ok "$(du -sm .gpu_carry | cut -f1) MiB carried, $(ls .gpu_carry/debs | wc -l) debs unpacked; every library resolves inside"
+elif [ -x "${LOOM_BUILD:-build}/bin/loom" ]; then
   L() { "$@"; }
-  LOOM=$SRC/build/bin/loom PREPARE=$SRC/build/bin/loom-prepare PLUGDIR=$SRC/build/lib/loom/plugins
-  row "carry" ok "none: using build/ (loom built on this machine)"
+  B=$(cd "${LOOM_BUILD:-build}" && pwd)
+  LOOM=$B/bin/loom PREPARE=$B/bin/loom-prepare PLUGDIR=$B/lib/loom/plugins
+  MPIRUN=mpirun
+  row "carry" ok "none: using $B (loom built on this machine)"
 else
   die "no loom here: run tools/gpu_carry.sh on the build machine and carry .gpu_carry, or build"
 fi
@@ -72,7 +87,7 @@ train() {
   shift 2
   if [ "${1:-}" = "--config" ]; then cfg=$2; shift 2; fi
   mkdir -p "$W/$name"
-  L timeout 300 mpirun -np "$np" --bind-to none "$LOOM" train "$cfg" \
+  L timeout 300 "$MPIRUN" -np "$np" --bind-to none "$LOOM" train "$cfg" \
     --set "data.train=$W/data/train_*.bin" --set "data.val=$W/data/val_*.bin" \
     --set "data.vocab=$W/data/vocab.json" --set "logging.metrics=$W/$name/metrics.jsonl" \
     --set logging.interval=1 --set train.eval_interval=0 \

@@ -48,7 +48,7 @@ for l in $libs; do
   p=$(printf '%s\n' "$p" | head -1 | cut -d: -f1)
   [ -n "$p" ] && pkgs="$pkgs $p"
 done
-pkgs=$(printf '%s\n' $pkgs | sort -u | grep -vxE 'libc6|libgcc-s1|libstdc\+\+6|libc-bin')
+pkgs=$(printf '%s\n' $pkgs | sort -u | grep -vxE 'libc6|libc6-i386|libgcc-s1|libstdc\+\+6|libc-bin')
 echo "gpu_carry: packages: $(echo $pkgs)"
 (cd "$out/debs" && apt-get download $pkgs > ../download.log 2>&1) ||
   { cat "$out/download.log"; echo "gpu_carry: apt-get download failed" >&2; exit 1; }
