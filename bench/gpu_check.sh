@@ -100,12 +100,38 @@ compare() { # compare A B OPTIONS: compare_runs.py, its last line
 }
 last() { tail -1 "$1" | cut -c1-160; }
 
+# mem_compare METRICS CONFIG [--set ...]: each category's peak (the run's last record) against
+# `loom estimate` on the same config, one line each into $W/logs/memory.txt
+mem_compare() {
+  local metrics=$1 cfg=$2
+  shift 2
+  L "$LOOM" estimate "$cfg" "$@" > "$W/logs/estimate.txt" 2>&1
+  python3 - "$metrics" "$W/logs/estimate.txt" > "$W/logs/memory.txt" 2>&1 <<'PY'
+import json, sys
+peak = [json.loads(l) for l in open(sys.argv[1]) if "mem_peak_bytes" in l][-1]["mem_peak_bytes"]
+rows = {"parameters": "params", "gradients": "grads", "optimizer state": "optim",
+        "activations": "activations", "comm buffers": "comm", "other": "other", "total": "total"}
+est = {}
+for line in open(sys.argv[2]):
+    for name, key in rows.items():
+        if line.startswith("  " + name + " "):
+            est[key] = int(line.split()[-2])
+assert len(est) == len(rows), f"loom estimate's table changed: found {sorted(est)}"
+for key in rows.values():
+    e, m = est[key], peak.get(key, 0)
+    print("%s measured %.1f MiB / estimate %.1f MiB" % (key, m / 2**20, e / 2**20))
+PY
+}
+
 if [ "$REHEARSE" = 1 ]; then
   # the CPU parts of what follows, on the CPU device: loom and the carried mpirun work
   train rh_cpu1 1 --set train.steps=3 --set 'parallel=[]' || die "1-rank cpu run: $(tail -3 "$W/logs/rh_cpu1.txt")"
   train rh_cpu2 2 --set train.steps=3 --set train.micro_batch_size=2 ||
     die "2-rank cpu run through the carried mpirun: $(tail -3 "$W/logs/rh_cpu2.txt")"
   row "rehearsal" ok "1 and 2 ranks train on the CPU device with the carried loom and mpirun"
+  mem_compare "$W/rh_cpu1/metrics.jsonl" "$SRC/configs/tiny.json" --set 'parallel=[]' &&
+    row "rehearsal: memory vs estimate" ok "$(head -1 "$W/logs/memory.txt")" ||
+    die "the memory comparison failed: $(cat "$W/logs/memory.txt")"
   if [ $have_cuda = 1 ]; then
     L "$LOOM" conformance --device cuda --quick > "$W/logs/conf_rh.txt" 2>&1
     row "cuda.so without a GPU" "$(grep -q '^SKIP  device.create' "$W/logs/conf_rh.txt" && echo skip || echo ?)" \
@@ -122,15 +148,20 @@ fi
 row "GPU" ok "$(head -1 "$W/logs/gpus.txt" | cut -c1-80)"
 
 # ---- 1. the device conformance suite on cuda ----
+# conf_row NAME LOG RC: PASS / FAIL, or what create_ex said when cuda.so refused (on a GPU
+# machine a refusal of the plain run is a failure; of the TF32 run, an option it lacks)
+conf_row() {
+  local why
+  why=$(grep -m1 '^SKIP  device.create' "$2" | cut -c51-200)
+  if [ -n "$why" ]; then row "$1" "$4" "cuda.so refused: $why"
+  elif [ "$3" = 0 ]; then row "$1" PASS "$(grep '^summary' "$2" | cut -c10-150)"
+  else row "$1" FAIL "$(grep -m1 '^FAIL' "$2" | cut -c1-150)"; fi
+}
 L "$LOOM" conformance --device cuda > "$W/logs/conformance_cuda.txt" 2>&1
-rc=$?
-row "conformance cuda (fp32, bf16)" "$([ $rc = 0 ] && echo PASS || echo FAIL)" \
-  "$(grep '^summary' "$W/logs/conformance_cuda.txt" | cut -c10-150)"
+conf_row "conformance cuda (fp32, bf16)" "$W/logs/conformance_cuda.txt" $? FAIL
 L "$LOOM" conformance --device cuda --options '{"type":"cuda","tf32":true}' --dtype fp32 --quick \
   > "$W/logs/conformance_cuda_tf32.txt" 2>&1
-rc=$?
-row "conformance cuda, TF32 GEMMs" "$([ $rc = 0 ] && echo PASS || echo FAIL)" \
-  "$(grep -m1 '^FAIL\|^summary' "$W/logs/conformance_cuda_tf32.txt" | cut -c1-150)"
+conf_row "conformance cuda, TF32 GEMMs" "$W/logs/conformance_cuda_tf32.txt" $? SKIP
 
 # ---- 2. tiny: cuda vs cpu, 2 ranks on one GPU, NCCL world 1 ----
 # Tolerance cuda vs cpu: the same fp32 model with other summation orders (cuBLAS, the CUDA
@@ -208,21 +239,7 @@ for dt in fp32 bf16; do
 done
 
 # ---- 4. peak GPU memory per category (the bf16 run) against loom estimate ----
-L "$LOOM" estimate "$W/gpt2.json" --set 'precision={"plugin":"bf16"}' > "$W/logs/estimate.txt" 2>&1
-python3 - "$W/gpt2_bf16/metrics.jsonl" "$W/logs/estimate.txt" > "$W/logs/memory.txt" 2>&1 <<'PY'
-import json, sys
-peak = [json.loads(l) for l in open(sys.argv[1]) if "mem_peak_bytes" in l][-1]["mem_peak_bytes"]
-rows = {"parameters": "params", "gradients": "grads", "optimizer state": "optim",
-        "activations": "activations", "comm buffers": "comm", "other": "other", "total": "total"}
-est = {}
-for line in open(sys.argv[2]):
-    for name, key in rows.items():
-        if line.startswith("  " + name + " "):
-            est[key] = int(line.split()[-2])
-for key in rows.values():
-    e, m = est.get(key, 0), peak.get(key, 0)
-    print("%s measured %.1f MiB / estimate %.1f MiB" % (key, m / 2**20, e / 2**20))
-PY
+mem_compare "$W/gpt2_bf16/metrics.jsonl" "$W/gpt2.json" --set 'precision={"plugin":"bf16"}'
 row "peak memory vs loom estimate (bf16)" "$([ -s "$W/logs/memory.txt" ] && echo ok || echo FAIL)" \
   "$(tr '\n' ';' < "$W/logs/memory.txt" | cut -c1-300)"
 
