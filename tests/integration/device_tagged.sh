@@ -13,6 +13,7 @@
 . "$(dirname "$0")/lib.sh"
 make_data
 TAGGED=$LOOM_BUILD/tests/fixtures/tagged_device.so
+export TAGGED_DEVICE_LOG=1 # the device prints the compute dtype the host hints
 [ -f "$TAGGED" ] || die "missing $TAGGED"
 S='--set train.steps=8 --set train.eval_interval=4'
 PP2='{"plugin":"pipeline","size":2,"schedule":"1f1b"}'
@@ -39,12 +40,21 @@ for c in "${cases[@]}"; do
   echo "== $name ($n ranks): tagged device vs cpu"
   compare "${name}_tagged" "${name}_cpu" --bitwise
   if [ -n "$extra" ] && grep -q sample.tokens <<<"$extra"; then
-    # the sampled text is printed by rank 0: the same tokens on both devices
-    diff <(grep -A3 -i 'sample' "$WORK/${name}_cpu/out.log" | grep -v 'MiB\|metrics') \
-         <(grep -A3 -i 'sample' "$WORK/${name}_tagged/out.log" | grep -v 'MiB\|metrics') \
-      >/dev/null || die "$name: the sampled text differs between the devices"
+    # the sampled text is printed by rank 0 after "loom: sample (...)": the same bytes
+    sample() { # other ranks' lines ("loom[1] info: ...") may land in between: not the sample's
+      sed -n '/^loom: sample (/,/^loom: finished/{/^loom: finished/!p}' "$WORK/$1/out.log" |
+        grep -av '^loom\[' || true
+    }
+    [ -n "$(sample "${name}_cpu")" ] || die "$name: no sample in the log"
+    cmp -s <(sample "${name}_cpu") <(sample "${name}_tagged") ||
+      die "$name: the sampled text differs between the devices"
   fi
 done
+# the host told the device the precision plugin's dtype (set_compute_dtype, ABI 1.4)
+grep -q 'tagged_device: set_compute_dtype(bf16)' "$WORK/bf16_ddp2_tagged/out.log" ||
+  die "bf16 run: the device was not told the compute dtype"
+grep -q 'tagged_device: set_compute_dtype(fp32)' "$WORK/ddp2_tagged/out.log" ||
+  die "fp32 run: the device was not told the compute dtype"
 # checkpoint on the tagged device at step 4, a new process resumes there on the tagged device:
 # the continuation equals the straight CPU run bitwise
 run 2 straight_tagged $S --set "device.type=\"$TAGGED\"" \
