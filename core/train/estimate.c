@@ -651,6 +651,7 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
       "grad_accum_steps", e->accum, "bytes", bytes, "formula", formula, "model_states",
       (json_int_t)e->model_states, "comm_bytes_per_step", (json_int_t)e->comm_bytes,
       "comm_formula", e->comm_formula);
+  if (doc) json_object_set_new(doc, "device", json_string(e->device[0] ? e->device : "cpu"));
   if (doc) {
     json_object_set_new(doc, "precision", json_string(precision_name(e->dtype)));
     json_object_set_new(doc, "grad_reduce_16bit", json_boolean(e->sync16));
