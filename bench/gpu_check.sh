@@ -19,7 +19,9 @@
 #                                   every library resolves inside it, run loom and mpirun from
 #                                   it on the CPU device, then stop where the GPU is needed
 # Results: the table on stdout and in $OUT/gpu_check.md (OUT: the device tool's folder that
-# comes back; /tmp/loom_gpu_check otherwise), logs in $OUT/gpu_check_logs.tar.gz.
+# comes back; /tmp/loom_gpu_check otherwise), logs in $OUT/gpu_check_logs.tar.gz. Every step has
+# its own time limit (a stuck one is a FAIL row, not a lost table): about 4 minutes expected,
+# 8 at most.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SRC=$PWD
@@ -87,7 +89,7 @@ train() {
   shift 2
   if [ "${1:-}" = "--config" ]; then cfg=$2; shift 2; fi
   mkdir -p "$W/$name"
-  L timeout 300 "$MPIRUN" -np "$np" --bind-to none "$LOOM" train "$cfg" \
+  L timeout "${TRAIN_TIMEOUT:-120}" "$MPIRUN" -np "$np" --bind-to none "$LOOM" train "$cfg" \
     --set "data.train=$W/data/train_*.bin" --set "data.val=$W/data/val_*.bin" \
     --set "data.vocab=$W/data/vocab.json" --set "logging.metrics=$W/$name/metrics.jsonl" \
     --set logging.interval=1 --set train.eval_interval=0 \
@@ -157,9 +159,9 @@ conf_row() {
   elif [ "$3" = 0 ]; then row "$1" PASS "$(grep '^summary' "$2" | cut -c10-150)"
   else row "$1" FAIL "$(grep -m1 '^FAIL' "$2" | cut -c1-150)"; fi
 }
-L "$LOOM" conformance --device cuda > "$W/logs/conformance_cuda.txt" 2>&1
+L timeout 120 "$LOOM" conformance --device cuda > "$W/logs/conformance_cuda.txt" 2>&1
 conf_row "conformance cuda (fp32, bf16)" "$W/logs/conformance_cuda.txt" $? FAIL
-L "$LOOM" conformance --device cuda --options '{"type":"cuda","tf32":true}' --dtype fp32 --quick \
+L timeout 60 "$LOOM" conformance --device cuda --options '{"type":"cuda","tf32":true}' --dtype fp32 --quick \
   > "$W/logs/conformance_cuda_tf32.txt" 2>&1
 conf_row "conformance cuda, TF32 GEMMs" "$W/logs/conformance_cuda_tf32.txt" $? SKIP
 
@@ -206,7 +208,7 @@ cat > "$W/gpt2.json" <<EOF
  "device": {"type": "cuda"}, "comm": {"plugin": "mpi"}, "parallel": [],
  "precision": {"plugin": "fp32"}, "logging": {"interval": 1}, "sample": {"tokens": 0}}
 EOF
-python3 bench/gpt2_torch.py gemm > "$W/logs/gemm.txt" 2>&1
+timeout 60 python3 bench/gpt2_torch.py gemm > "$W/logs/gemm.txt" 2>&1
 GEMM=$(tail -1 "$W/logs/gemm.txt" | python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["bf16_gemm_tflops"])' 2>/dev/null || echo 0)
 row "cuBLAS bf16 GEMM 8192^3" "$([ "$GEMM" != 0 ] && echo ok || echo FAIL)" "$GEMM TFLOP/s (the MFU denominator)"
 # tokens/s: median over steps 4..12 (after warm-up); FLOPs per token 6N + 12 L T C
@@ -218,7 +220,7 @@ PY
 }
 mfu() { python3 -c "n=$1; print('%.1f' % (100 * $2 * (6 * n + 12 * 12 * 1024 * 768) / ($GEMM * 1e12)) if $GEMM else 0)"; }
 for dt in fp32 bf16; do
-  train "gpt2_$dt" 1 --config "$W/gpt2.json" --set "precision={\"plugin\":\"$dt\"}" \
+  TRAIN_TIMEOUT=100 train "gpt2_$dt" 1 --config "$W/gpt2.json" --set "precision={\"plugin\":\"$dt\"}" \
     --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$W/gpt2_$dt/ckpt\",\"every\":0,\"keep\":0}"
   N=$(grep -om1 '[0-9]* parameters' "$W/logs/gpt2_$dt.txt" | cut -d' ' -f1)
   T=$(tps "$W/gpt2_$dt/metrics.jsonl" 2>/dev/null || echo 0)
@@ -227,7 +229,7 @@ for dt in fp32 bf16; do
   else
     row "GPT-2 124M loom $dt" FAIL "$(tail -1 "$W/logs/gpt2_$dt.txt" | cut -c1-150)"
   fi
-  python3 bench/gpt2_torch.py train --dtype "$dt" --batch 16 --seq 1024 --steps 8 \
+  timeout 150 python3 bench/gpt2_torch.py train --dtype "$dt" --batch 16 --seq 1024 --steps 8 \
     > "$W/logs/torch_$dt.txt" 2>&1
   PT=$(tail -1 "$W/logs/torch_$dt.txt" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.0f %d %.0f" % (r["tokens_per_s"], r["params"], r["warmup_s"]))' 2>/dev/null || echo "0 0 0")
   set -- $PT
