@@ -6,6 +6,7 @@
  * precision, checkpoint) run in the installed battery script, which this front execs with what
  * it learned in LOOM_CONF_* variables. One line per check: "PASS|FAIL|SKIP  NAME  detail". */
 #include "conformance/conformance.h"
+#include "conformance/device_conformance.h"
 
 #include <limits.h>
 #include <stddef.h>
@@ -47,8 +48,14 @@ static void kind_sizes(const loom_plugin *p, size_t *now, size_t *min) {
       return;
     case LOOM_KIND_PRECISION: *now = *min = sizeof(loom_precision_v1); return;
     case LOOM_KIND_CHECKPOINT: *now = *min = sizeof(loom_checkpoint_v1); return;
-    case LOOM_KIND_COMM: *now = *min = sizeof(loom_comm_v1); return;
-    case LOOM_KIND_DEVICE: *now = *min = sizeof(loom_device_v1); return;
+    case LOOM_KIND_COMM:
+      *now = sizeof(loom_comm_v1);
+      *min = offsetof(loom_comm_v1, local); /* 1.3 ended before local (1.4) */
+      return;
+    case LOOM_KIND_DEVICE:
+      *now = sizeof(loom_device_v1);
+      *min = offsetof(loom_device_v1, round_to); /* 1.2 ended before round_to (1.3) */
+      return;
   }
   *now = *min = 0;
 }
@@ -262,6 +269,8 @@ static int usage(FILE *out) {
 }
 
 int loom_conformance_main(int argc, char **argv) {
+  for (int i = 2; i < argc; i++) /* a device backend: its kernels, not a training battery */
+    if (!strcmp(argv[i], "--device")) return loom_device_conformance_main(argc, argv);
   const char *plugin = NULL, *np = "4", *keep = "", *only = "";
   char with[2048] = "";
   for (int i = 2; i < argc; i++) {

@@ -8,29 +8,20 @@
  * 16-bit sums (mixed precision's gradient all-reduce in bf16 / fp16): MPI has no bf16 or fp16
  * type, so they travel as MPI_UINT16_T (half the bytes of fp32) and are added by a user MPI_Op
  * that widens both operands to fp32, adds, and rounds the sum back to nearest even (what NCCL
- * does for bf16 on GPUs); an fp16 sum that overflows is +-inf, as the loss scaler expects. */
+ * does for bf16 on GPUs); an fp16 sum that overflows is +-inf, as the loss scaler expects.
+ *
+ * Devices whose memory is not host memory (no LOOM_DEVICE_CAP_HOST_ADDRESSABLE: CUDA, the
+ * tagged test device): this MPI is not assumed CUDA-aware, so every buffer is staged through
+ * malloc'd host memory with the device's to_host / from_host (comm_v1.h: once the host opened
+ * the device, buffers are device memory). A non-blocking operation keeps its staging buffers
+ * in its request; wait() copies the received values back to the device and frees them
+ * (mpi_staging.c; this file: the MPI calls on host buffers, the lifecycle and the table). */
 #include <dlfcn.h>
 #include <loom/half_v1.h>
-#include <loom/loom.h>
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct loom_comm { MPI_Comm mpi; };
-/* An outstanding operation; the uneven collectives keep their int count/displacement arrays
- * here because MPI reads them until completion. */
-struct loom_request {
-  MPI_Request mpi;
-  int *counts, *displs;
-};
-
-typedef struct mpi_ctx {
-  const loom_host_api_v1 *api;
-  loom_host *host;
-  struct loom_comm world;
-  int initialized_here; /* we called MPI_Init, so we call MPI_Finalize */
-  MPI_Op sum_bf16, sum_f16; /* the 16-bit sums (user ops; MPI_OP_NULL until created) */
-} mpi_ctx;
+#include "mpi_internal.h"
 
 /* inout[i] = in[i] + inout[i] for n bf16 / fp16 values, added in fp32, rounded back. */
 static void sum_bf16_fn(void *in, void *inout, int *n, MPI_Datatype *dt) {
@@ -199,8 +190,8 @@ static void mpi_comm_free(void *ctx, loom_comm *comm) {
     return LOOM_OK;                                                              \
   } while (0)
 
-static int mpi_all_reduce(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
-                          loom_red_op op, loom_request **req) {
+int mpi_raw_all_reduce(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
+                       loom_red_op op, loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, count, 1, op);
   if (rc) return rc;
@@ -212,9 +203,9 @@ static int mpi_all_reduce(void *ctx, loom_comm *comm, void *buf, size_t count, l
                "MPI_Allreduce");
 }
 
-static int mpi_reduce_scatter(void *ctx, loom_comm *comm, const void *send, void *recv,
-                              size_t recv_count, loom_dtype dt, loom_red_op op,
-                              loom_request **req) {
+int mpi_raw_reduce_scatter(void *ctx, loom_comm *comm, const void *send, void *recv,
+                           size_t recv_count, loom_dtype dt, loom_red_op op,
+                           loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, recv_count, 1, op);
   if (rc) return rc;
@@ -227,8 +218,8 @@ static int mpi_reduce_scatter(void *ctx, loom_comm *comm, const void *send, void
                "MPI_Reduce_scatter_block");
 }
 
-static int mpi_all_gather(void *ctx, loom_comm *comm, const void *send, void *recv,
-                          size_t send_count, loom_dtype dt, loom_request **req) {
+int mpi_raw_all_gather(void *ctx, loom_comm *comm, const void *send, void *recv,
+                       size_t send_count, loom_dtype dt, loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, send_count, 0, LOOM_OP_SUM);
   if (rc) return rc;
@@ -245,8 +236,8 @@ static int mpi_all_gather(void *ctx, loom_comm *comm, const void *send, void *re
                "MPI_Allgather");
 }
 
-static int mpi_broadcast(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
-                         int root, loom_request **req) {
+int mpi_raw_broadcast(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
+                      int root, loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, count, 0, LOOM_OP_SUM);
   if (rc) return rc;
@@ -255,8 +246,8 @@ static int mpi_broadcast(void *ctx, loom_comm *comm, void *buf, size_t count, lo
                "MPI_Bcast");
 }
 
-static int mpi_send(void *ctx, loom_comm *comm, const void *buf, size_t count, loom_dtype dt,
-                    int peer, int tag, loom_request **req) {
+int mpi_raw_send(void *ctx, loom_comm *comm, const void *buf, size_t count, loom_dtype dt,
+                 int peer, int tag, loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, count, 0, LOOM_OP_SUM);
   if (rc) return rc;
@@ -265,8 +256,8 @@ static int mpi_send(void *ctx, loom_comm *comm, const void *buf, size_t count, l
                "MPI_Send");
 }
 
-static int mpi_recv(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
-                    int peer, int tag, loom_request **req) {
+int mpi_raw_recv(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
+                 int peer, int tag, loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, count, 0, LOOM_OP_SUM);
   if (rc) return rc;
@@ -286,9 +277,19 @@ static int mpi_test(void *ctx, loom_request *req, int *done) {
   return LOOM_OK;
 }
 
+void mpi_stages_finish(const loom_device_v1 *dev, void *dev_ctx, stage *st, int n, int ok) {
+  for (int i = 0; i < n; i++) {
+    if (ok && st[i].copy_back && st[i].bytes)
+      dev->from_host(dev_ctx, st[i].dev, st[i].host, st[i].bytes);
+    free(st[i].host);
+    st[i].host = NULL;
+  }
+}
+
 static int mpi_wait(void *ctx, loom_request *req) {
   mpi_ctx *c = ctx;
   int rc = MPI_Wait(&req->mpi, MPI_STATUS_IGNORE);
+  if (req->n_st) mpi_stages_finish(req->dev, req->dev_ctx, req->st, req->n_st, rc == MPI_SUCCESS);
   free(req->counts);
   free(req->displs);
   free(req);
@@ -324,9 +325,9 @@ static int make_counts(mpi_ctx *c, loom_comm *comm, const size_t *counts, int **
   return LOOM_OK;
 }
 
-static int mpi_reduce_scatter_v(void *ctx, loom_comm *comm, const void *send, void *recv,
-                                const size_t *counts, loom_dtype dt, loom_red_op op,
-                                loom_request **req) {
+int mpi_raw_reduce_scatter_v(void *ctx, loom_comm *comm, const void *send, void *recv,
+                             const size_t *counts, loom_dtype dt, loom_red_op op,
+                             loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, 0, 1, op);
   int *ic = NULL, *id = NULL;
@@ -354,8 +355,8 @@ static int mpi_reduce_scatter_v(void *ctx, loom_comm *comm, const void *send, vo
   return LOOM_OK;
 }
 
-static int mpi_all_gather_v(void *ctx, loom_comm *comm, const void *send, void *recv,
-                            const size_t *counts, loom_dtype dt, loom_request **req) {
+int mpi_raw_all_gather_v(void *ctx, loom_comm *comm, const void *send, void *recv,
+                         const size_t *counts, loom_dtype dt, loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, 0, 0, LOOM_OP_SUM), me;
   int *ic = NULL, *id = NULL;
@@ -389,6 +390,19 @@ static int mpi_all_gather_v(void *ctx, loom_comm *comm, const void *send, void *
   return LOOM_OK;
 }
 
+/* The ranks of this job on this node (MPI_COMM_TYPE_SHARED), for the device's GPU choice. */
+static int mpi_local(void *ctx, int *local_rank, int *local_size) {
+  mpi_ctx *c = ctx;
+  MPI_Comm node;
+  CHECK_MPI(c, MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                                   &node), "MPI_Comm_split_type");
+  int rc1 = MPI_Comm_rank(node, local_rank), rc2 = MPI_Comm_size(node, local_size);
+  MPI_Comm_free(&node);
+  if (rc1 != MPI_SUCCESS) return fail(c, rc1, "MPI_Comm_rank");
+  if (rc2 != MPI_SUCCESS) return fail(c, rc2, "MPI_Comm_size");
+  return LOOM_OK;
+}
+
 static int mpi_barrier(void *ctx, loom_comm *comm) {
   mpi_ctx *c = ctx;
   CHECK_MPI(c, MPI_Barrier(comm->mpi), "MPI_Barrier");
@@ -403,8 +417,10 @@ static void mpi_abort(void *ctx, int exit_code) {
 
 LOOM_EXPORT const loom_comm_v1 loom_plugin_v1 = {
   .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_COMM, "mpi", "1.0.0",
-                                 "MPI collectives and point-to-point (OpenMPI) for CPU ranks",
-                                 LOOM_COMM_CAP_HOST_MEMORY, loom_comm_v1),
+                                 "MPI collectives and point-to-point (OpenMPI); device memory "
+                                 "that is not host memory is staged through the host",
+                                 LOOM_COMM_CAP_HOST_MEMORY | LOOM_COMM_CAP_DEVICE_MEMORY,
+                                 loom_comm_v1),
   .create = mpi_create,
   .destroy = mpi_destroy,
   .world = mpi_world,
@@ -423,4 +439,5 @@ LOOM_EXPORT const loom_comm_v1 loom_plugin_v1 = {
   .abort = mpi_abort,
   .reduce_scatter_v = mpi_reduce_scatter_v,
   .all_gather_v = mpi_all_gather_v,
+  .local = mpi_local,
 };

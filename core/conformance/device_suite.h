@@ -1,0 +1,61 @@
+/* Internal to the device conformance suite (`loom conformance --device`): the suite's state,
+ * the shapes, and the helpers its checks share (device_suite.c). device_conformance.c runs
+ * the suite; device_checks_gpt.c checks the GPT kernels at one shape, device_checks_vector.c
+ * the memory, vector and 16-bit slots. */
+#ifndef LOOM_CORE_DEVICE_SUITE_H
+#define LOOM_CORE_DEVICE_SUITE_H
+
+#include <loom/device_v1.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define U32 0x1p-24    /* fp32 unit roundoff */
+#define U_TF32 0x1p-11 /* TF32 (10 explicit mantissa bits) */
+#define LAMBDA 6.0     /* the probabilistic bound's lambda (docs/tolerances.md) */
+
+typedef struct dc_suite {
+  const loom_device_v1 *ops;
+  void *ctx;
+  double u_gemm;      /* unit roundoff of GEMM products: fp32 or TF32 */
+  int passed, failed, skipped;
+  double worst_ratio; /* max over checks of measured / bound */
+  char worst_name[96];
+  uint64_t rng;
+  loom_dtype dtype;   /* inputs representable in this dtype (the pass) */
+} dc_suite;
+
+/* One model shape: micro-batch B, sequence T, channels C, heads NH, vocabulary V. */
+typedef struct dc_shape {
+  const char *name;
+  int B, T, C, NH, V;
+} dc_shape;
+
+/* lambda * sqrt(n) * u: the bound of an n-term fp32 computation (docs/tolerances.md). */
+double dc_tol(double u, double n);
+/* One result line: "PASS|FAIL|SKIP  NAME  detail". */
+void dc_line(const char *status, const char *name, const char *detail);
+/* Inputs: uniform in [-1, 1) (the suite's own generator, seeded), n floats times scale rounded
+ * to the pass's dtype; n token ids < V (every ignore_every-th one -1 when non-zero); a double
+ * copy. All malloc'd: the caller frees. */
+double dc_uniform(dc_suite *s);
+float *dc_rand_f(dc_suite *s, size_t n, double scale);
+int32_t *dc_rand_tok(dc_suite *s, size_t n, int V, int ignore_every);
+double *dc_to_d(const float *x, size_t n);
+/* Device buffers: a copy of `host` (NULL: zero-filled) of `bytes`; n floats back to a malloc'd
+ * host array (after synchronize); free (NULL is a no-op). */
+void *dc_up(dc_suite *s, const void *host, size_t bytes);
+float *dc_down(dc_suite *s, const void *dev, size_t n);
+void dc_dfree(dc_suite *s, void *p);
+/* Check one output tensor: max|got - ref| / max|ref| <= dc_tol(u, red_len); prints the line
+ * and counts it. */
+void dc_compare(dc_suite *s, const char *name, const float *got, const double *ref, size_t n,
+                double red_len, double u);
+/* 1 if the slot is set; else a FAIL line (the GPT needs it) and 0. */
+int dc_have(dc_suite *s, const char *name, const void *slot);
+
+/* The GPT kernels at one shape (device_checks_gpt.c). */
+void dc_check_gpt(dc_suite *s, const dc_shape *sh);
+/* Memory, vector kernels, AdamW and 16-bit storage at length n (device_checks_vector.c). */
+void dc_check_vectors(dc_suite *s, size_t n);
+
+#endif
