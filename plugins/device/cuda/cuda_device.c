@@ -23,6 +23,7 @@
  * stderr with the GPU and the call, the context is marked failed and later kernels are
  * skipped; to_host then fills the host buffer with NaN patterns and sum_squares returns NaN, so
  * the training loop sees a non-finite loss or gradient norm instead of silently wrong numbers. */
+#include <dlfcn.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -149,8 +150,12 @@ static int pick_gpu(const cuda_options *o, int local_rank, int local_size, int *
   cudaError_t crc = cudaGetDeviceCount(&count);
   if (crc != cudaSuccess) {
     (void)cudaGetLastError();
+    /* without a driver the runtime says "driver version is insufficient": name the real cause */
+    void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (drv) dlclose(drv);
     if (err && errlen)
-      snprintf(err, errlen, "device 'cuda': no usable GPU: cudaGetDeviceCount failed: %s (%s)",
+      snprintf(err, errlen, "device 'cuda': no usable GPU: %scudaGetDeviceCount failed: %s (%s)",
+               drv ? "" : "no NVIDIA driver (libcuda.so.1 is not installed); ",
                cudaGetErrorString(crc), cudaGetErrorName(crc));
     return LOOM_UNSUPPORTED;
   }
