@@ -498,14 +498,24 @@ static int load_lr_schedule(ctx *c) {
 }
 
 static int load_device(ctx *c) {
-  static const char *const keys[] = {"type", "threads", NULL};
   loom_options o;
-  if (section(c, "device", keys, &o)) return -1;
+  /* the keys of the built-in CPU device are checked here; a plugin device (cuda.so) gets the
+   * whole object and checks its own keys in create_ex, so only "type" is looked at first */
+  static const char *const any_key[] = {"type", "threads", NULL};
+  json_t *dv = json_object_get(c->cfg->root, "device");
+  if (dv && json_is_object(dv) && json_object_get(dv, "type") &&
+      json_is_string(json_object_get(dv, "type")) &&
+      strcmp(json_string_value(json_object_get(dv, "type")), "cpu") != 0) {
+    o = (loom_options){.file = c->file, .where = "device", .obj = dv};
+  } else if (section(c, "device", any_key, &o)) {
+    return -1;
+  }
   loom_config *cfg = c->cfg;
   const char *type;
   if (loom_opt_string(&o, "type", "cpu", &type, c->err, c->errlen)) return -1;
-  if (strcmp(type, "cpu") != 0)
-    return bad_choice(c, &o, "type", "\"cpu\" (the only device type supported so far)");
+  if (!*type || strlen(type) >= sizeof cfg->device.type)
+    return bad_choice(c, &o, "type", "\"cpu\", a device plugin's name (\"cuda\") or a path to "
+                      "a device plugin .so");
   snprintf(cfg->device.type, sizeof cfg->device.type, "%s", type);
   if (get_int(c, &o, "threads", 0, 0, LOOM_MAX_THREADS, &cfg->device.threads)) return -1;
   if (!o.obj) { /* absent: give the device layer an empty object rather than NULL */

@@ -81,7 +81,8 @@ typedef struct loom_config {
   } lr_schedule;
 
   struct {
-    char type[16];      /* "cpu" (default) */
+    char type[LOOM_PATH_MAX]; /* "cpu" (default, built in), or a device plugin: a name on the
+                                 plugin search path ("cuda" -> cuda.so) or a path to a .so */
     int threads;        /* OpenMP/OpenBLAS threads per rank, 0 = auto; default 0 */
     json_t *options;    /* the whole "device" object, borrowed */
   } device;

@@ -47,8 +47,14 @@ static void kind_sizes(const loom_plugin *p, size_t *now, size_t *min) {
       return;
     case LOOM_KIND_PRECISION: *now = *min = sizeof(loom_precision_v1); return;
     case LOOM_KIND_CHECKPOINT: *now = *min = sizeof(loom_checkpoint_v1); return;
-    case LOOM_KIND_COMM: *now = *min = sizeof(loom_comm_v1); return;
-    case LOOM_KIND_DEVICE: *now = *min = sizeof(loom_device_v1); return;
+    case LOOM_KIND_COMM:
+      *now = sizeof(loom_comm_v1);
+      *min = offsetof(loom_comm_v1, local); /* 1.3 ended before local (1.4) */
+      return;
+    case LOOM_KIND_DEVICE:
+      *now = sizeof(loom_device_v1);
+      *min = offsetof(loom_device_v1, round_to); /* 1.2 ended before round_to (1.3) */
+      return;
   }
   *now = *min = 0;
 }

@@ -5,6 +5,7 @@
 #include "device.h"
 
 #include <assert.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,22 +28,44 @@ static const char *status_text(int rc) {
 
 int loom__dev_open(loom_dev *dev, const loom_device_v1 *ops, const char *options_json,
                    int local_rank, char *err, size_t errlen) {
+  char why[768];
+  int rc = loom__dev_open_ex(dev, ops, options_json, local_rank, 1, why, sizeof why);
+  if (rc != LOOM_OK && err)
+    snprintf(err, errlen, "device '%s': %s", (ops && ops->hdr.name) ? ops->hdr.name : "?", why);
+  return rc;
+}
+
+int loom__dev_open_ex(loom_dev *dev, const loom_device_v1 *ops, const char *options_json,
+                      int local_rank, int local_size, char *err, size_t errlen) {
   memset(dev, 0, sizeof *dev);
   if (err && errlen) err[0] = '\0';
   const char *name = (ops && ops->hdr.name) ? ops->hdr.name : "?";
   /* defensive: a plugin table that lacks what every backend must provide */
   if (!ops || ops->hdr.kind != LOOM_KIND_DEVICE || !ops->create || !ops->destroy ||
       !ops->alloc || !ops->free) {
-    if (err) snprintf(err, errlen, "device '%s': not a usable device backend table", name);
+    if (err) snprintf(err, errlen, "'%s' is not a usable device backend table", name);
     return LOOM_INVALID_USAGE;
   }
+  const char *opts = options_json ? options_json : "{}";
   void *ctx = NULL;
-  int rc = ops->create(options_json ? options_json : "{}", local_rank, &ctx);
-  if (rc != LOOM_OK) {
-    if (err)
-      snprintf(err, errlen, "device '%s': create failed: %s (options: %s)", name,
-               status_text(rc), options_json ? options_json : "{}");
-    return rc;
+  int rc;
+  if (LOOM_DEVICE_HAS(ops, create_ex)) {
+    /* the backend says why (no GPU, no driver, too few GPUs for the local ranks) */
+    char why[512] = "";
+    rc = ops->create_ex(opts, local_rank, local_size < 1 ? 1 : local_size, &ctx, why,
+                        sizeof why);
+    if (rc != LOOM_OK) {
+      if (err)
+        snprintf(err, errlen, "create failed: %s", why[0] ? why : status_text(rc));
+      return rc;
+    }
+  } else {
+    rc = ops->create(opts, local_rank, &ctx);
+    if (rc != LOOM_OK) {
+      if (err)
+        snprintf(err, errlen, "create failed: %s (options: %s)", status_text(rc), opts);
+      return rc;
+    }
   }
   dev->ops = ops;
   dev->ctx = ctx;
@@ -96,6 +119,15 @@ void loom__dev_free(loom_dev *dev, void *ptr) {
     return;
   }
   assert(!"loom__dev_free: pointer not from loom__dev_alloc");
+}
+
+int loom__dev_owns(const loom_dev *dev, const void *ptr) {
+  uintptr_t p = (uintptr_t)ptr;
+  for (const loom_dev_alloc *a = dev->allocs; a; a = a->next) {
+    uintptr_t lo = (uintptr_t)a->ptr;
+    if (p >= lo && p - lo < (a->bytes ? a->bytes : 1)) return 1;
+  }
+  return 0;
 }
 
 const char *loom__mem_category_name(loom_mem_category cat) {

@@ -18,6 +18,13 @@ typedef struct loom_dev {
   loom_dev_alloc *allocs;             /* live allocations, for free() and leak reports */
 } loom_dev;
 
+/* True when a backend's table (as it was built: hdr.struct_size) holds `slot` and sets it. */
+#define LOOM_DEVICE_HAS(ops, slot)                                                         \
+  ((ops)->hdr.struct_size >= offsetof(loom_device_v1, slot) + sizeof((ops)->slot) &&      \
+   (ops)->slot)
+/* Device memory is host memory (the CPU device): buffers may be handed to host code as is. */
+#define LOOM_DEVICE_HOST_ADDRESSABLE(ops) (((ops)->hdr.caps & LOOM_DEVICE_CAP_HOST_ADDRESSABLE) != 0)
+
 /* The built-in CPU backend (OpenBLAS GEMM, OpenMP elsewhere). */
 const loom_device_v1 *loom__cpu_device(void);
 
@@ -25,6 +32,11 @@ const loom_device_v1 *loom__cpu_device(void);
  * Returns LOOM_OK or the backend's error; `err` gets a message. */
 int loom__dev_open(loom_dev *dev, const loom_device_v1 *ops, const char *options_json,
                    int local_rank, char *err, size_t errlen);
+/* loom__dev_open with the node's number of ranks (local_size, for create_ex: a backend that
+ * needs one GPU per local rank refuses fewer). A backend with create_ex (ABI 1.4) says why it
+ * failed: err = "create failed: REASON". */
+int loom__dev_open_ex(loom_dev *dev, const loom_device_v1 *ops, const char *options_json,
+                      int local_rank, int local_size, char *err, size_t errlen);
 /* Free every live allocation and destroy the backend context. */
 void loom__dev_close(loom_dev *dev);
 
@@ -32,6 +44,10 @@ void loom__dev_close(loom_dev *dev);
 void *loom__dev_alloc(loom_dev *dev, size_t bytes, loom_mem_category cat);
 /* Free memory from loom__dev_alloc (NULL is a no-op). */
 void loom__dev_free(loom_dev *dev, void *ptr);
+
+/* 1 if ptr lies inside a live allocation of loom__dev_alloc (device memory), else 0 (host
+ * memory, or device memory the accounting does not know). O(live allocations). */
+int loom__dev_owns(const loom_dev *dev, const void *ptr);
 
 /* Name of a category as printed in reports ("params", "grads", "optim", ...). */
 const char *loom__mem_category_name(loom_mem_category cat);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_open.h"
 #include "../config/config_internal.h"
 #include "runtime.h"
 
@@ -153,11 +154,34 @@ static int forward_error(loom_host *h, int rc) {
 
 #define COMM(rt) (&(rt)->comm_plugin.u.comm)
 
+/* A plugin's small host-memory control traffic (agreeing on a flag, a step number) on a device
+ * whose memory is not host memory: the comm plugin takes device memory only (comm_v1.h), so the
+ * host bounces the values through the device. Blocking only: an asynchronous collective on
+ * host memory there is a plugin bug, refused with a message. 1 when it applies (*rc set). */
+static int host_memory_bounce(loom_host *h, const void *buf, loom_request **req, int *rc) {
+  loom_runtime *rt = h->rt;
+  if (!rt->dev.ops || LOOM_DEVICE_HOST_ADDRESSABLE(rt->dev.ops) || !buf ||
+      loom__dev_owns(&rt->dev, buf))
+    return 0;
+  if (req) {
+    snprintf(h->error, sizeof h->error, "an asynchronous collective on host memory (%p): the "
+             "%s device's memory is not host memory, so buffers must come from the host API's "
+             "alloc (blocking calls on a few host values are bounced)", buf, rt->dev.ops->hdr.name);
+    *rc = LOOM_INVALID_USAGE;
+  } else {
+    *rc = LOOM_OK;
+  }
+  return 1;
+}
+
 static int host_all_reduce(loom_host *h, loom_comm *c, void *buf, size_t count_, loom_dtype dt,
                            loom_red_op op, loom_request **req) {
   loom_runtime *rt = h->rt;
   int n = comm_size_of(rt, c);
   if (n > 1) count(rt, 2.0 * (n - 1) / n * (double)(count_ * loom_dtype_size(dt)));
+  int rc;
+  if (host_memory_bounce(h, buf, req, &rc))
+    return rc != LOOM_OK ? rc : forward_error(h, loom__ctl_all_reduce(rt, c, buf, count_, dt, op));
   return forward_error(h, COMM(rt)->all_reduce(rt->comm_ctx, c, buf, count_, dt, op, req));
 }
 static int host_reduce_scatter(loom_host *h, loom_comm *c, const void *send, void *recv,
@@ -182,6 +206,9 @@ static int host_broadcast(loom_host *h, loom_comm *c, void *buf, size_t count_, 
   loom_runtime *rt = h->rt;
   if (comm_size_of(rt, c) > 1 && host_rank(h, LOOM_AXIS_WORLD) >= 0)
     count(rt, (double)(count_ * loom_dtype_size(dt)));
+  int rc;
+  if (host_memory_bounce(h, buf, req, &rc))
+    return rc != LOOM_OK ? rc : forward_error(h, loom__ctl_broadcast(rt, c, buf, count_, dt, root));
   return forward_error(h, COMM(rt)->broadcast(rt->comm_ctx, c, buf, count_, dt, root, req));
 }
 static int host_send(loom_host *h, loom_comm *c, const void *buf, size_t count_, loom_dtype dt,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_open.h"
 #include "plugins.h"
 
 /* Roles this host version can run (ABI 1.2: pipeline parallel, schedule and axis pp, too);
@@ -267,6 +268,7 @@ int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen) {
     if (rc != LOOM_OK) return plugin_error(rt, &rt->parallel[i], h, rc, "create", err, errlen);
   }
   if (loom__precision_create(rt, err, errlen) != 0) return -1;
+  loom__device_hint_dtype(rt);
   const loom_device_v1 *dev = rt->dev.ops;
   loom_dtype dt = rt->compute_dtype;
   int dev_has_16 = dev->hdr.struct_size > offsetof(loom_device_v1, convert) && dev->round_to &&

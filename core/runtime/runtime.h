@@ -42,6 +42,10 @@ typedef struct loom_mesh {
 struct loom_runtime {
   loom_config *cfg;
   loom_dev dev;
+  loom_plugin dev_plugin;       /* the device plugin (handle NULL for the built-in CPU device) */
+  int local_rank, local_size;   /* this rank's place on its node (device_open.c) */
+  void *ctl_buf;                /* device bounce buffer for host control traffic (unaccounted) */
+  size_t ctl_bytes;
 
   loom_plugin comm_plugin;
   void *comm_ctx;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../runtime/device_open.h"
 #include "../runtime/plugins.h"
 #include "ckpt_compat.h"
 #include "ckpt_meta.h"
@@ -244,10 +245,9 @@ static int load_state(loom_trainer *tr, const loom_ckpt_meta *m) {
   /* collective, so every rank refuses (and rank 0 reports nothing) when any rank's is bad */
   int32_t bad_rank = loom__rng_valid(&blob.rank_rng) && loom__rng_valid(&blob.sample_rng)
                          ? INT32_MAX : rt->mesh.world_rank;
-  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
   if (rt->mesh.world_size > 1 &&
-      c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_WORLD], &bad_rank, 1, LOOM_I32,
-                    LOOM_OP_MIN, NULL) != LOOM_OK) {
+      loom__ctl_all_reduce(rt, rt->mesh.axis[LOOM_AXIS_WORLD], &bad_rank, 1, LOOM_I32,
+                    LOOM_OP_MIN) != LOOM_OK) {
     snprintf(tr->err, sizeof tr->err, "checkpoint step %d: agreeing on the restored random "
              "state failed: %s", m->step, rt->comm_host.error);
     return -1;

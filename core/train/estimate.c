@@ -373,6 +373,18 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   if (loom__precision_create(rt, err, errlen) != 0) goto out;
   e->dtype = rt->compute_dtype;
   snprintf(e->config, sizeof e->config, "%s", config_path);
+  /* a device plugin is found and checked like the others, never created (no GPU needed): the
+   * categories below are what the model allocates through any device's table */
+  snprintf(e->device, sizeof e->device, "%s", cfg->device.type[0] ? cfg->device.type : "cpu");
+  if (strcmp(e->device, "cpu") != 0) {
+    loom_plugin dp;
+    char de[1200];
+    if (loom__plugin_open(&dp, cfg->device.type, LOOM_KIND_DEVICE, de, sizeof de) != 0) {
+      snprintf(err, errlen, "%s: device.type: %s", cfg->path, de);
+      goto out;
+    }
+    loom__plugin_close(&dp);
+  }
   /* tensor parallel: the accounting below is per tp rank over the dp axis (psi = the local
    * parameters), plus Megatron's 4 all-reduces of B*T*C per layer per micro-step; pipeline
    * parallel: per stage (psi = the stage's parameters), see account_stage */
@@ -537,7 +549,8 @@ static const char *row_name(loom_mem_category c) {
 void loom_estimate_print(FILE *out, const loom_estimate *e) {
   int tp = e->tp > 1 ? e->tp : 1;
   int pp = e->pp > 1 ? e->pp : 1;
-  fprintf(out, "loom estimate: %s, world %d (dp %d, tp %d, pp %d)\n", e->config,
+  fprintf(out, "loom estimate: %s, device %s, world %d (dp %d, tp %d, pp %d)\n", e->config,
+          e->device[0] ? e->device : "cpu",
           e->world * tp * pp, e->world, tp, pp);
   if (tp > 1)
     fprintf(out, "tensor parallel: Psi below is per tp rank (heads and MLP units split %d ways; "

@@ -75,6 +75,7 @@ typedef struct loom_estimate_stage {
 
 typedef struct loom_estimate {
   char config[LOOM_PATH_MAX];
+  char device[160];      /* device.type, and the plugin file for a device plugin */
   int world;                /* N = data-parallel ranks (the world / (tp * pp)) */
   int pp;                   /* pipeline stages (1 without a pipeline plugin) */
   char schedule[16];        /* the pipeline schedule ("" without one) */

@@ -3,6 +3,7 @@
  * ones `loom train` and `loom estimate` call (loom_config_load, loom__plugins_open/_create,
  * loom_config_check_batch, loom__pp_split, gpt_init_ex, loom_loader_open, loom_tokenizer_load),
  * so a rule changed there is changed here. */
+#include "../runtime/device_open.h"
 #include "preflight.h"
 
 #include <stdarg.h>
@@ -162,12 +163,7 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
          "the replicas would drift apart (add {\"plugin\": \"ddp\"})", cfg->path, rt->mesh.dp);
     goto out;
   }
-  char devopts[256];
-  snprintf(devopts, sizeof devopts, "{\"type\":\"%s\",\"threads\":1}", cfg->device.type);
-  if (loom__dev_open(&rt->dev, loom__cpu_device(), devopts, 0, e, sizeof e) != 0) {
-    fail(err, errlen, "%s: device: %s", cfg->path, e);
-    goto out;
-  }
+  if (loom__device_open(rt, 1, err, errlen) != 0) goto out;
   /* the checks without side effects first (train checks the plugins' options first; the
    * first error differs only when both are wrong), then create(), where the plugins validate
    * their own options (unknown keys, types, ranges) and the checkpoint plugin makes its
@@ -191,7 +187,7 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
   rc = 0;
 out:
   loom__plugins_destroy(rt);
-  if (rt->dev.ops) loom__dev_close(&rt->dev);
+  loom__device_close(rt);
   loom_config_free(cfg);
   free(rt);
   free(cfg);

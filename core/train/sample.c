@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../runtime/device_open.h"
 #include "trainer.h"
 
 /* Draw a token from logits (V) with temperature and top-k (0 = all). probs is scratch (V). */
@@ -87,8 +88,8 @@ int loom_trainer_sample(loom_trainer *tr) {
     /* the logits live on the last pipeline stage: every rank samples from the same row */
     if (rt->mesh.pp_rank == rt->mesh.pp - 1) gpt_logits_row(&rt->model, w - 1, logits);
     if (rt->mesh.pp > 1 &&
-        rt->comm_plugin.u.comm.broadcast(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_PP], logits,
-                                         (size_t)V, LOOM_F32, rt->mesh.pp - 1, NULL) != LOOM_OK) {
+        loom__ctl_broadcast(rt, rt->mesh.axis[LOOM_AXIS_PP], logits,
+                                         (size_t)V, LOOM_F32, rt->mesh.pp - 1) != LOOM_OK) {
       rc = -1;
       break;
     }

@@ -3,6 +3,7 @@
  *     for each micro-step: next_batch; forward; backward (hooks let plugins sync gradients);
  *     grad norm (global); clip; optimizer step; log; eval; checkpoint.
  * Every failure ends in tr->err and loom_trainer_fail, which takes the whole job down. */
+#include "../runtime/device_open.h"
 #include "trainer.h"
 
 #include <math.h>
@@ -73,9 +74,8 @@ static gpt_hooks make_hooks(loom_trainer *tr) {
 static int dp_sum(loom_trainer *tr, double *vals, int n) {
   loom_runtime *rt = &tr->rt;
   if (rt->mesh.dp <= 1) return 0;
-  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
-  if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_DP], vals, (size_t)n, LOOM_F64,
-                    LOOM_OP_SUM, NULL) != LOOM_OK)
+  if (loom__ctl_all_reduce(rt, rt->mesh.axis[LOOM_AXIS_DP], vals, (size_t)n, LOOM_F64,
+                    LOOM_OP_SUM) != LOOM_OK)
     return fail(tr, "all-reduce of step statistics failed: %s", rt->comm_host.error);
   return 0;
 }
@@ -92,9 +92,8 @@ static int check_same_config(loom_trainer *tr) {
   for (const char *c = text; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
   free(text);
   int64_t v[2] = {(int64_t)(h >> 1), -(int64_t)(h >> 1)}; /* max of both = max and -min */
-  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
-  if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_WORLD], v, 2, LOOM_I64, LOOM_OP_MAX,
-                    NULL) != LOOM_OK)
+  if (loom__ctl_all_reduce(rt, rt->mesh.axis[LOOM_AXIS_WORLD], v, 2, LOOM_I64,
+                           LOOM_OP_MAX) != LOOM_OK)
     return fail(tr, "comparing the configuration across ranks failed: %s",
                 rt->comm_host.error);
   if (v[0] != -v[1])
@@ -109,9 +108,8 @@ static int stop_requested(loom_trainer *tr, int *stop) {
   loom_runtime *rt = &tr->rt;
   int32_t v = stop_signal != 0;
   if (rt->mesh.world_size > 1) {
-    const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
-    if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_WORLD], &v, 1, LOOM_I32,
-                      LOOM_OP_MAX, NULL) != LOOM_OK)
+    if (loom__ctl_all_reduce(rt, rt->mesh.axis[LOOM_AXIS_WORLD], &v, 1, LOOM_I32,
+                      LOOM_OP_MAX) != LOOM_OK)
       return fail(tr, "agreeing on a stop signal failed: %s", rt->comm_host.error);
   }
   *stop = v;
@@ -125,9 +123,9 @@ static int gather_peak_memory(loom_trainer *tr) {
   for (int k = 0; k < LOOM_MEM__COUNT; k++) tr->mem_peak_max[k] = (int64_t)rt->dev.bytes_peak[k];
   tr->mem_peak_max[LOOM_MEM__COUNT] = (int64_t)rt->dev.total_peak;
   if (rt->mesh.world_size <= 1) return 0;
-  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
-  if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_WORLD], tr->mem_peak_max,
-                    LOOM_MEM__COUNT + 1, LOOM_I64, LOOM_OP_MAX, NULL) != LOOM_OK)
+  if (loom__ctl_all_reduce(rt, rt->mesh.axis[LOOM_AXIS_WORLD], tr->mem_peak_max,
+                    LOOM_MEM__COUNT + 1, LOOM_I64,
+                           LOOM_OP_MAX) != LOOM_OK)
     return fail(tr, "gathering peak memory failed: %s", rt->comm_host.error);
   return 0;
 }
@@ -160,11 +158,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                 "the replicas would drift apart (add {\"plugin\": \"ddp\"})", cfg->path,
                 rt->mesh.dp);
 
-  char devopts[256];
-  snprintf(devopts, sizeof devopts, "{\"type\":\"%s\",\"threads\":%d}", cfg->device.type,
-           cfg->device.threads);
-  if (loom__dev_open(&rt->dev, loom__cpu_device(), devopts, rt->mesh.world_rank, e, sizeof e))
-    return fail(tr, "%s: device: %s", cfg->path, e);
+  if (loom__device_open(rt, cfg->device.threads, e, sizeof e) != 0) return fail(tr, "%s", e);
   if (loom__plugins_create(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
 
   if (loom_config_check_batch(cfg, rt->mesh.dp, e, sizeof e) != 0) return fail(tr, "%s", e);
@@ -260,9 +254,8 @@ static int agree_overflow(loom_trainer *tr, int *nonfinite) {
   loom_runtime *rt = &tr->rt;
   if (rt->mesh.world_size <= 1) return 0;
   double flag = *nonfinite ? 1.0 : 0.0;
-  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
-  if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_WORLD], &flag, 1, LOOM_F64,
-                    LOOM_OP_SUM, NULL) != LOOM_OK)
+  if (loom__ctl_all_reduce(rt, rt->mesh.axis[LOOM_AXIS_WORLD], &flag, 1, LOOM_F64,
+                    LOOM_OP_SUM) != LOOM_OK)
     return fail(tr, "all-reduce of the gradient overflow flag failed: %s", rt->comm_host.error);
   *nonfinite = flag > 0.0;
   return 0;
@@ -317,9 +310,8 @@ static int grad_sq_partition(loom_trainer *tr, double *out) {
   }
   *out = sq;
   if (rt->mesh.tp <= 1) return 0;
-  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
-  if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_TP], &sq, 1, LOOM_F64, LOOM_OP_SUM,
-                    NULL) != LOOM_OK)
+  if (loom__ctl_all_reduce(rt, rt->mesh.axis[LOOM_AXIS_TP], &sq, 1, LOOM_F64,
+                           LOOM_OP_SUM) != LOOM_OK)
     return fail(tr, "all-reduce of the gradient norm over tensor-parallel ranks failed: %s",
                 rt->comm_host.error);
   *out = sq;
@@ -330,9 +322,8 @@ static int grad_sq_partition(loom_trainer *tr, double *out) {
 static int pp_sum(loom_trainer *tr, double *vals, int n) {
   loom_runtime *rt = &tr->rt;
   if (rt->mesh.pp <= 1) return 0;
-  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
-  if (c->all_reduce(rt->comm_ctx, rt->mesh.axis[LOOM_AXIS_PP], vals, (size_t)n, LOOM_F64,
-                    LOOM_OP_SUM, NULL) != LOOM_OK)
+  if (loom__ctl_all_reduce(rt, rt->mesh.axis[LOOM_AXIS_PP], vals, (size_t)n, LOOM_F64,
+                    LOOM_OP_SUM) != LOOM_OK)
     return fail(tr, "all-reduce of step statistics over pipeline stages failed: %s",
                 rt->comm_host.error);
   return 0;
@@ -711,7 +702,7 @@ void loom_trainer_free(loom_trainer *tr) {
   if (rt->optim_m) loom__dev_free(&rt->dev, rt->optim_m);
   if (rt->optim_v) loom__dev_free(&rt->dev, rt->optim_v);
   if (rt->emb_buf) loom__dev_free(&rt->dev, rt->emb_buf);
-  if (rt->dev.ops) loom__dev_close(&rt->dev);
+  loom__device_close(rt);
   loom__mesh_free(rt);
   loom_config_free(&tr->cfg);
 }

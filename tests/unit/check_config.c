@@ -340,9 +340,11 @@ static const err_case ERR_CASES[] = {
      "t.json: optimizer.name: expected \"adamw\" (the only optimizer so far), got \"sgd\""},
     {"{\"lr_schedule\": {\"decay\": \"linear\"}}",
      "t.json: lr_schedule.decay: expected \"cosine\" or \"constant\", got \"linear\""},
-    {"{\"device\": {\"type\": \"cuda\"}}",
-     "t.json: device.type: expected \"cpu\" (the only device type supported so far), got "
-     "\"cuda\""},
+    {"{\"device\": {\"type\": \"\"}}",
+     "t.json: device.type: expected \"cpu\", a device plugin's name (\"cuda\") or a path to a "
+     "device plugin .so, got \"\""},
+    {"{\"device\": {\"type\": \"cpu\", \"tf32\": true}}",
+     "t.json: device.tf32: unknown key (expected one of: type, threads)"},
     /* strings */
     {"{\"data\": {\"train\": 3}}", "t.json: data.train: expected a string, got 3"},
     {"{\"sample\": {\"prompt\": null}}", "t.json: sample.prompt: expected a string, got null"},

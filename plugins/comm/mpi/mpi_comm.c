@@ -8,7 +8,13 @@
  * 16-bit sums (mixed precision's gradient all-reduce in bf16 / fp16): MPI has no bf16 or fp16
  * type, so they travel as MPI_UINT16_T (half the bytes of fp32) and are added by a user MPI_Op
  * that widens both operands to fp32, adds, and rounds the sum back to nearest even (what NCCL
- * does for bf16 on GPUs); an fp16 sum that overflows is +-inf, as the loss scaler expects. */
+ * does for bf16 on GPUs); an fp16 sum that overflows is +-inf, as the loss scaler expects.
+ *
+ * Devices whose memory is not host memory (no LOOM_DEVICE_CAP_HOST_ADDRESSABLE: CUDA, the
+ * tagged test device): this MPI is not assumed CUDA-aware, so every buffer is staged through
+ * malloc'd host memory with the device's to_host / from_host (comm_v1.h: once the host opened
+ * the device, buffers are device memory). A non-blocking operation keeps its staging buffers
+ * in its request; wait() copies the received values back to the device and frees them. */
 #include <dlfcn.h>
 #include <loom/half_v1.h>
 #include <loom/loom.h>
@@ -19,9 +25,21 @@
 struct loom_comm { MPI_Comm mpi; };
 /* An outstanding operation; the uneven collectives keep their int count/displacement arrays
  * here because MPI reads them until completion. */
+/* A host copy of a device buffer, for a device that is not host-addressable. */
+typedef struct stage {
+  void *host;      /* malloc'd, `bytes` */
+  void *dev;       /* the device buffer it stands for */
+  size_t bytes;
+  int copy_back;   /* received data: from_host into dev when the operation completes */
+} stage;
+
 struct loom_request {
   MPI_Request mpi;
   int *counts, *displs;
+  stage st[2];     /* staging (send, recv) for a device that is not host-addressable */
+  int n_st;
+  const loom_device_v1 *dev;
+  void *dev_ctx;
 };
 
 typedef struct mpi_ctx {
@@ -199,7 +217,7 @@ static void mpi_comm_free(void *ctx, loom_comm *comm) {
     return LOOM_OK;                                                              \
   } while (0)
 
-static int mpi_all_reduce(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
+static int raw_all_reduce(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
                           loom_red_op op, loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, count, 1, op);
@@ -212,7 +230,7 @@ static int mpi_all_reduce(void *ctx, loom_comm *comm, void *buf, size_t count, l
                "MPI_Allreduce");
 }
 
-static int mpi_reduce_scatter(void *ctx, loom_comm *comm, const void *send, void *recv,
+static int raw_reduce_scatter(void *ctx, loom_comm *comm, const void *send, void *recv,
                               size_t recv_count, loom_dtype dt, loom_red_op op,
                               loom_request **req) {
   mpi_ctx *c = ctx;
@@ -227,7 +245,7 @@ static int mpi_reduce_scatter(void *ctx, loom_comm *comm, const void *send, void
                "MPI_Reduce_scatter_block");
 }
 
-static int mpi_all_gather(void *ctx, loom_comm *comm, const void *send, void *recv,
+static int raw_all_gather(void *ctx, loom_comm *comm, const void *send, void *recv,
                           size_t send_count, loom_dtype dt, loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, send_count, 0, LOOM_OP_SUM);
@@ -245,7 +263,7 @@ static int mpi_all_gather(void *ctx, loom_comm *comm, const void *send, void *re
                "MPI_Allgather");
 }
 
-static int mpi_broadcast(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
+static int raw_broadcast(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
                          int root, loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, count, 0, LOOM_OP_SUM);
@@ -255,7 +273,7 @@ static int mpi_broadcast(void *ctx, loom_comm *comm, void *buf, size_t count, lo
                "MPI_Bcast");
 }
 
-static int mpi_send(void *ctx, loom_comm *comm, const void *buf, size_t count, loom_dtype dt,
+static int raw_send(void *ctx, loom_comm *comm, const void *buf, size_t count, loom_dtype dt,
                     int peer, int tag, loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, count, 0, LOOM_OP_SUM);
@@ -265,7 +283,7 @@ static int mpi_send(void *ctx, loom_comm *comm, const void *buf, size_t count, l
                "MPI_Send");
 }
 
-static int mpi_recv(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
+static int raw_recv(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
                     int peer, int tag, loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, count, 0, LOOM_OP_SUM);
@@ -286,9 +304,19 @@ static int mpi_test(void *ctx, loom_request *req, int *done) {
   return LOOM_OK;
 }
 
+static void stages_finish(const loom_device_v1 *dev, void *dev_ctx, stage *st, int n, int ok) {
+  for (int i = 0; i < n; i++) {
+    if (ok && st[i].copy_back && st[i].bytes)
+      dev->from_host(dev_ctx, st[i].dev, st[i].host, st[i].bytes);
+    free(st[i].host);
+    st[i].host = NULL;
+  }
+}
+
 static int mpi_wait(void *ctx, loom_request *req) {
   mpi_ctx *c = ctx;
   int rc = MPI_Wait(&req->mpi, MPI_STATUS_IGNORE);
+  if (req->n_st) stages_finish(req->dev, req->dev_ctx, req->st, req->n_st, rc == MPI_SUCCESS);
   free(req->counts);
   free(req->displs);
   free(req);
@@ -324,7 +352,7 @@ static int make_counts(mpi_ctx *c, loom_comm *comm, const size_t *counts, int **
   return LOOM_OK;
 }
 
-static int mpi_reduce_scatter_v(void *ctx, loom_comm *comm, const void *send, void *recv,
+static int raw_reduce_scatter_v(void *ctx, loom_comm *comm, const void *send, void *recv,
                                 const size_t *counts, loom_dtype dt, loom_red_op op,
                                 loom_request **req) {
   mpi_ctx *c = ctx;
@@ -354,7 +382,7 @@ static int mpi_reduce_scatter_v(void *ctx, loom_comm *comm, const void *send, vo
   return LOOM_OK;
 }
 
-static int mpi_all_gather_v(void *ctx, loom_comm *comm, const void *send, void *recv,
+static int raw_all_gather_v(void *ctx, loom_comm *comm, const void *send, void *recv,
                             const size_t *counts, loom_dtype dt, loom_request **req) {
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, 0, 0, LOOM_OP_SUM), me;
@@ -386,6 +414,196 @@ static int mpi_all_gather_v(void *ctx, loom_comm *comm, const void *send, void *
     return fail(c, rc, "MPI_Iallgatherv");
   }
   *req = r;
+  return LOOM_OK;
+}
+
+/* ---- staging for devices whose memory is not host memory ---- */
+
+typedef struct staging {
+  const loom_device_v1 *dev; /* NULL: buffers are host memory, used as they are */
+  void *dev_ctx;
+  stage st[2];
+  int n;
+} staging;
+
+/* Does this operation need staging? (No device yet = mesh setup on host memory.) */
+static void staging_begin(mpi_ctx *c, staging *s) {
+  memset(s, 0, sizeof *s);
+  void *dctx = NULL;
+  const loom_device_v1 *dev = c->api->device(c->host, &dctx);
+  if (dev && !(dev->hdr.caps & LOOM_DEVICE_CAP_HOST_ADDRESSABLE)) {
+    s->dev = dev;
+    s->dev_ctx = dctx;
+  }
+}
+
+/* A host stand-in for device buffer `d` of `bytes`: filled from the device when copy_in, copied
+ * back on completion when copy_back. NULL (LOOM_NOMEM set) when malloc fails. */
+static void *stage_buf(mpi_ctx *c, staging *s, const void *d, size_t bytes, int copy_in,
+                       int copy_back) {
+  stage *st = &s->st[s->n++];
+  st->host = malloc(bytes ? bytes : 1);
+  st->dev = (void *)d;
+  st->bytes = bytes;
+  st->copy_back = copy_back;
+  if (!st->host) {
+    c->api->set_error(c->host, "out of host memory staging %zu bytes from the device", bytes);
+    return NULL;
+  }
+  if (copy_in && bytes) s->dev->to_host(s->dev_ctx, st->host, d, bytes);
+  return st->host;
+}
+
+/* After the raw operation: blocking (req NULL) or failed, complete the stages now; started, hand
+ * them to the request, which wait() completes. */
+static int staging_end(staging *s, int rc, loom_request **req) {
+  if (rc != LOOM_OK || !req) {
+    stages_finish(s->dev, s->dev_ctx, s->st, s->n, rc == LOOM_OK);
+    return rc;
+  }
+  loom_request *r = *req;
+  memcpy(r->st, s->st, sizeof s->st);
+  r->n_st = s->n;
+  r->dev = s->dev;
+  r->dev_ctx = s->dev_ctx;
+  return rc;
+}
+
+static int comm_size(loom_comm *comm) {
+  int n = 1;
+  MPI_Comm_size(comm->mpi, &n);
+  return n;
+}
+static int comm_rank(loom_comm *comm) {
+  int r = 0;
+  MPI_Comm_rank(comm->mpi, &r);
+  return r;
+}
+
+static int mpi_all_reduce(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
+                          loom_red_op op, loom_request **req) {
+  mpi_ctx *c = ctx;
+  staging s;
+  staging_begin(c, &s);
+  if (!s.dev) return raw_all_reduce(ctx, comm, buf, count, dt, op, req);
+  void *h = stage_buf(c, &s, buf, count * loom_dtype_size(dt), 1, 1);
+  int rc = h ? raw_all_reduce(ctx, comm, h, count, dt, op, req) : LOOM_NOMEM;
+  return staging_end(&s, rc, req);
+}
+
+static int mpi_reduce_scatter(void *ctx, loom_comm *comm, const void *send, void *recv,
+                              size_t recv_count, loom_dtype dt, loom_red_op op,
+                              loom_request **req) {
+  mpi_ctx *c = ctx;
+  staging s;
+  staging_begin(c, &s);
+  if (!s.dev) return raw_reduce_scatter(ctx, comm, send, recv, recv_count, dt, op, req);
+  size_t block = recv_count * loom_dtype_size(dt);
+  void *hs = stage_buf(c, &s, send, block * (size_t)comm_size(comm), 1, 0);
+  void *hr = hs ? stage_buf(c, &s, recv, block, 0, 1) : NULL;
+  int rc = hr ? raw_reduce_scatter(ctx, comm, hs, hr, recv_count, dt, op, req) : LOOM_NOMEM;
+  return staging_end(&s, rc, req);
+}
+
+static int mpi_all_gather(void *ctx, loom_comm *comm, const void *send, void *recv,
+                          size_t send_count, loom_dtype dt, loom_request **req) {
+  mpi_ctx *c = ctx;
+  staging s;
+  staging_begin(c, &s);
+  if (!s.dev) return raw_all_gather(ctx, comm, send, recv, send_count, dt, req);
+  size_t block = send_count * loom_dtype_size(dt);
+  int n = comm_size(comm), me = comm_rank(comm);
+  int in_place = send == (const char *)recv + (size_t)me * block;
+  /* in place: this rank's block comes in with the whole receive buffer */
+  void *hr = stage_buf(c, &s, recv, block * (size_t)n, in_place, 1), *hs = NULL;
+  if (hr) hs = in_place ? (char *)hr + (size_t)me * block : stage_buf(c, &s, send, block, 1, 0);
+  int rc = hs ? raw_all_gather(ctx, comm, hs, hr, send_count, dt, req) : LOOM_NOMEM;
+  return staging_end(&s, rc, req);
+}
+
+static int mpi_broadcast(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
+                         int root, loom_request **req) {
+  mpi_ctx *c = ctx;
+  staging s;
+  staging_begin(c, &s);
+  if (!s.dev) return raw_broadcast(ctx, comm, buf, count, dt, root, req);
+  int is_root = comm_rank(comm) == root;
+  void *h = stage_buf(c, &s, buf, count * loom_dtype_size(dt), is_root, !is_root);
+  int rc = h ? raw_broadcast(ctx, comm, h, count, dt, root, req) : LOOM_NOMEM;
+  return staging_end(&s, rc, req);
+}
+
+static int mpi_send(void *ctx, loom_comm *comm, const void *buf, size_t count, loom_dtype dt,
+                    int peer, int tag, loom_request **req) {
+  mpi_ctx *c = ctx;
+  staging s;
+  staging_begin(c, &s);
+  if (!s.dev) return raw_send(ctx, comm, buf, count, dt, peer, tag, req);
+  void *h = stage_buf(c, &s, buf, count * loom_dtype_size(dt), 1, 0);
+  int rc = h ? raw_send(ctx, comm, h, count, dt, peer, tag, req) : LOOM_NOMEM;
+  return staging_end(&s, rc, req);
+}
+
+static int mpi_recv(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
+                    int peer, int tag, loom_request **req) {
+  mpi_ctx *c = ctx;
+  staging s;
+  staging_begin(c, &s);
+  if (!s.dev) return raw_recv(ctx, comm, buf, count, dt, peer, tag, req);
+  void *h = stage_buf(c, &s, buf, count * loom_dtype_size(dt), 0, 1);
+  int rc = h ? raw_recv(ctx, comm, h, count, dt, peer, tag, req) : LOOM_NOMEM;
+  return staging_end(&s, rc, req);
+}
+
+static size_t total_count(loom_comm *comm, const size_t *counts, size_t *before_me) {
+  int n = comm_size(comm), me = comm_rank(comm);
+  size_t total = 0;
+  for (int i = 0; i < n; i++) {
+    if (i == me) *before_me = total;
+    total += counts[i];
+  }
+  return total;
+}
+
+static int mpi_reduce_scatter_v(void *ctx, loom_comm *comm, const void *send, void *recv,
+                                const size_t *counts, loom_dtype dt, loom_red_op op,
+                                loom_request **req) {
+  mpi_ctx *c = ctx;
+  staging s;
+  staging_begin(c, &s);
+  if (!s.dev) return raw_reduce_scatter_v(ctx, comm, send, recv, counts, dt, op, req);
+  size_t esz = loom_dtype_size(dt), at = 0, total = total_count(comm, counts, &at);
+  void *hs = stage_buf(c, &s, send, total * esz, 1, 0);
+  void *hr = hs ? stage_buf(c, &s, recv, counts[comm_rank(comm)] * esz, 0, 1) : NULL;
+  int rc = hr ? raw_reduce_scatter_v(ctx, comm, hs, hr, counts, dt, op, req) : LOOM_NOMEM;
+  return staging_end(&s, rc, req);
+}
+
+static int mpi_all_gather_v(void *ctx, loom_comm *comm, const void *send, void *recv,
+                            const size_t *counts, loom_dtype dt, loom_request **req) {
+  mpi_ctx *c = ctx;
+  staging s;
+  staging_begin(c, &s);
+  if (!s.dev) return raw_all_gather_v(ctx, comm, send, recv, counts, dt, req);
+  size_t esz = loom_dtype_size(dt), at = 0, total = total_count(comm, counts, &at);
+  size_t mine = counts[comm_rank(comm)] * esz;
+  int in_place = send == (const char *)recv + at * esz;
+  void *hr = stage_buf(c, &s, recv, total * esz, in_place, 1), *hs = NULL;
+  if (hr) hs = in_place ? (char *)hr + at * esz : stage_buf(c, &s, send, mine, 1, 0);
+  int rc = hs ? raw_all_gather_v(ctx, comm, hs, hr, counts, dt, req) : LOOM_NOMEM;
+  return staging_end(&s, rc, req);
+}
+
+/* The ranks of this job on this node (MPI_COMM_TYPE_SHARED), for the device's GPU choice. */
+static int mpi_local(void *ctx, int *local_rank, int *local_size) {
+  mpi_ctx *c = ctx;
+  MPI_Comm node;
+  CHECK_MPI(c, MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                                   &node), "MPI_Comm_split_type");
+  int rc1 = MPI_Comm_rank(node, local_rank), rc2 = MPI_Comm_size(node, local_size);
+  MPI_Comm_free(&node);
+  if (rc1 != MPI_SUCCESS) return fail(c, rc1, "MPI_Comm_rank");
+  if (rc2 != MPI_SUCCESS) return fail(c, rc2, "MPI_Comm_size");
   return LOOM_OK;
 }
 
@@ -423,4 +641,5 @@ LOOM_EXPORT const loom_comm_v1 loom_plugin_v1 = {
   .abort = mpi_abort,
   .reduce_scatter_v = mpi_reduce_scatter_v,
   .all_gather_v = mpi_all_gather_v,
+  .local = mpi_local,
 };

@@ -59,6 +59,10 @@ typedef struct offload {
   int host_accounted;         /* 1: buffers from api->alloc(LOOM_MEM_HOST); 0: malloc */
   float *m, *v, *master, *gstage; /* host, part.count floats each */
   int master_fresh;           /* master holds the device parameters (after the first step) */
+  /* checkpoint items must be device memory (checkpoint_v1.h): on a device whose memory is not
+   * host memory, state_items hands out device copies of m and v (LOOM_MEM_OTHER), read back
+   * into the host state at the next step (a resume wrote them) and freed then */
+  float *dev_m, *dev_v;
   /* per-tensor segments of the partition: [lo, hi) in partition-relative elements */
   int n_seg;
   struct seg { uint64_t lo, hi; int wd; } *seg;
@@ -155,6 +159,8 @@ static void off_destroy(void *ctx) {
   host_buf_free(o, o->v);
   host_buf_free(o, o->master);
   host_buf_free(o, o->gstage);
+  if (o->dev_m) o->api->free(o->host, o->dev_m);
+  if (o->dev_v) o->api->free(o->host, o->dev_v);
   free(o->seg);
   free(o);
 }
@@ -254,6 +260,13 @@ static int off_optimizer_step(void *ctx, const loom_step_args_v1 *a) {
     o->dev->to_host(o->dev_ctx, o->master, o->part.params, bytes);
     o->master_fresh = 1;
   }
+  if (o->dev_m) { /* the checkpoint items' device copies: a resume loaded m and v into them */
+    o->dev->to_host(o->dev_ctx, o->m, o->dev_m, bytes);
+    o->dev->to_host(o->dev_ctx, o->v, o->dev_v, bytes);
+    o->api->free(o->host, o->dev_m);
+    o->api->free(o->host, o->dev_v);
+    o->dev_m = o->dev_v = NULL;
+  }
   o->dev->to_host(o->dev_ctx, o->gstage, o->part.grads, bytes);
   /* host-side fields of the args, read defensively (struct_size) */
   float grad_scale = a->struct_size >= offsetof(loom_step_args_v1, grad_scale) + sizeof(float)
@@ -284,6 +297,16 @@ static int off_state_items(void *ctx, loom_ckpt_item_v1 *items, int max, int *n)
   int writer = o->part.sharded || o->dp_rank == 0;
   const char *names[2] = {"optim.m", "optim.v"};
   float *bufs[2] = {o->m, o->v};
+  if (!o->host_accounted) { /* host state on a non-host-addressable device: device copies */
+    size_t bytes = (size_t)o->part.count * sizeof(float);
+    if (!o->dev_m) o->dev_m = o->api->alloc(o->host, bytes, LOOM_MEM_OTHER);
+    if (!o->dev_v) o->dev_v = o->api->alloc(o->host, bytes, LOOM_MEM_OTHER);
+    if (!o->dev_m || !o->dev_v) return LOOM_NOMEM; /* alloc set the error */
+    o->dev->from_host(o->dev_ctx, o->dev_m, o->m, bytes);
+    o->dev->from_host(o->dev_ctx, o->dev_v, o->v, bytes);
+    bufs[0] = o->dev_m;
+    bufs[1] = o->dev_v;
+  }
   for (int k = 0; k < 2; k++)
     items[k] = (loom_ckpt_item_v1){.struct_size = sizeof(loom_ckpt_item_v1), .name = names[k],
                                    .dtype = LOOM_F32, .global_numel = o->model->numel,

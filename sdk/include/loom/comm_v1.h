@@ -1,8 +1,14 @@
-/* loom ABI v1 — communication backends (mpi.so on CPU ranks; nccl.so for GPUs later).
+/* loom ABI v1 — communication backends (mpi.so on any device; nccl.so on the CUDA device).
  *
  * The host builds the dp x tp x pp mesh with split() and wraps every operation to count bytes;
- * parallel plugins reach collectives only through the host API. Buffers are device memory of
- * the device backend the comm plugin declares support for (the CPU's are host memory). */
+ * parallel plugins reach collectives only through the host API.
+ *
+ * Buffers: before the host opened the device (mesh setup, host api device() returns NULL)
+ * every buffer is host memory; from then on every buffer is device memory of that device (the
+ * host bounces its own small host-memory control traffic through the device). A device
+ * without LOOM_DEVICE_CAP_HOST_ADDRESSABLE (CUDA) must not be dereferenced by the comm plugin:
+ * mpi.so stages such buffers through host memory with the device's to_host / from_host; nccl.so
+ * hands them to NCCL on the device's native stream. */
 #ifndef LOOM_COMM_V1_H
 #define LOOM_COMM_V1_H
 
@@ -64,6 +70,12 @@ typedef struct loom_comm_v1 {
   /* Bring the whole job down now (a rank failed): every other rank must exit promptly
    * instead of waiting in a collective. Does not return. */
   void (*abort)(void *ctx, int exit_code);
+
+  /* ---- ABI 1.4 ---- */
+  /* This rank's index among the job's ranks on its node and their number (MPI's
+   * MPI_COMM_TYPE_SHARED split): what picks a GPU when the launcher exports no local rank.
+   * NULL in older plugins (the host then assumes rank 0 of 1). */
+  int (*local)(void *ctx, int *local_rank, int *local_size);
 } loom_comm_v1;
 
 #ifdef __cplusplus
