@@ -98,6 +98,8 @@ START_TEST(options_checked_before_the_gpu) {
                  "\"share_gpus\"");
   expect_refusal("{\"type\": \"cuda\", \"device_id\": -1}", 1, LOOM_INVALID_CONFIG,
                  "\"device_id\"");
+  expect_refusal("{\"type\": \"cuda\", \"threads\": -2}", 1, LOOM_INVALID_CONFIG,
+                 "\"threads\"");
   expect_refusal("{\"type\": \"cpu\"}", 1, LOOM_UNSUPPORTED, "expected \"cuda\"");
   expect_refusal("[1, 2]", 1, LOOM_INVALID_CONFIG, "not a JSON object");
   expect_refusal("{\"type\": ", 1, LOOM_INVALID_CONFIG, "not a JSON object");
@@ -117,7 +119,9 @@ START_TEST(refuses_without_a_gpu) {
   if (have_gpu()) return; /* covered by gpu_smoke */
   char err[512] = "";
   void *ctx = NULL;
-  int rc = dev->create_ex("{\"type\": \"cuda\", \"_note\": \"a comment\", \"tf32\": true}", 0, 1,
+  int rc = dev->create_ex("{\"type\": \"cuda\", \"_note\": \"a comment\", \"tf32\": true, "
+                          "\"threads\": 1}",
+                          0, 1,
                           &ctx, err, sizeof err);
   ck_assert_int_eq(rc, LOOM_UNSUPPORTED);
   ck_assert_ptr_null(ctx);

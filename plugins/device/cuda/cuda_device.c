@@ -11,6 +11,8 @@
  *   "share_gpus": bool   allow more local ranks than GPUs: rank r takes GPU r % count (the MPI
  *                        comm plugin works so; NCCL refuses two ranks on one GPU). Default false:
  *                        one GPU per local rank, and too few GPUs is an error naming both counts.
+ *   "threads": int       the cpu device's option, accepted and ignored, so that a config moves to
+ *                        the GPU by its "type" alone.
  *
  * What is asynchronous. Each context has one stream (native_stream). alloc's zero fill,
  * memset_zero, copy, convert, round_to and every kernel slot enqueue on it and return at once.
@@ -119,6 +121,14 @@ static int parse_options(const char *json, cuda_options *o, char *err, size_t er
         o->tf32 = json_is_true(val);
       else
         o->share_gpus = json_is_true(val);
+    } else if (strcmp(key, "threads") == 0) {
+      /* the CPU device's thread count: accepted (and unused) so that a config switches devices
+       * by "type" alone, e.g. --set device.type=cuda on configs/tiny.json */
+      if (!json_is_integer(val) || json_integer_value(val) < 0)
+        rc = fail(err, errlen, LOOM_INVALID_CONFIG,
+                  "device 'cuda': \"%s\" must be an integer >= 0 (it is the cpu device's option; "
+                  "cuda ignores it)",
+                  key);
     } else if (strcmp(key, "device_id") == 0) {
       if (!json_is_integer(val) || json_integer_value(val) < 0 ||
           json_integer_value(val) > 1023)
@@ -129,7 +139,7 @@ static int parse_options(const char *json, cuda_options *o, char *err, size_t er
         o->device_id = (int)json_integer_value(val);
     } else {
       rc = fail(err, errlen, LOOM_INVALID_CONFIG,
-                "device 'cuda': unknown option \"%s\" (known: type, tf32, device_id, share_gpus)",
+                "device 'cuda': unknown option \"%s\" (known: type, tf32, device_id, share_gpus, threads)",
                 key);
     }
     if (rc != LOOM_OK) break;
