@@ -291,7 +291,7 @@ template <bool LN>
 __global__ void colsum_partial_kernel(float *partial, float *partial2, const float *dout,
                                       const float *inp, const float *mean, const float *rstd,
                                       int N, int C) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
+  int c = blockIdx.y * blockDim.x + threadIdx.x, k = blockIdx.x;
   if (c >= C) return;
   int n0 = k * CUDA_COLSUM_CHUNK, n1 = n0 + CUDA_COLSUM_CHUNK < N ? n0 + CUDA_COLSUM_CHUNK : N;
   float acc = 0.0f, acc2 = 0.0f;
@@ -314,10 +314,11 @@ extern "C" void cuda_launch_colsum(cudaStream_t s, float *out, const float *dout
                                    float *partial) {
   if (N <= 0 || C <= 0) return;
   int K = (N + CUDA_COLSUM_CHUNK - 1) / CUDA_COLSUM_CHUNK;
-  dim3 grid((unsigned)((C + COL_THREADS - 1) / COL_THREADS), (unsigned)K);
+  /* chunks on x (up to 2^31 - 1), column blocks on y (up to 65535 x 128 columns) */
+  dim3 grid((unsigned)K, (unsigned)((C + COL_THREADS - 1) / COL_THREADS));
   colsum_partial_kernel<false><<<grid, COL_THREADS, 0, s>>>(partial, nullptr, dout, nullptr,
                                                              nullptr, nullptr, N, C);
-  colsum_final_kernel<<<grid.x, COL_THREADS, 0, s>>>(out, partial, K, C);
+  colsum_final_kernel<<<grid.y, COL_THREADS, 0, s>>>(out, partial, K, C);
 }
 extern "C" void cuda_launch_layernorm_dweight_dbias(cudaStream_t s, float *dweight, float *dbias,
                                                     const float *dout, const float *inp,
@@ -326,11 +327,11 @@ extern "C" void cuda_launch_layernorm_dweight_dbias(cudaStream_t s, float *dweig
   if (N <= 0 || C <= 0) return;
   int K = (N + CUDA_COLSUM_CHUNK - 1) / CUDA_COLSUM_CHUNK;
   float *partial2 = partial + (size_t)K * C;
-  dim3 grid((unsigned)((C + COL_THREADS - 1) / COL_THREADS), (unsigned)K);
+  dim3 grid((unsigned)K, (unsigned)((C + COL_THREADS - 1) / COL_THREADS));
   colsum_partial_kernel<true><<<grid, COL_THREADS, 0, s>>>(partial, partial2, dout, inp, mean,
                                                             rstd, N, C);
-  colsum_final_kernel<<<grid.x, COL_THREADS, 0, s>>>(dbias, partial, K, C);
-  colsum_final_kernel<<<grid.x, COL_THREADS, 0, s>>>(dweight, partial2, K, C);
+  colsum_final_kernel<<<grid.y, COL_THREADS, 0, s>>>(dbias, partial, K, C);
+  colsum_final_kernel<<<grid.y, COL_THREADS, 0, s>>>(dweight, partial2, K, C);
 }
 
 __global__ void bias_fill_kernel(float *out, const float *bias, int OC, size_t n) {
