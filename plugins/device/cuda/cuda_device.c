@@ -163,10 +163,19 @@ static int pick_gpu(const cuda_options *o, int local_rank, int local_size, int *
     /* without a driver the runtime says "driver version is insufficient": name the real cause */
     void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
     if (drv) dlclose(drv);
+    /* an old driver: say which CUDA each side speaks (the driver's 0 when there is none) */
+    int drv_ver = 0, rt_ver = 0;
+    (void)cudaDriverGetVersion(&drv_ver);
+    (void)cudaRuntimeGetVersion(&rt_ver);
+    (void)cudaGetLastError();
+    char versions[96] = "";
+    if (drv && crc == cudaErrorInsufficientDriver)
+      snprintf(versions, sizeof versions, " (the driver supports CUDA %d.%d, cuda.so needs %d.%d)",
+               drv_ver / 1000, drv_ver % 1000 / 10, rt_ver / 1000, rt_ver % 1000 / 10);
     if (err && errlen)
-      snprintf(err, errlen, "device 'cuda': no usable GPU: %scudaGetDeviceCount failed: %s (%s)",
+      snprintf(err, errlen, "device 'cuda': no usable GPU: %scudaGetDeviceCount failed: %s (%s)%s",
                drv ? "" : "no NVIDIA driver (libcuda.so.1 is not installed); ",
-               cudaGetErrorString(crc), cudaGetErrorName(crc));
+               cudaGetErrorString(crc), cudaGetErrorName(crc), versions);
     return LOOM_UNSUPPORTED;
   }
   if (count <= 0)
