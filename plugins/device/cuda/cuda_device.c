@@ -139,7 +139,8 @@ static int parse_options(const char *json, cuda_options *o, char *err, size_t er
         o->device_id = (int)json_integer_value(val);
     } else {
       rc = fail(err, errlen, LOOM_INVALID_CONFIG,
-                "device 'cuda': unknown option \"%s\" (known: type, tf32, device_id, share_gpus, threads)",
+                "device 'cuda': unknown option \"%s\" (known: type, tf32, device_id, "
+                "share_gpus, threads)",
                 key);
     }
     if (rc != LOOM_OK) break;
@@ -226,7 +227,8 @@ static void cuda_destroy(void *ctx) {
 
 static int setup_failed(cuda_ctx *c, const char *what, const char *why, char *err,
                         size_t errlen) {
-  if (err && errlen) snprintf(err, errlen, "device 'cuda': GPU %d: %s failed: %s", c->device, what, why);
+  if (err && errlen)
+    snprintf(err, errlen, "device 'cuda': GPU %d: %s failed: %s", c->device, what, why);
   cuda_destroy(c);
   return LOOM_SYSTEM;
 }

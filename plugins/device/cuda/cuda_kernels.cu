@@ -498,7 +498,9 @@ __device__ __forceinline__ uint16_t to_bf16(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u | 0x00400000u) >> 16);
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
-__device__ __forceinline__ float from_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ float from_bf16(uint16_t h) {
+  return __uint_as_float((uint32_t)h << 16);
+}
 __device__ __forceinline__ uint16_t to_f16(float f) {
   uint32_t u = __float_as_uint(f), a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7e00u | ((a >> 13) & 0x3ffu));
