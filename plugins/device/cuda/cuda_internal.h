@@ -12,7 +12,6 @@
 #ifndef LOOM_CUDA_INTERNAL_H
 #define LOOM_CUDA_INTERNAL_H
 
-#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <loom/device_v1.h>
