@@ -2,8 +2,10 @@
  * every slot set and nothing but loom_plugin_v1 exported; its options are checked before any GPU
  * is touched (unknown keys named); and create_ex either refuses with one line naming the missing
  * GPU / driver (no GPU: this machine) or, on a GPU, gives a context whose memory, copies and
- * reductions work. The kernels themselves are compared with the CPU device by the device
- * conformance suite on a GPU machine.
+ * reductions work, and whose kernels documented as bitwise the CPU device's (AdamW, encoder
+ * forward and backward, residual, axpy, scale, cross-entropy backward, round_to, convert) are
+ * (the comparison harness runs here with the CPU device standing in). Tolerance comparisons of
+ * every kernel are the device conformance suite's (loom conformance --device cuda).
  *
  * Built without a CUDA toolkit there is no cuda.so: the test exits 77 (ctest: skipped). */
 #include <check.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/device.h"
 #include "runtime/loader.h"
 
 #define CUDA_SO LOOM_TEST_BUILD_DIR "/lib/loom/plugins/cuda.so"
@@ -76,6 +79,178 @@ START_TEST(exports_only_the_entry_symbol) {
 }
 END_TEST
 
+/* ---- the kernels documented as bitwise the CPU device's (docs/architecture.md, "The CUDA
+ * device": the CPU's expressions in its order, no FMA contraction) ---- */
+
+typedef struct bench {
+  const loom_device_v1 *dut; /* device under test */
+  void *dut_ctx;
+  const loom_device_v1 *cpu;
+  void *cpu_ctx;
+  uint64_t rng;
+} bench;
+
+static float frand(bench *b) { /* [-1, 1), splitmix64 */
+  uint64_t z = (b->rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return (float)((double)(z >> 11) * 0x1p-52 - 1.0);
+}
+
+/* A device copy of `bytes` of host data on the device under test. */
+static void *up(bench *b, const void *host, size_t bytes) {
+  void *d = b->dut->alloc(b->dut_ctx, bytes);
+  ck_assert_ptr_nonnull(d);
+  b->dut->from_host(b->dut_ctx, d, host, bytes);
+  return d;
+}
+/* The device buffer's bytes equal `want`'s, reported by element (4-byte words). */
+static void same_bits(bench *b, const char *what, const void *dev_ptr, const void *want,
+                      size_t bytes) {
+  unsigned char *got = malloc(bytes);
+  b->dut->to_host(b->dut_ctx, got, dev_ptr, bytes);
+  for (size_t i = 0; i < bytes; i++)
+    ck_assert_msg(got[i] == ((const unsigned char *)want)[i],
+                  "%s differs from the cpu device at byte %zu (element %zu)", what, i, i / 4);
+  free(got);
+  b->dut->free(b->dut_ctx, (void *)dev_ptr);
+}
+
+static void bitwise_adamw(bench *b) {
+  enum { N = 10007 };
+  static float p[N], g[N], m[N], v[N];
+  for (int i = 0; i < N; i++) {
+    p[i] = frand(b);
+    g[i] = frand(b) * 1e-2f;
+    m[i] = frand(b) * 1e-3f;
+    v[i] = fabsf(frand(b)) * 1e-5f;
+  }
+  float *dp = up(b, p, sizeof p), *dg = up(b, g, sizeof g), *dm = up(b, m, sizeof m),
+        *dv = up(b, v, sizeof v);
+  for (int t = 1; t <= 3; t++) {
+    b->cpu->adamw(b->cpu_ctx, p, g, m, v, N, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+    b->dut->adamw(b->dut_ctx, dp, dg, dm, dv, N, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+  }
+  same_bits(b, "adamw param", dp, p, sizeof p);
+  same_bits(b, "adamw m", dm, m, sizeof m);
+  same_bits(b, "adamw v", dv, v, sizeof v);
+  b->dut->free(b->dut_ctx, dg);
+}
+
+static void bitwise_encoder(bench *b) {
+  enum { B = 3, T = 17, C = 45, V = 11 }; /* 51 positions, 11 tokens: many repeats */
+  static int32_t inp[B * T];
+  static float wte[V * C], wpe[T * C], out[B * T * C], dout[B * T * C], dwte[V * C], dwpe[T * C];
+  for (int i = 0; i < B * T; i++) inp[i] = (int32_t)((i * 7 + i / 5) % V);
+  inp[4] = inp[40] = inp[41] = 3; /* and a token seen at distant positions */
+  for (int i = 0; i < V * C; i++) wte[i] = frand(b), dwte[i] = frand(b);
+  for (int i = 0; i < T * C; i++) wpe[i] = frand(b), dwpe[i] = frand(b);
+  for (int i = 0; i < B * T * C; i++) dout[i] = frand(b);
+  int32_t *dinp = up(b, inp, sizeof inp);
+  float *dwte_w = up(b, wte, sizeof wte), *dwpe_w = up(b, wpe, sizeof wpe);
+  float *dout_d = up(b, dout, sizeof dout), *dwte_g = up(b, dwte, sizeof dwte),
+        *dwpe_g = up(b, dwpe, sizeof dwpe);
+  float *out_d = b->dut->alloc(b->dut_ctx, sizeof out);
+  b->cpu->encoder_forward(b->cpu_ctx, out, inp, wte, wpe, B, T, C);
+  b->dut->encoder_forward(b->dut_ctx, out_d, dinp, dwte_w, dwpe_w, B, T, C);
+  same_bits(b, "encoder_forward out", out_d, out, sizeof out);
+  b->cpu->encoder_backward(b->cpu_ctx, dwte, dwpe, dout, inp, B, T, C);
+  b->dut->encoder_backward(b->dut_ctx, dwte_g, dwpe_g, dout_d, dinp, B, T, C);
+  same_bits(b, "encoder_backward dwte", dwte_g, dwte, sizeof dwte);
+  same_bits(b, "encoder_backward dwpe", dwpe_g, dwpe, sizeof dwpe);
+  b->dut->free(b->dut_ctx, dinp);
+  b->dut->free(b->dut_ctx, dwte_w);
+  b->dut->free(b->dut_ctx, dwpe_w);
+  b->dut->free(b->dut_ctx, dout_d);
+}
+
+static void bitwise_vectors(bench *b) {
+  enum { N = 3001, ROWS = 7, V = 29 };
+  static float x[N], y[N], r[N], probs[ROWS * V], dl[ROWS * V];
+  for (int i = 0; i < N; i++) x[i] = frand(b) * 3.0f, y[i] = frand(b);
+  for (int i = 0; i < ROWS * V; i++) probs[i] = fabsf(frand(b));
+  int32_t tg[ROWS] = {3, -1, 0, 28, 5, 5, 17};
+  float *dx = up(b, x, sizeof x), *dy = up(b, y, sizeof y);
+  float *dr = b->dut->alloc(b->dut_ctx, sizeof r);
+  b->cpu->residual_forward(b->cpu_ctx, r, x, y, N);
+  b->dut->residual_forward(b->dut_ctx, dr, dx, dy, N);
+  same_bits(b, "residual_forward", dr, r, sizeof r);
+  b->cpu->axpy(b->cpu_ctx, y, -0.37f, x, N);
+  b->dut->axpy(b->dut_ctx, dy, -0.37f, dx, N);
+  b->cpu->scale(b->cpu_ctx, x, 1.7f, N);
+  b->dut->scale(b->dut_ctx, dx, 1.7f, N);
+  same_bits(b, "axpy", dy, y, sizeof y);
+  same_bits(b, "scale", dx, x, sizeof x);
+  float *dp = up(b, probs, sizeof probs);
+  int32_t *dt = up(b, tg, sizeof tg);
+  float *dd = b->dut->alloc(b->dut_ctx, sizeof dl);
+  b->cpu->crossentropy_backward(b->cpu_ctx, dl, probs, tg, 1.0f / 3.0f, ROWS, V);
+  b->dut->crossentropy_backward(b->dut_ctx, dd, dp, dt, 1.0f / 3.0f, ROWS, V);
+  same_bits(b, "crossentropy_backward", dd, dl, sizeof dl);
+  b->dut->free(b->dut_ctx, dp);
+  b->dut->free(b->dut_ctx, dt);
+}
+
+static void bitwise_16bit(bench *b) {
+  /* the hard cases: ties to even, the fp16 overflow and subnormal edges, NaN payloads, signed
+   * zeros and infinities, then random patterns of every exponent */
+  static const uint32_t special[] = {
+      0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u,
+      0x7f800001u, 0x7fa5a5a5u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x477fe000u,
+      0x477ff000u, 0x477fefffu, 0x33000000u, 0x33000001u, 0x387fc000u, 0x38800000u,
+      0x00000001u, 0x807fffffu, 0x7f7fffffu, 0xff7f8000u, 0x3effffffu, 0x3a800800u};
+  enum { NS = sizeof special / sizeof special[0], N = 4096 + NS };
+  static float x[N], r[N];
+  static uint16_t h[N];
+  for (int i = 0; i < N; i++) {
+    uint32_t u;
+    if (i < NS) u = special[i];
+    else u = (uint32_t)((frand(b) + 1.0f) * 2147483647.0f) ^ ((uint32_t)i << 20);
+    memcpy(&x[i], &u, 4);
+  }
+  const loom_dtype dts[2] = {LOOM_BF16, LOOM_F16};
+  for (int k = 0; k < 2; k++) {
+    const char *name = dts[k] == LOOM_BF16 ? "bf16" : "fp16";
+    char what[64];
+    float *dx = up(b, x, sizeof x);
+    memcpy(r, x, sizeof x);
+    b->cpu->round_to(b->cpu_ctx, r, dts[k], N);
+    b->dut->round_to(b->dut_ctx, dx, dts[k], N);
+    snprintf(what, sizeof what, "round_to %s", name);
+    same_bits(b, what, dx, r, sizeof r);
+    dx = up(b, x, sizeof x);
+    uint16_t *dh = b->dut->alloc(b->dut_ctx, sizeof h);
+    ck_assert_int_eq(b->cpu->convert(b->cpu_ctx, h, dts[k], x, LOOM_F32, N), LOOM_OK);
+    ck_assert_int_eq(b->dut->convert(b->dut_ctx, dh, dts[k], dx, LOOM_F32, N), LOOM_OK);
+    b->dut->free(b->dut_ctx, dx);
+    /* widen what the cpu packed, on both */
+    b->dut->from_host(b->dut_ctx, dh, h, sizeof h);
+    float *dw = b->dut->alloc(b->dut_ctx, sizeof r);
+    ck_assert_int_eq(b->cpu->convert(b->cpu_ctx, r, LOOM_F32, h, dts[k], N), LOOM_OK);
+    ck_assert_int_eq(b->dut->convert(b->dut_ctx, dw, LOOM_F32, dh, dts[k], N), LOOM_OK);
+    snprintf(what, sizeof what, "convert %s -> f32", name);
+    same_bits(b, what, dw, r, sizeof r);
+    /* and pack again: the narrowing itself, compared */
+    dx = up(b, x, sizeof x);
+    ck_assert_int_eq(b->dut->convert(b->dut_ctx, dh, dts[k], dx, LOOM_F32, N), LOOM_OK);
+    snprintf(what, sizeof what, "convert f32 -> %s", name);
+    same_bits(b, what, dh, h, sizeof h);
+    b->dut->free(b->dut_ctx, dx);
+  }
+}
+
+/* Every comparison above with `dut` as the device under test. */
+static void bitwise_suite(const loom_device_v1 *dut, void *dut_ctx) {
+  bench b = {.dut = dut, .dut_ctx = dut_ctx, .cpu = loom__cpu_device(), .rng = 42};
+  ck_assert_int_eq(b.cpu->create("{\"type\": \"cpu\", \"threads\": 1}", 0, &b.cpu_ctx), LOOM_OK);
+  bitwise_adamw(&b);
+  bitwise_encoder(&b);
+  bitwise_vectors(&b);
+  bitwise_16bit(&b);
+  b.cpu->destroy(b.cpu_ctx);
+}
+
 /* create_ex with `json`: expect `rc` and a one-line message containing `needle`. */
 static void expect_refusal(const char *json, int local_size, int rc, const char *needle) {
   char err[512];
@@ -138,6 +313,27 @@ START_TEST(refuses_without_a_gpu) {
 }
 END_TEST
 
+/* The harness itself, with the cpu device standing in for the device under test: this runs
+ * everywhere, so the comparisons that run on a GPU (gpu_bitwise_vs_cpu) are known to work. */
+START_TEST(bitwise_harness_on_cpu) {
+  const loom_device_v1 *cpu = loom__cpu_device();
+  void *ctx = NULL;
+  ck_assert_int_eq(cpu->create("{\"type\": \"cpu\", \"threads\": 1}", 0, &ctx), LOOM_OK);
+  bitwise_suite(cpu, ctx);
+  cpu->destroy(ctx);
+}
+END_TEST
+
+START_TEST(gpu_bitwise_vs_cpu) {
+  if (!have_gpu()) return; /* bitwise_harness_on_cpu runs the harness here */
+  char err[512];
+  void *ctx = NULL;
+  ck_assert_int_eq(dev->create_ex("{\"type\": \"cuda\"}", 0, 1, &ctx, err, sizeof err), LOOM_OK);
+  bitwise_suite(dev, ctx);
+  dev->destroy(ctx);
+}
+END_TEST
+
 START_TEST(gpu_smoke) {
   if (!have_gpu()) return; /* nothing to run here: refuses_without_a_gpu covers it */
   expect_refusal("{\"type\": \"cuda\"}", 100000, LOOM_UNSUPPORTED, "100000 local ranks");
@@ -186,6 +382,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, options_checked_before_the_gpu);
   tcase_add_test(tc, refuses_without_a_gpu);
   tcase_add_test(tc, gpu_smoke);
+  tcase_add_test(tc, bitwise_harness_on_cpu);
+  tcase_add_test(tc, gpu_bitwise_vs_cpu);
   suite_add_tcase(s, tc);
   return s;
 }
