@@ -6,6 +6,7 @@
  * precision, checkpoint) run in the installed battery script, which this front execs with what
  * it learned in LOOM_CONF_* variables. One line per check: "PASS|FAIL|SKIP  NAME  detail". */
 #include "conformance/conformance.h"
+#include "conformance/device_conformance.h"
 
 #include <limits.h>
 #include <stddef.h>
@@ -268,6 +269,8 @@ static int usage(FILE *out) {
 }
 
 int loom_conformance_main(int argc, char **argv) {
+  for (int i = 2; i < argc; i++) /* a device backend: its kernels, not a training battery */
+    if (!strcmp(argv[i], "--device")) return loom_device_conformance_main(argc, argv);
   const char *plugin = NULL, *np = "4", *keep = "", *only = "";
   char with[2048] = "";
   for (int i = 2; i < argc; i++) {

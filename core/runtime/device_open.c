@@ -91,6 +91,19 @@ int loom__device_open(loom_runtime *rt, int threads, char *err, size_t errlen) {
     loom__plugin_close(&rt->dev_plugin);
     return -1;
   }
+  /* the comm plugin must reach the device's memory (caps): nccl.so GPU memory only; mpi.so
+   * host memory, and device memory by staging through the host */
+  const loom_plugin *cp = &rt->comm_plugin;
+  uint64_t cc = cp->u.hdr.caps;
+  int host_mem = LOOM_DEVICE_HOST_ADDRESSABLE(ops);
+  if (cp->handle && !(cc & (host_mem ? LOOM_COMM_CAP_HOST_MEMORY : LOOM_COMM_CAP_DEVICE_MEMORY))) {
+    snprintf(err, errlen, "%s: %s: plugin '%s' [%s] moves %s memory only, but device '%s' keeps "
+             "tensors in %s memory: use {\"plugin\": \"mpi\"}, which works with every device",
+             cfg->path, cfg->comm.json_path, cfg->comm.name, cp->path,
+             host_mem ? "device (GPU)" : "host", type, host_mem ? "host" : "device");
+    loom__device_close(rt);
+    return -1;
+  }
   return 0;
 }
 

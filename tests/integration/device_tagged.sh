@@ -63,4 +63,12 @@ run 2 straight_cpu $S \
   --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/straight_cpu/ckpt\",\"every\":4}"
 echo "== resumed on the tagged device vs straight on cpu, steps 5-8"
 compare resumed_tagged straight_cpu --bitwise --steps 5:8
+# every collective of mpi.so on the tagged device's memory (staged), 2 ranks: the conformance
+# probe's self-test (world and data-parallel communicators, blocking and asynchronous)
+PROBE=$LOOM_BUILD/lib/loom/conformance/conformance_probe.so
+run 2 selftest --set train.steps=2 --set "device.type=\"$TAGGED\"" \
+  --set "parallel=[{\"plugin\":\"ddp\"},{\"plugin\":\"$PROBE\",\"comm_selftest\":true}]"
+grep -q "comm self-test: [0-9]* checks passed on the world" "$WORK/selftest/out.log" ||
+  die "the comm self-test on the tagged device did not pass"
+grep "comm self-test" "$WORK/selftest/out.log" | head -2
 echo "device_tagged: every run on the non-host-addressable device equals the CPU run bitwise"

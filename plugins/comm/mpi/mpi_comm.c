@@ -621,8 +621,9 @@ static void mpi_abort(void *ctx, int exit_code) {
 
 LOOM_EXPORT const loom_comm_v1 loom_plugin_v1 = {
   .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_COMM, "mpi", "1.0.0",
-                                 "MPI collectives and point-to-point (OpenMPI) for CPU ranks",
-                                 LOOM_COMM_CAP_HOST_MEMORY, loom_comm_v1),
+                                 "MPI collectives and point-to-point (OpenMPI); stages device memory through the host",
+                                 LOOM_COMM_CAP_HOST_MEMORY | LOOM_COMM_CAP_DEVICE_MEMORY,
+                                 loom_comm_v1),
   .create = mpi_create,
   .destroy = mpi_destroy,
   .world = mpi_world,
