@@ -39,10 +39,15 @@ for c in "${cases[@]}"; do
   echo "== $name ($n ranks): tagged device vs cpu"
   compare "${name}_tagged" "${name}_cpu" --bitwise
   if [ -n "$extra" ] && grep -q sample.tokens <<<"$extra"; then
-    # the sampled text is printed by rank 0: the same tokens on both devices
-    diff <(grep -A3 -i 'sample' "$WORK/${name}_cpu/out.log" | grep -v 'MiB\|metrics') \
-         <(grep -A3 -i 'sample' "$WORK/${name}_tagged/out.log" | grep -v 'MiB\|metrics') \
+    # the sampled text is printed by rank 0: the same tokens on both devices. Its lines are
+    # those after "loom: sample" up to rank 0's next "loom:" line; other ranks' lines ("loom[R]")
+    # may land in between (mpirun interleaves by line), and the text is raw bytes (grep -a).
+    sample_text() {
+      awk '/^loom: sample/ {on = 1; next} on && /^loom\[/ {next} on && /^loom:/ {exit} on' "$1"
+    }
+    diff <(sample_text "$WORK/${name}_cpu/out.log") <(sample_text "$WORK/${name}_tagged/out.log") \
       >/dev/null || die "$name: the sampled text differs between the devices"
+    [ -n "$(sample_text "$WORK/${name}_cpu/out.log")" ] || die "$name: no sampled text in the log"
   fi
 done
 # checkpoint on the tagged device at step 4, a new process resumes there on the tagged device:
