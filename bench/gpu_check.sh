@@ -177,11 +177,12 @@ else
   row "tiny 30 steps cuda vs cpu" FAIL "$(last "$W/logs/compare_tiny_cuda_tiny_cpu.txt" 2>/dev/null || last "$W/logs/tiny_cuda.txt")"
 fi
 # 2 ranks ddp sharing the GPU through mpi.so (staged through host memory) vs 1 rank, same
-# global batch: the equivalence tests' fp32 bound, 1e-5
+# global batch: the equivalence tests' fp32 bound, 1e-5. cuda.so gives each local rank its own
+# GPU unless "share_gpus" allows more ranks than GPUs.
 train tiny_cuda_1r 1 --set train.steps=30 --set 'parallel=[]' --set train.micro_batch_size=8 \
   --set 'device={"type":"cuda"}' &&
   train tiny_cuda_ddp2 2 --set train.steps=30 --set train.micro_batch_size=4 \
-    --set 'device={"type":"cuda"}'
+    --set 'device={"type":"cuda","share_gpus":true}'
 if [ $? = 0 ] && compare tiny_cuda_ddp2 tiny_cuda_1r --rtol 1e-5; then
   row "2 ranks ddp on 1 GPU (mpi) vs 1" PASS "$(last "$W/logs/compare_tiny_cuda_ddp2_tiny_cuda_1r.txt")"
 else
