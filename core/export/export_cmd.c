@@ -162,8 +162,15 @@ int loom_cmd_export(int argc, char **argv) {
     if (!rc) {
       char md[256];
       snprintf(md, sizeof md, "{\"loom.source\": \"initial parameters of a config\"}");
-      rc = loom__model_file_write(out, (loom_model_format)format, &im.m, initial_read, &im, md,
-                                  err, sizeof err);
+      /* the unpadded table: a padded wte's rows past V are no token's and are not exported */
+      rc = loom__gpt2_table(&table, cfg.model.vocab_size, cfg.model.context_length,
+                            cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, err,
+                            sizeof err);
+      if (!rc) {
+        rc = loom__model_file_write(out, (loom_model_format)format, &table, initial_read, &im,
+                                    md, err, sizeof err);
+        gpt_free(&table);
+      }
       gpt_free(&im.m);
       loom__dev_close(&im.dev);
     }
