@@ -140,8 +140,11 @@ static int meta_int(loom_ckpt_view *v, const char *obj, const char *key, int lo,
   return 0;
 }
 
+/* The parameters' items: format 2's flat "params", "params@ppSofP@tpRofT", and format 3's
+ * "params/TENSOR" (the pipeline's "params/wte@tied_copy" too: verified, never read). */
 static int is_params_item(const char *name) {
-  return strcmp(name, "params") == 0 || strncmp(name, "params@", 7) == 0;
+  return strcmp(name, "params") == 0 || strncmp(name, "params@", 7) == 0 ||
+         strncmp(name, "params/", 7) == 0;
 }
 
 /* Stream every parameter chunk through CRC-32 (1 MiB at a time) and compare. */
@@ -217,6 +220,8 @@ int loom__ckpt_view_open(loom_ckpt_view *v, const char *path, char *err, size_t 
       meta_int(v, "model", "n_head", 1, GPT_MAX_N_EMBD, &v->n_head, err, errlen) ||
       meta_int(v, "model", "n_embd", 1, GPT_MAX_N_EMBD, &v->n_embd, err, errlen))
     goto fail;
+  v->global = json_is_string(json_object_get(v->meta, "items")) &&
+              strcmp(json_string_value(json_object_get(v->meta, "items")), "global") == 0;
   json_t *tables = v->pp > 1 ? json_object_get(v->meta, "stages") : NULL;
   if (v->pp > 1 ? json_array_size(tables) != (size_t)v->pp
                 : !json_is_array(json_object_get(v->meta, "tensors"))) {
@@ -235,6 +240,44 @@ fail:
 void loom__ckpt_view_close(loom_ckpt_view *v) {
   json_decref(v->man);
   memset(v, 0, sizeof *v);
+}
+
+/* All `count` elements of chunk ch (of item `item`) into dst, widened to fp32. */
+static int read_chunk(loom_ckpt_view *v, json_t *ch, const char *item, float *dst, char *err,
+                      size_t errlen) {
+  loom_dtype dt = (loom_dtype)json_integer_value(json_object_get(ch, "dtype"));
+  if (dt != LOOM_F32 && dt != LOOM_BF16 && dt != LOOM_F16) {
+    loom__set_err(err, errlen, "%s: item '%s' has dtype %d: parameters are fp32, bf16 or fp16",
+                  v->dir, item, (int)dt);
+    return -1;
+  }
+  char p[PATH_MAX], e[1024];
+  snprintf(p, sizeof p, "%s/%s", v->dir, json_string_value(json_object_get(ch, "file")));
+  off_t size;
+  int fd = loom__open_regular(p, &size, e, sizeof e);
+  if (fd < 0) {
+    loom__set_err(err, errlen, "%s", e);
+    return -1;
+  }
+  const size_t n = (size_t)json_integer_value(json_object_get(ch, "count"));
+  const size_t bytes = n * loom_dtype_size(dt);
+  const uint64_t at = (uint64_t)json_integer_value(json_object_get(ch, "at"));
+  /* 16-bit values land in the upper half of dst's range and widen in place */
+  char *to = (char *)dst + (dt == LOOM_F32 ? 0 : bytes);
+  size_t got = 0;
+  while (got < bytes) {
+    ssize_t r = pread(fd, to + got, bytes - got, (off_t)(at + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  if (got != bytes) {
+    loom__set_err(err, errlen, "%s: truncated reading item '%s'", p, item);
+    return -1;
+  }
+  if (dt != LOOM_F32) loom__widen_16(dt == LOOM_BF16, (const uint16_t *)to, dst, n);
+  return 0;
 }
 
 /* Elements [off, off+n) of item `item` into dst (fp32), from whichever chunks hold them. */
@@ -294,6 +337,69 @@ static int read_item(loom_ckpt_view *v, const char *item, uint64_t off, uint64_t
   return 0;
 }
 
+/* Format 3: the global tensor `p` from the chunks of item "params/NAME". Each chunk holds local
+ * elements [offset, offset + count) of one tensor-parallel slice; the slice's runs (slice.h)
+ * place them in the global tensor. Elements past p's own (a padded wte's rows V..Vp-1, at the
+ * end in row-major order) are dropped; every one of p's must be found. */
+static int read_global(loom_ckpt_view *v, const gpt_param *p, float *dst, char *err,
+                       size_t errlen) {
+  const int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
+  const uint64_t want = (uint64_t)rows * (uint64_t)cols;
+  char item[96];
+  snprintf(item, sizeof item, "params/%s", p->name);
+  uint64_t covered = 0;
+  int found = 0;
+  size_t si, ci;
+  json_t *shard, *ch;
+  json_array_foreach(json_object_get(v->man, "shards"), si, shard) {
+    json_array_foreach(json_object_get(shard, "chunks"), ci, ch) {
+      if (strcmp(json_string_value(json_object_get(ch, "name")), item) != 0) continue;
+      ckpt_slice s;
+      ckpt_chunk_slice(ch, &s);
+      json_t *shape = json_object_get(ch, "shape");
+      /* only wte's rows may differ: the checkpoint's Vp against the table's V */
+      int rows_ok = s.rows == rows || (p->role == GPT_WTE && s.rows > rows);
+      if (!json_is_array(shape) || json_array_size(shape) != (size_t)p->ndim || !rows_ok ||
+          s.cols != cols) {
+        loom__set_err(err, errlen, "%s/manifest.json: item '%s' has global shape [%" PRId64
+                      ", %" PRId64 "], a GPT-2 of the checkpoint's meta.model needs [%" PRId64
+                      ", %" PRId64 "]%s", v->dir, item, (int64_t)s.rows, (int64_t)s.cols, rows,
+                      cols, p->role == GPT_WTE ? " (or more rows: a padded vocabulary)" : "");
+        return -1;
+      }
+      uint64_t lo = (uint64_t)json_integer_value(json_object_get(ch, "offset"));
+      uint64_t cnt = (uint64_t)json_integer_value(json_object_get(ch, "count"));
+      found = 1;
+      if (cnt == 0) continue;
+      float *buf = malloc(cnt * sizeof(float));
+      if (!buf) {
+        loom__set_err(err, errlen, "out of host memory reading '%s'", item);
+        return -1;
+      }
+      int rc = read_chunk(v, ch, item, buf, err, errlen);
+      const uint64_t run = ckpt_slice_run_len(&s);
+      for (uint64_t k = lo / run; !rc && k * run < lo + cnt; k++) {
+        uint64_t a = k * run > lo ? k * run : lo;
+        uint64_t b = (k + 1) * run < lo + cnt ? (k + 1) * run : lo + cnt;
+        uint64_t g = ckpt_slice_run_global(&s, k) + (a - k * run);
+        if (g >= want) continue; /* a padded row */
+        uint64_t n = b - a < want - g ? b - a : want - g;
+        memcpy(dst + g, buf + (a - lo), n * sizeof(float));
+        covered += n;
+      }
+      free(buf);
+      if (rc) return -1;
+    }
+  }
+  if (!found || covered != want) {
+    loom__set_err(err, errlen, "%s: item '%s' %s (%" PRIu64 " of its %" PRIu64 " elements "
+                  "found): the checkpoint is damaged or not a GPT-2 of its meta.model", v->dir,
+                  item, found ? "is not fully in the checkpoint" : "is missing", covered, want);
+    return -1;
+  }
+  return 0;
+}
+
 /* The entry named `name` (not the pipeline's tied wte copy) in a tensor table, or NULL. */
 static json_t *table_entry(json_t *table, const char *name) {
   size_t i;
@@ -308,6 +414,7 @@ static json_t *table_entry(json_t *table, const char *name) {
 
 int loom__ckpt_view_read(loom_ckpt_view *v, const gpt_param *p, float *dst, char *err,
                          size_t errlen) {
+  if (v->global) return read_global(v, p, dst, err, errlen);
   /* the stage holding the tensor, and its entry */
   int stage = 0;
   json_t *entry = NULL;

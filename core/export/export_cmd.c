@@ -42,6 +42,8 @@ typedef struct initial_model {
   gpt_model m;
 } initial_model;
 
+/* The model's tensor p->name; a padded wte (Vp rows) gives its first V rows (p->numel floats,
+ * row-major: a prefix). */
 static int initial_read(void *ctx, const gpt_param *p, float *dst, char *err, size_t errlen) {
   initial_model *im = ctx;
   for (int i = 0; i < im->m.n_params; i++)
@@ -63,7 +65,8 @@ static int initial_open(initial_model *im, const loom_config *cfg, char *err, si
   }
   gpt_config mc = {.vocab_size = cfg->model.vocab_size, .max_seq_len = cfg->model.context_length,
                    .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
-                   .n_embd = cfg->model.n_embd};
+                   .n_embd = cfg->model.n_embd,
+                   .padded_vocab_size = cfg->model.padded_vocab_size};
   if (gpt_init_ex(&im->m, &mc, &im->dev, GPT_NO_GRAD_STORAGE, e, sizeof e) != LOOM_OK) {
     loom__set_err(err, errlen, "%s: %s", cfg->path, e);
     loom__dev_close(&im->dev);
@@ -159,8 +162,15 @@ int loom_cmd_export(int argc, char **argv) {
     if (!rc) {
       char md[256];
       snprintf(md, sizeof md, "{\"loom.source\": \"initial parameters of a config\"}");
-      rc = loom__model_file_write(out, (loom_model_format)format, &im.m, initial_read, &im, md,
-                                  err, sizeof err);
+      /* the unpadded table: a padded wte's rows past V are no token's and are not exported */
+      rc = loom__gpt2_table(&table, cfg.model.vocab_size, cfg.model.context_length,
+                            cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, err,
+                            sizeof err);
+      if (!rc) {
+        rc = loom__model_file_write(out, (loom_model_format)format, &table, initial_read, &im,
+                                    md, err, sizeof err);
+        gpt_free(&table);
+      }
       gpt_free(&im.m);
       loom__dev_close(&im.dev);
     }

@@ -361,13 +361,27 @@ static int fill_tensor(loom_model_file *f, const file_tensor *ft, const gpt_para
   const int64_t frows = ft->transposed ? cols : rows, fcols = ft->transposed ? rows : cols;
   const size_t esz = loom_dtype_size((loom_dtype)ft->dtype);
   if (!ft->transposed && (tp <= 1 || p->split_dim < 0)) {
-    /* the rank's piece is the whole tensor in the file's order: one read of [lo, hi) */
-    size_t cnt = hi - lo, bytes = cnt * esz;
+    /* the rank's piece is the whole tensor in the file's order: one read of [lo, hi). A padded
+     * vocabulary's wte has rows past the file's V (its last elements, row-major): they are
+     * zero, as llm.c's files hold them; the masked logits give them no say in anything. */
+    const size_t in_file = (size_t)(rows * cols), first = lo - p->offset;
+    size_t cnt = hi - lo, bytes;
+    if (first + cnt > in_file) {
+      size_t keep = first < in_file ? in_file - first : 0;
+      memset(buf + keep, 0, (cnt - keep) * sizeof(float));
+      cnt = keep;
+    }
+    bytes = cnt * esz;
     char *to = (char *)buf + (esz == 4 ? 0 : bytes); /* 16-bit: upper half, widened in place */
-    if (read_exact(f, to, bytes, ft->at + (uint64_t)(lo - p->offset) * esz, err, errlen))
+    if (cnt && read_exact(f, to, bytes, ft->at + (uint64_t)first * esz, err, errlen))
       return -1;
     if (esz != 4) loom__widen_16(ft->dtype == LOOM_BF16, (const uint16_t *)to, buf, cnt);
     return 0;
+  }
+  if (p->shape[0] != rows) { /* defensive: only wte (replicated, untransposed) is padded */
+    loom__set_err(err, errlen, "%s: '%s' has %" PRId64 " rows in the model, %" PRId64 " in the "
+                  "file", f->path, p->name, p->shape[0], rows);
+    return -1;
   }
   float *row = malloc((size_t)fcols * sizeof(float));
   if (!row) {

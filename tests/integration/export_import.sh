@@ -4,7 +4,11 @@
 # GPT-2 forward (check_export.py verify: loss within 1e-5 of loom's); export -> init_from ->
 # export round trips bitwise for both formats; runs started from the file under zero3 dp2, tp2
 # and pp2 match the one-rank run step by step (compare_runs.py's equivalence tolerances) and
-# export the same parameters (tp2 x pp2 too); the refusals (another model's file, a wrong shape) name the
+# export the same parameters (tp2 x pp2 too) from their format-3 checkpoints (the global view),
+# and a format-2 one (ckpt_format2.py) exports bitwise what its format-3 original does; a padded
+# vocabulary (fortunes_gpt2's V 50257 / Vp 50304) exports its V real rows, round trips bitwise
+# through a config of another padding, and trains from the file on the tagged device bitwise
+# like the CPU device, its padded rows zero; the refusals (another model's file, a wrong shape) name the
 # tensor or dimension and both values; a resumed run ignores init_from.
 # Vocabulary 300 (not a multiple of 128): llm.c's file pads it to 384 rows.
 . "$(dirname "$0")/lib.sh"
@@ -110,6 +114,75 @@ for r in eq_zero3 eq_tp2 eq_pp2 eq_tp2pp2; do
   export_to "$WORK/$r" safetensors "$WORK/$r.safetensors"
   $PY "$CHECK" close "$WORK/$r.safetensors" "$WORK/eq1.safetensors" 2.6e-5 || die "$r export"
 done
+for r in eq_zero3 eq_tp2 eq_pp2 eq_tp2pp2; do # what they exported: format 3, the global view
+  grep -q '"loom-checkpoint-3"' "$WORK/$r/ckpt/step-00000020/manifest.json" &&
+    grep -q '"items": *"global"' "$WORK/$r/ckpt/step-00000020/manifest.json" ||
+    die "$r's checkpoint is not format 3 with the global view"
+done
+# format 2 (flat items per tp rank, written before the global view) still exports: eq_tp2's
+# checkpoint rewritten as format 2 exports bitwise what its format-3 original does
+mkdir -p "$WORK/eq_tp2_f2"
+$PY "$LOOM_SRC/tests/integration/ckpt_format2.py" "$WORK/eq_tp2/ckpt/step-00000020" \
+  "$WORK/eq_tp2_f2/step-00000020" || die "ckpt_format2.py failed"
+grep -q '"params@tp1of2"' "$WORK/eq_tp2_f2/step-00000020/manifest.json" || die "not format 2"
+export_to "$WORK/eq_tp2_f2/step-00000020" safetensors "$WORK/eq_tp2_f2.safetensors"
+$PY "$CHECK" same "$WORK/eq_tp2_f2.safetensors" "$WORK/eq_tp2.safetensors" || die "format 2 export"
+
+# 3c. a padded vocabulary, configs/fortunes_gpt2.json's shape (V 50257, wte padded to Vp 50304
+# rows) on the tiny model: the export holds the V real rows (safetensors [50257, 32]; llm.c's
+# file Vp 50304 with zero rows past V, check_export.py verify), equal bitwise to the first V
+# rows of the checkpoint's params/wte; a config with another padding (50432) starts from either
+# file (its padded rows zero) and exports it back bitwise; training from the llm.c file on the
+# tagged device (tests/fixtures/tagged_device.c: init_from writes only through the device API)
+# is bitwise the CPU device's, and the padded rows stay zero (no gradient reaches them).
+G='--set model.vocab_size=50257 --set model.padded_vocab_size=50304'
+run 1 g2 $G --set 'parallel=[]' --set train.steps=2 --set train.eval_interval=0
+export_to "$WORK/g2" safetensors "$WORK/g2.safetensors"
+export_to "$WORK/g2" llmc "$WORK/g2.bin"
+$PY "$CHECK" verify "$WORK/g2.safetensors" "$WORK/g2.bin" --file-loss "$LOOM_BUILD/bin/file_loss" \
+  --tokens "$(ls "$WORK"/data/val_*.bin | head -1)" --workdir "$WORK" || die "g2 verify failed"
+$PY - "$WORK/g2/ckpt/step-00000002" "$WORK/g2.safetensors" <<'PY' || die "g2 wte"
+import json, os, struct, sys, array
+sys.path.insert(0, os.environ["LOOM_SRC"] + "/tests/integration")
+from compare_runs import read_global
+step, st = sys.argv[1:3]
+man = json.load(open(os.path.join(step, "manifest.json")))
+wte = read_global(step, man, "params/wte")
+d = open(st, "rb").read()
+(n,) = struct.unpack("<Q", d[:8])
+h = json.loads(d[8:8 + n])["wte.weight"]
+b, e = h["data_offsets"]
+got = array.array("f", d[8 + n + b:8 + n + e])
+print(f"checkpoint wte {len(wte) // 32} rows, safetensors wte.weight {h['shape']}")
+sys.exit(0 if h["shape"] == [50257, 32] and got == wte[:50257 * 32] else 1)
+PY
+config g2_st "$WORK/g2.safetensors" "" '{"vocab_size": 50257, "padded_vocab_size": 50432}'
+config g2_bin "$WORK/g2.bin" llmc '{"vocab_size": 50257, "padded_vocab_size": 50432}'
+export_to "$WORK/g2_st.json" safetensors "$WORK/g2_rt.safetensors"
+export_to "$WORK/g2_bin.json" llmc "$WORK/g2_rt.bin"
+$PY "$CHECK" same "$WORK/g2.safetensors" "$WORK/g2_rt.safetensors" || die "g2 safetensors round trip"
+cmp "$WORK/g2.bin" "$WORK/g2_rt.bin" || die "g2 llm.c round trip is not bitwise"
+echo "padded vocabulary round trip: $WORK/g2.bin == $WORK/g2_rt.bin (cmp)"
+GI="init_from={\"path\":\"$WORK/g2.bin\",\"format\":\"llmc\"}"
+for dev in cpu tagged; do
+  type=cpu
+  [ "$dev" = tagged ] && type=$LOOM_BUILD/tests/fixtures/tagged_device.so
+  run 1 "g2_$dev" --set model.vocab_size=50257 --set model.padded_vocab_size=50432 \
+    --set "$GI" --set 'parallel=[]' --set train.steps=2 --set train.eval_interval=0 \
+    --set "device.type=\"$type\""
+done
+compare g2_tagged g2_cpu --bitwise
+$PY - "$WORK/g2_tagged/ckpt/step-00000002" <<'PY' || die "g2_tagged: padded wte rows not zero"
+import json, os, sys
+sys.path.insert(0, os.environ["LOOM_SRC"] + "/tests/integration")
+from compare_runs import read_global
+man = json.load(open(os.path.join(sys.argv[1], "manifest.json")))
+wte = read_global(sys.argv[1], man, "params/wte")
+pad = wte[50257 * 32:]
+print(f"trained from the llm.c file: wte {len(wte) // 32} rows, rows 50257.. all zero: {not any(pad)}")
+sys.exit(0 if len(pad) == (50432 - 50257) * 32 and not any(pad) else 1)
+PY
+
 $PY - "$WORK/init1/ckpt/step-00000003/manifest.json" "$WORK/src.safetensors" <<'PY' ||
 import json, sys
 m = json.load(open(sys.argv[1]))["meta"]["init_from"]
@@ -169,7 +242,7 @@ expect_fail "init_from.format: expected \"safetensors\" or \"llmc\"" \
 expect_fail "no checkpoint there" "$LOOM" export "$WORK/data" --format llmc "$WORK/x.bin"
 cp -r "$WORK/src/ckpt/step-00000006" "$WORK/step-00000006"  # one flipped byte in a chunk
 printf '\xff' | dd of="$WORK/step-00000006/rank-00000.bin" bs=1 seek=1000 conv=notrunc 2>/dev/null
-expect_fail "checksum mismatch in item 'params'" \
+expect_fail "checksum mismatch in item 'params/wte'" \
   "$LOOM" export "$WORK/step-00000006" --format llmc "$WORK/x.bin"
 [ ! -e "$WORK/x.bin" ] && [ ! -e "$WORK/x.bin.tmp" ] || die "a failed export left a file behind"
 echo "PASS"

@@ -116,6 +116,75 @@ START_TEST(test_layouts) {
 }
 END_TEST
 
+/* The flat parameters of model `cfg` filled from `path` over [begin, begin + n) (n 0: to the
+ * end), on the host (free it); *m is the model (free with gpt_free). */
+static float *fill_host(const char *path, loom_model_format fmt, gpt_config cfg, size_t begin,
+                        size_t n, gpt_model *m) {
+  ck_assert_int_eq(gpt_init(m, &cfg, &dev, err, sizeof err), LOOM_OK);
+  if (n == 0) n = m->num_parameters - begin;
+  float *d = loom__dev_alloc(&dev, n * sizeof(float), LOOM_MEM_OTHER);
+  float *h = malloc(n * sizeof(float));
+  loom_model_file *f = loom__model_file_open(path, fmt, &table, err, sizeof err);
+  ck_assert_msg(f != NULL, "%s", err);
+  ck_assert_msg(loom__model_file_fill(f, m, begin, n, d, err, sizeof err) == 0, "%s", err);
+  loom__model_file_close(f);
+  dev.ops->to_host(dev.ctx, h, d, n * sizeof(float));
+  loom__dev_free(&dev, d);
+  return h;
+}
+
+/* A model with a padded vocabulary (Vp 320 > V 200; llm.c's file has 256 rows, safetensors
+ * 200) filled from either file: wte's first V rows, and every other tensor, bitwise what the
+ * unpadded model gets; the padded rows V..Vp-1 zero. Whole, tp 2 (wte replicated), the last
+ * pipeline stage (its tied wte copy), and a ZeRO-3-like range ending inside the padded rows. */
+START_TEST(test_padded_vocab) {
+  const char *paths[2] = {path_st, path_bin};
+  for (int k = 0; k < 2; k++) {
+    loom_model_format fmt = k ? LOOM_FORMAT_LLMC : LOOM_FORMAT_SAFETENSORS;
+    gpt_config plain[3] = {base, base, base};
+    plain[1].tp_size = 2, plain[1].tp_rank = 1;
+    plain[2].pp_first = 2, plain[2].pp_end = base.n_layer + 2;
+    for (int c = 0; c < 3; c++) {
+      gpt_config padded = plain[c];
+      padded.padded_vocab_size = 320;
+      gpt_model m0, m1;
+      float *want = fill_host(paths[k], fmt, plain[c], 0, 0, &m0);
+      float *got = fill_host(paths[k], fmt, padded, 0, 0, &m1);
+      ck_assert_int_eq(m0.n_params, m1.n_params);
+      int zero_rows = 0;
+      for (int i = 0; i < m1.n_params; i++) {
+        const gpt_param *a = &m0.params[i], *b = &m1.params[i];
+        if (!b->present) continue;
+        ck_assert_str_eq(a->name, b->name);
+        ck_assert_msg(memcmp(want + a->offset, got + b->offset, a->numel * sizeof(float)) == 0,
+                      "%s (file %d, layout %d): the real rows differ", b->name, k, c);
+        for (size_t e = a->numel; e < b->numel; e++)
+          ck_assert_msg(got[b->offset + e] == 0.0f, "%s element %zu: %g, want 0 (padded row)",
+                        b->name, e, got[b->offset + e]);
+        zero_rows += (int)((b->numel - a->numel) / (size_t)base.n_embd);
+      }
+      ck_assert_int_eq(zero_rows, 120); /* one wte (or its tied copy) per layout */
+      /* a ZeRO-3 partition: the flat range [wte's row 150, row 300) (the tied copy's on the
+       * last stage) */
+      const gpt_param *wte = NULL;
+      for (int i = 0; i < m1.n_params && !wte; i++)
+        if (m1.params[i].present && m1.params[i].role == GPT_WTE) wte = &m1.params[i];
+      ck_assert_ptr_nonnull(wte);
+      size_t lo = wte->offset + 150 * (size_t)base.n_embd, n = 150 * (size_t)base.n_embd;
+      gpt_model m2;
+      float *part = fill_host(paths[k], fmt, padded, lo, n, &m2);
+      ck_assert_msg(memcmp(part, got + lo, n * sizeof(float)) == 0, "range of wte differs");
+      free(part);
+      gpt_free(&m2);
+      free(want);
+      free(got);
+      gpt_free(&m0);
+      gpt_free(&m1);
+    }
+  }
+}
+END_TEST
+
 /* Rewrite m.safetensors with its header passed through `edit` (a sed-like replace). */
 static void write_edited(const char *from, const char *to, const char *out) {
   FILE *f = fopen(path_st, "rb");
@@ -274,6 +343,7 @@ int main(void) {
   tcase_add_test(tc, test_refusals);
   tcase_add_test(tc, test_llmc_header);
   tcase_add_test(tc, test_bf16_file);
+  tcase_add_test(tc, test_padded_vocab);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
