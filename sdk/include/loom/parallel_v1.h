@@ -51,6 +51,13 @@ extern "C" {
                                                pre_backward until its post_backward */
 #define LOOM_PAR_CAP_SHARD_OPTIM (1u << 6)   /* publishes a sharded optimizer partition
                                                (ZeRO-1 and up): optimizer state is 1/dp */
+#define LOOM_PAR_CAP_STORAGE_16BIT (1u << 7) /* ABI 1.4: handles 16-bit parameter/gradient
+                                               storage (loom_model_v1.param_dtype, grad_dtype,
+                                               loom_partition_v1.master). The host stores them in
+                                               16 bits under bf16/fp16 only when every loaded
+                                               parallel plugin declares it; a plugin built
+                                               against ABI <= 1.3 cannot, and gets fp32 buffers
+                                               holding 16-bit values (logged once) */
 /* The mesh axis the plugin works on (exactly one). */
 #define LOOM_PAR_CAP_AXIS_DP (1u << 16)
 #define LOOM_PAR_CAP_AXIS_TP (1u << 17)
