@@ -90,6 +90,12 @@ typedef struct loom_estimate {
   int stage;                /* 0 (none/DDP), 1, 2, 3: the highest sharding role */
   loom_dtype dtype;         /* the precision plugin's compute dtype */
   int sync16;               /* the gradient all-reduce travels in dtype (ddp under bf16/fp16) */
+  int storage16;            /* 16-bit parameter storage (ABI 1.4; every plugin can) */
+  int grad16;               /* 16-bit gradient storage (storage16 and one micro-batch) */
+  int param_elem, grad_elem, optim_k; /* bytes per element: params P, grads G, optimizer K */
+  uint64_t paper_states;    /* the ZeRO paper's model states (+ ZeRO-3's gathered set) */
+  char paper_formula[96];   /* "2Psi + 14Psi/N", ... */
+  uint64_t working;         /* model-state bytes beyond the formula: the fp32 working copies */
   char strategy[128];       /* "ZeRO-2 (P_os+g) + optimizer offload", ... */
   /* model and batch */
   int n_layer, n_head, n_embd, vocab_size, context_length;
