@@ -59,11 +59,11 @@ static int z2_setup(void *ctx) {
   zero *z = ctx;
   int rc = zc_setup(z, 1, 0);
   if (rc) return rc;
-  float *grads = zc_alloc(z, z->count, LOOM_MEM_GRADS);
+  void *grads = zc_alloc(z, z->count, z->gel, LOOM_MEM_GRADS);
   if (!grads) return LOOM_NOMEM;
   z->own_part_grads = 1;
   z->part_grads = grads;
-  rc = zc_publish(z, z->model->params + z->begin, grads);
+  rc = zc_publish(z, zc_at(z->model->params, z->begin, z->pel), grads);
   if (!rc) rc = zc_gb_build(z);
   if (!rc) rc = zc_flat_build(z, z->allgather_bucket, 0, &z->ag, &z->n_ag);
   if (rc) return rc;
@@ -74,7 +74,10 @@ static int z2_setup(void *ctx) {
   return LOOM_OK;
 }
 
-static int z2_begin_step(void *ctx, int step) { return zc_gb_begin_step(ctx); }
+static int z2_begin_step(void *ctx, int step) {
+  int rc = zc_first_step_gather(ctx);
+  return rc ? rc : zc_gb_begin_step(ctx);
+}
 static int z2_pre_backward(void *ctx, int unit) { return zc_gb_pre_backward(ctx, unit); }
 static int z2_post_backward(void *ctx, int unit) { return zc_gb_post_backward(ctx, unit); }
 static int z2_end_backward(void *ctx, int micro, int n_micro) { return zc_gb_end_backward(ctx); }
