@@ -157,18 +157,29 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     snprintf(e->formula[LOOM_MEM_PARAMS], 64, "4Psi%s + 4*%llu (gathered%s)", p,
              (unsigned long long)g, prefetch ? ", 2 units" : "");
   } else {
-    e->bytes[LOOM_MEM_PARAMS] = 4 * psi;
-    snprintf(e->formula[LOOM_MEM_PARAMS], 64, "4Psi");
+    /* 16-bit storage (ABI 1.4): 2 bytes per parameter, the fp32 master in the optimizer */
+    uint64_t pes = loom_dtype_size(e->param_dtype);
+    e->bytes[LOOM_MEM_PARAMS] = pes * psi;
+    snprintf(e->formula[LOOM_MEM_PARAMS], 64, "%lluPsi", (unsigned long long)pes);
   }
-  /* mixed precision: the 16-bit working copy of the largest unit (gpt.h) */
+  /* mixed precision: the fp32 working copy of the largest unit's 16-bit weights (gpt.h) */
   uint64_t work = gpt_weight_work_bytes(m);
   if (work) {
     e->bytes[LOOM_MEM_PARAMS] += work;
     append(e->formula[LOOM_MEM_PARAMS], 64, " + 16-bit unit");
   }
-  /* gradients */
-  e->bytes[LOOM_MEM_GRADS] = 4 * (e->shard_grads ? shard : psi);
-  snprintf(e->formula[LOOM_MEM_GRADS], 64, "4Psi%s", e->shard_grads ? p : "");
+  /* gradients: 16-bit with one micro-batch under 16-bit storage, else fp32 (accumulation
+   * over micro-batches in fp32, DeepSpeed's grad_accum_dtype), plus the fp32 accumulators of
+   * one unit (and the tied wte) that 16-bit gradients are rounded from (gpt.h) */
+  uint64_t ges = e->shard_grads ? 4 : loom_dtype_size(e->grad_dtype);
+  e->bytes[LOOM_MEM_GRADS] = ges * (e->shard_grads ? shard : psi);
+  snprintf(e->formula[LOOM_MEM_GRADS], 64, "%lluPsi%s", (unsigned long long)ges,
+           e->shard_grads ? p : "");
+  uint64_t gwork = gpt_grad_work_bytes(m);
+  if (gwork) {
+    e->bytes[LOOM_MEM_GRADS] += gwork;
+    append(e->formula[LOOM_MEM_GRADS], 64, " + fp32 unit");
+  }
   /* optimizer state: K = 8 (m, v) on the device, or 16 per element on the host when offloaded
    * (m, v, the fp32 master copy and the gradient staging buffer) */
   const char *pp = e->shard_optim ? p : "";
@@ -177,6 +188,10 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     snprintf(e->formula[LOOM_MEM_OPTIM], 64, "0 (offloaded)");
     e->bytes[LOOM_MEM_HOST] = 16 * e->part;
     snprintf(e->formula[LOOM_MEM_HOST], 64, "(8+4+4)Psi%s m,v+master+grad stage", pp);
+  } else if (e->param_dtype != LOOM_F32) { /* the fp32 master is optimizer state */
+    e->bytes[LOOM_MEM_OPTIM] = 12 * e->part;
+    snprintf(e->formula[LOOM_MEM_OPTIM], 64, "K*Psi%s, K=12 (master, m, v)", pp);
+    snprintf(e->formula[LOOM_MEM_HOST], 64, "0");
   } else {
     e->bytes[LOOM_MEM_OPTIM] = 8 * e->part;
     snprintf(e->formula[LOOM_MEM_OPTIM], 64, "K*Psi%s, K=8 (m, v)", pp);
@@ -190,6 +205,10 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
            e->seq_len, e->act_recompute ? " + recompute" : "");
   e->bytes[LOOM_MEM_OTHER] = 2 * (uint64_t)e->micro_batch * e->seq_len * sizeof(int32_t);
   snprintf(e->formula[LOOM_MEM_OTHER], 64, "tokens 2*4*B*T");
+  if (e->param_dtype != LOOM_F32) { /* the host's widening stage (runtime.h) */
+    e->bytes[LOOM_MEM_OTHER] += LOOM_STAGE_FLOATS * sizeof(float);
+    append(e->formula[LOOM_MEM_OTHER], 64, " + 64 KiB stage");
+  }
   /* communication buffers: DDP reduces in place; ZeRO-1 receives its reduce-scatter blocks
    * (together its partition) in scratch until the end of backward; ZeRO-2/3 hand out gradient
    * buckets of whole units (see grad_bucket_set) */
@@ -206,12 +225,25 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   } else if (e->shard_optim && N > 1) {
     e->bytes[LOOM_MEM_COMM] = 4 * shard;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "4Psi/N reduce-scatter scratch");
+  } else if (e->grad_dtype != LOOM_F32 && e->grad_sync && N > 1) {
+    /* ddp on 16-bit gradients: in place (or widened to fp32 when told), averaged through a
+     * 64 KiB fp32 stage */
+    e->bytes[LOOM_MEM_COMM] = (e->sync16 ? 0 : 4 * psi) + 65536;
+    snprintf(e->formula[LOOM_MEM_COMM], 64, "%s64 KiB averaging stage",
+             e->sync16 ? "in place + " : "4Psi fp32 buckets + ");
   } else if (e->sync16 && N > 1) {
     e->bytes[LOOM_MEM_COMM] = 2 * psi;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "2Psi 16-bit buckets");
   } else {
     e->bytes[LOOM_MEM_COMM] = 0;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "0 (in place)");
+  }
+  /* tensor parallel's f/g packed to 16 bits (tensor_parallel.c): one (B,T,C) region */
+  json_t *tcdt = role_option(cfg, e, LOOM_PAR_CAP_SPLIT_LAYERS, "communication_data_type");
+  if (e->tp > 1 && e->dtype != LOOM_F32 &&
+      !(json_is_string(tcdt) && strcmp(json_string_value(tcdt), "fp32") == 0)) {
+    e->bytes[LOOM_MEM_COMM] += 2 * (uint64_t)e->micro_batch * e->seq_len * e->n_embd;
+    append(e->formula[LOOM_MEM_COMM], 64, " + tp 16-bit region");
   }
 
   e->total = 0;
@@ -395,6 +427,11 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
     e->plugins[i].caps = rt->parallel[i].u.hdr.caps;
   }
   decide_roles(e);
+  int all16 = 1;
+  for (int i = 0; i < rt->n_parallel; i++)
+    all16 &= !!(rt->parallel[i].u.parallel.storage & LOOM_PAR_STORAGE_16BIT);
+  loom__storage_dtypes(e->dtype, all16, cfg->train.grad_accum_steps, &e->param_dtype,
+                       &e->grad_dtype);
   /* ddp-like gradient sync (no sharding role) reduces in the compute dtype unless told fp32 */
   for (int i = 0; i < rt->n_parallel && e->dtype != LOOM_F32; i++) {
     uint64_t c = e->plugins[i].caps, shard = LOOM_PAR_CAP_SHARD_OPTIM |
@@ -428,7 +465,8 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
                      .tp_size = e->tp, .tp_rank = 0,
                      .ckpt_policy = cfg->activation_checkpointing.policy,
                      .ckpt_every = cfg->activation_checkpointing.every,
-                     .dtype = (int)e->dtype};
+                     .dtype = (int)e->dtype, .param_dtype = (int)e->param_dtype,
+                     .grad_dtype = (int)e->grad_dtype};
   e->ckpt_policy = full.ckpt_policy;
   e->ckpt_every = full.ckpt_every;
   char me[512];
@@ -578,10 +616,17 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   if (e->dtype == LOOM_F32)
     fprintf(out, "\nstrategy by roles: %s; fp32, Adam K = 8 (ZeRO paper sec. 3: 4Psi params + "
             "4Psi grads + 8Psi optim)\n", e->strategy);
-  else
+  else if (e->param_dtype == LOOM_F32) /* a plugin without 16-bit storage (ABI <= 1.3) */
     fprintf(out, "\nstrategy by roles: %s; %s compute with the fp32 master as the parameters "
             "(4Psi + the 16-bit working unit), fp32 grads 4Psi, Adam K = 8%s\n", e->strategy,
             precision_name(e->dtype), e->sync16 ? "; gradients reduced in 16 bits" : "");
+  else
+    fprintf(out, "\nstrategy by roles: %s; %s storage: 2Psi params + %s + K = 12 (fp32 "
+            "master, m, v)%s\n", e->strategy, precision_name(e->dtype),
+            e->grad_dtype != LOOM_F32 ? "2Psi grads"
+                                      : "4Psi grads (fp32: grad_accum_steps > 1 accumulates "
+                                        "in fp32)",
+            e->sync16 ? "; gradients reduced in 16 bits" : "");
   fprintf(out, "  %-16s %-40s %15s %10s\n", "category", "formula", "bytes/rank", "MiB");
   for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
     loom_mem_category c = order[i];
@@ -641,6 +686,8 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
   if (doc) {
     json_object_set_new(doc, "precision", json_string(precision_name(e->dtype)));
     json_object_set_new(doc, "grad_reduce_16bit", json_boolean(e->sync16));
+    json_object_set_new(doc, "param_storage", json_string(precision_name(e->param_dtype)));
+    json_object_set_new(doc, "grad_storage", json_string(precision_name(e->grad_dtype)));
     json_t *stages = json_array();
     for (int s = 0; s < (e->pp > 1 ? e->pp : 1); s++) {
       const loom_estimate_stage *st = &e->stages[s];

@@ -90,6 +90,7 @@ typedef struct loom_estimate {
   int stage;                /* 0 (none/DDP), 1, 2, 3: the highest sharding role */
   loom_dtype dtype;         /* the precision plugin's compute dtype */
   int sync16;               /* the gradient all-reduce travels in dtype (ddp under bf16/fp16) */
+  loom_dtype param_dtype, grad_dtype; /* storage (loom__storage_dtypes; ABI 1.4) */
   char strategy[128];       /* "ZeRO-2 (P_os+g) + optimizer offload", ... */
   /* model and batch */
   int n_layer, n_head, n_embd, vocab_size, context_length;

@@ -144,12 +144,12 @@ gpt_hooks loom__forward_hooks(loom_trainer *tr) {
 static int setup_master(loom_trainer *tr) {
   loom_runtime *rt = &tr->rt;
   loom_partition_v1 *p = &rt->partition;
-  rt->stage = loom__dev_alloc(&rt->dev, LOOM_STAGE_FLOATS * sizeof(float), LOOM_MEM_OTHER);
-  if (!rt->stage) return fail(tr, "out of memory (staging buffer)");
   if (rt->param_dtype == LOOM_F32) {
     p->master = p->params;
     return 0;
   }
+  rt->stage = loom__dev_alloc(&rt->dev, LOOM_STAGE_FLOATS * sizeof(float), LOOM_MEM_OTHER);
+  if (!rt->stage) return fail(tr, "out of memory (staging buffer)");
   if (p->master || p->count == 0) return 0;
   rt->master = loom__dev_alloc(&rt->dev, p->count * sizeof(float), LOOM_MEM_OPTIM);
   if (!rt->master) return fail(tr, "out of memory (fp32 master weights, %llu parameters)",
