@@ -123,18 +123,6 @@ static uint64_t grad_bucket_set_max(const gpt_model *m, uint64_t cap, uint64_t N
   return peak;
 }
 
-/* The fp32 gradient scratch gpt.c keeps under a 16-bit gradient dtype (gpt.h, gwork): the
- * tied wte's accumulator plus the largest unit's other tensors. */
-static uint64_t grad_scratch_bytes(const gpt_model *m) {
-  const uint64_t wte = m->params[0].numel;
-  uint64_t largest = 0;
-  for (int u = 0; u < m->n_units; u++) {
-    uint64_t n = m->unit_offset[u + 1] - m->unit_offset[u] - (u == 0 ? wte : 0);
-    if (n > largest) largest = n;
-  }
-  return 4 * (wte + largest);
-}
-
 static void append(char *buf, size_t n, const char *s) {
   size_t k = strlen(buf);
   if (k < n) snprintf(buf + k, n - k, "%s", s);
@@ -195,7 +183,7 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   snprintf(e->formula[LOOM_MEM_GRADS], 64, "%lluPsi%s", (unsigned long long)G,
            e->shard_grads ? p : "");
   /* 16-bit gradients: the kernels accumulate a unit's gradients in an fp32 scratch (gpt.h) */
-  uint64_t gwork = e->grad16 ? grad_scratch_bytes(m) : 0;
+  uint64_t gwork = gpt_grad_work_bytes(m);
   if (gwork) {
     e->bytes[LOOM_MEM_GRADS] += gwork;
     e->working += gwork;
@@ -249,6 +237,10 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
            e->seq_len, e->act_recompute ? " + recompute" : "");
   e->bytes[LOOM_MEM_OTHER] = 2 * (uint64_t)e->micro_batch * e->seq_len * sizeof(int32_t);
   snprintf(e->formula[LOOM_MEM_OTHER], 64, "tokens 2*4*B*T");
+  if (e->storage16) { /* the host's widening stage (runtime.h) */
+    e->bytes[LOOM_MEM_OTHER] += LOOM_STAGE_FLOATS * sizeof(float);
+    append(e->formula[LOOM_MEM_OTHER], 64, " + 64 KiB stage");
+  }
   /* communication buffers: DDP reduces in place; ZeRO-1 receives its reduce-scatter blocks
    * (together its partition) in scratch until the end of backward; ZeRO-2/3 hand out gradient
    * buckets of whole units (see grad_bucket_set) */
@@ -266,12 +258,31 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     e->bytes[LOOM_MEM_COMM] = G * shard;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "%lluPsi/N reduce-scatter scratch",
              (unsigned long long)G);
-  } else if (e->sync16 && N > 1 && !e->grad16) {
+  } else if (e->grad16 && e->grad_sync && N > 1) {
+    /* ddp on 16-bit gradients: in place (or widened to fp32 when told), averaged through a
+     * 64 KiB fp32 stage */
+    e->bytes[LOOM_MEM_COMM] = (e->sync16 ? 0 : 4 * psi) + 65536;
+    snprintf(e->formula[LOOM_MEM_COMM], 64, "%s64 KiB averaging stage",
+             e->sync16 ? "in place + " : "4Psi fp32 buckets + ");
+  } else if (e->sync16 && N > 1) {
     e->bytes[LOOM_MEM_COMM] = 2 * psi;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "2Psi 16-bit buckets");
   } else {
     e->bytes[LOOM_MEM_COMM] = 0;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "0 (in place)");
+  }
+  /* the ZeRO plugins' fp32 scratch for 16-bit arithmetic (zero_common.h ZC_CVT_CHUNK, two
+   * halves of at most 8192 elements each, held for the run) */
+  if (e->shard_optim && e->storage16) {
+    e->bytes[LOOM_MEM_COMM] += 2 * 4 * (shard < 8192 ? (shard ? shard : 1) : 8192);
+    append(e->formula[LOOM_MEM_COMM], 64, " + 2x32 KiB fp32 scratch");
+  }
+  /* tensor parallel's f/g packed to 16 bits (tensor_parallel.c): one (B,T,C) region */
+  json_t *tcdt = role_option(cfg, e, LOOM_PAR_CAP_SPLIT_LAYERS, "communication_data_type");
+  if (e->tp > 1 && e->dtype != LOOM_F32 &&
+      !(json_is_string(tcdt) && strcmp(json_string_value(tcdt), "fp32") == 0)) {
+    e->bytes[LOOM_MEM_COMM] += 2 * (uint64_t)e->micro_batch * e->seq_len * e->n_embd;
+    append(e->formula[LOOM_MEM_COMM], 64, " + tp 16-bit region");
   }
 
   e->total = 0;
@@ -483,10 +494,13 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   /* real 16-bit storage (ABI 1.4): under bf16/fp16 when every parallel plugin declares it
    * handles it, the host's rule (docs/mixed_precision.md, "Storage"); otherwise fp32 buffers
    * holding 16-bit values. Gradients stay fp32 with accumulation over micro-batches. */
-  e->storage16 = e->dtype != LOOM_F32;
+  int all16 = 1;
   for (int i = 0; i < rt->n_parallel; i++)
-    if (!(e->plugins[i].caps & LOOM_PAR_CAP_STORAGE_16BIT)) e->storage16 = 0;
-  e->grad16 = e->storage16 && cfg->train.grad_accum_steps == 1;
+    all16 &= !!(rt->parallel[i].u.parallel.storage & LOOM_PAR_STORAGE_16BIT);
+  loom__storage_dtypes(e->dtype, all16, cfg->train.grad_accum_steps, &e->param_dtype,
+                       &e->grad_dtype);
+  e->storage16 = e->param_dtype != LOOM_F32;
+  e->grad16 = e->grad_dtype != LOOM_F32;
   if (world > 1 && !e->grad_sync) {
     snprintf(err, errlen, "%s: parallel: %d data-parallel ranks but no plugin owns gradient "
              "sync: the replicas would drift apart (add {\"plugin\": \"ddp\"})", cfg->path,
@@ -510,7 +524,8 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
                      .tp_size = e->tp, .tp_rank = 0,
                      .ckpt_policy = cfg->activation_checkpointing.policy,
                      .ckpt_every = cfg->activation_checkpointing.every,
-                     .dtype = (int)e->dtype};
+                     .dtype = (int)e->dtype, .param_dtype = (int)e->param_dtype,
+                     .grad_dtype = (int)e->grad_dtype};
   e->ckpt_policy = full.ckpt_policy;
   e->ckpt_every = full.ckpt_every;
   char me[512];
@@ -735,6 +750,8 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
   if (doc) {
     json_object_set_new(doc, "precision", json_string(precision_name(e->dtype)));
     json_object_set_new(doc, "grad_reduce_16bit", json_boolean(e->sync16));
+    json_object_set_new(doc, "param_storage", json_string(precision_name(e->param_dtype)));
+    json_object_set_new(doc, "grad_storage", json_string(precision_name(e->grad_dtype)));
     json_object_set_new(
         doc, "storage",
         json_pack("{s:b, s:b, s:i, s:i, s:i}", "params_16bit", e->storage16, "grads_16bit",

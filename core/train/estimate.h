@@ -90,6 +90,7 @@ typedef struct loom_estimate {
   int stage;                /* 0 (none/DDP), 1, 2, 3: the highest sharding role */
   loom_dtype dtype;         /* the precision plugin's compute dtype */
   int sync16;               /* the gradient all-reduce travels in dtype (ddp under bf16/fp16) */
+  loom_dtype param_dtype, grad_dtype; /* storage (loom__storage_dtypes; ABI 1.4) */
   int storage16;            /* 16-bit parameter storage (ABI 1.4; every plugin can) */
   int grad16;               /* 16-bit gradient storage (storage16 and one micro-batch) */
   int param_elem, grad_elem, optim_k; /* bytes per element: params P, grads G, optimizer K */

@@ -83,7 +83,7 @@ typedef struct loom_model_v1 {
    * param_dtype elements, `grads` and every `*grad` grad_dtype elements — the `float *` type
    * then points at 16-bit elements (address element k as (char *)p + k * loom_dtype_size(dt)).
    * Under a 16-bit precision the host uses 16-bit storage only when every loaded parallel
-   * plugin declares LOOM_PAR_CAP_STORAGE_16BIT (parallel_v1.h); otherwise both are LOOM_F32
+   * plugin sets LOOM_PAR_STORAGE_16BIT (parallel_v1.h, .storage); otherwise both are LOOM_F32
    * and the buffers hold 16-bit values in fp32 (the ABI 1.3 layout). grad_dtype is LOOM_F32
    * whenever train.grad_accum_steps > 1 (accumulation over micro-batches in fp32, DeepSpeed's
    * grad_accum_dtype). The fp32 master copy the optimizer steps is loom_partition_v1.master. */
