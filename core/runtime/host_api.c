@@ -306,6 +306,7 @@ static int host_adamw_range_mixed(loom_host *h, const loom_step_args_v1 *a, uint
       const loom_tensor_v1 *t = LOOM_TENSOR_AT(mv, i);
       uint64_t lo = t->offset > begin ? t->offset : begin;
       uint64_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
+      if (lo >= hi) continue; /* outside a partition that does not start at 0 */
       for (uint64_t k = lo - begin; k < hi - begin; k += LOOM_STAGE_FLOATS) {
         size_t c = (size_t)(hi - begin - k < LOOM_STAGE_FLOATS ? hi - begin - k
                                                                 : LOOM_STAGE_FLOATS);

@@ -151,7 +151,10 @@ static int setup_master(loom_trainer *tr) {
   rt->stage = loom__dev_alloc(&rt->dev, LOOM_STAGE_FLOATS * sizeof(float), LOOM_MEM_OTHER);
   if (!rt->stage) return fail(tr, "out of memory (staging buffer)");
   if (p->master || p->count == 0) return 0;
-  rt->master = loom__dev_alloc(&rt->dev, p->count * sizeof(float), LOOM_MEM_OPTIM);
+  /* a plugin that owns the step (cpu_offload) keeps the optimizer state in host memory, and
+   * the master with it: ZeRO-Offload's fp32 master lives on the CPU */
+  rt->master = loom__dev_alloc(&rt->dev, p->count * sizeof(float),
+                               rt->optimizer_owner >= 0 ? LOOM_MEM_HOST : LOOM_MEM_OPTIM);
   if (!rt->master) return fail(tr, "out of memory (fp32 master weights, %llu parameters)",
                                (unsigned long long)p->count);
   gpt_init_weights_range(&rt->model, tr->cfg.train.seed, p->begin, p->count, rt->master);

@@ -11,7 +11,8 @@
 #   Ψx = Ψ, or Ψ/N from the stage that shards it on (ZeRO-1 optimizer, ZeRO-2 + gradients,
 #   ZeRO-3 + parameters); cpu_offload moves K (+ the staged gradient) to host memory.
 #   The working copies under 16-bit storage: the largest unit's fp32 weights (4·max unit) and
-#   the fp32 gradient scratch (4·(wte + the largest unit's other tensors)).
+#   the fp32 gradient scratch (4·(wte + the largest unit's other tensors) + a 64 KiB staging
+#   buffer) with 16-bit gradients.
 # Fails when params+grads+optim+host differ by more than 5 % from the formula, any of those
 # categories by more than 5 % from the estimate, the activations from the estimate at all, or
 # a category of the largest rank's peak (mem_peak_bytes_max) exceeds the estimate.
@@ -82,7 +83,8 @@ def formula(prec, stage, off, n, accum):
     if s16:
         working += 4 * max(units[:-1] + [head])  # the fp32 working weights of one unit
         if G == 2:
-            working += 4 * (wte + max([wpe] + [block] * L + [head]))  # fp32 gradient scratch
+            # the fp32 gradient scratch and gpt.c's fixed 64 KiB staging for the rounding
+            working += 4 * (wte + max([wpe] + [block] * L + [head])) + 65536
     text = " + ".join(([f"{full}Psi"] if full else []) + ([f"{div}Psi/N"] if div else []))
     if stage >= 3:
         text += f" + {P}*gathered"

@@ -410,4 +410,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .setup = off_setup,
   .optimizer_step = off_optimizer_step,
   .state_items = off_state_items,
+  .storage = LOOM_PAR_STORAGE_16BIT, /* the 16-bit gradient staged, the partition's fp32 master stepped */
 };

@@ -102,4 +102,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .post_backward = z2_post_backward,
   .end_backward = z2_end_backward,
   .end_step = z2_end_step,
+  .storage = LOOM_PAR_STORAGE_16BIT, /* partitions, buckets, gathers in param_dtype/grad_dtype */
 };

@@ -320,4 +320,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .post_backward = z3_post_backward,
   .end_backward = z3_end_backward,
   .end_step = z3_end_step,
+  .storage = LOOM_PAR_STORAGE_16BIT, /* partitions, buckets, gathers in param_dtype/grad_dtype */
 };
