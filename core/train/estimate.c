@@ -275,7 +275,7 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
    * halves of at most 8192 elements each, held for the run) */
   if (e->shard_optim && e->storage16) {
     e->bytes[LOOM_MEM_COMM] += 2 * 4 * (shard < 8192 ? (shard ? shard : 1) : 8192);
-    append(e->formula[LOOM_MEM_COMM], 64, " + 2x32 KiB fp32 scratch");
+    append(e->formula[LOOM_MEM_COMM], 64, " + fp32 scratch");
   }
   /* tensor parallel's f/g packed to 16 bits (tensor_parallel.c): one (B,T,C) region */
   json_t *tcdt = role_option(cfg, e, LOOM_PAR_CAP_SPLIT_LAYERS, "communication_data_type");

@@ -5,6 +5,9 @@
  * buffer (8Ψ/N instead of 8Ψ: per rank 4Ψ params + 4Ψ grads + 8Ψ/N optimizer state). The
  * partition is published with set_partition, so the host computes the gradient norm over it
  * (summed over data-parallel ranks) and runs AdamW on it with its own partition-sized m, v.
+ * Under bf16/fp16 with 16-bit storage (ABI 1.4) the buffers, the scratch and both collectives
+ * are 16-bit and the host's partition-sized fp32 master joins m, v: 2Ψ + 2Ψ + 12Ψ/N (the ZeRO
+ * paper's 4Ψ + 12Ψ/N), half the bytes on the wire (zero_common.h).
  *
  *   - accumulation micro-steps other than the last: no communication (DDP's no_sync);
  *   - last micro-step: contiguous gradient buckets, from the top of the flat buffer down, are

@@ -3,7 +3,9 @@
  *
  * The host keeps the full parameters but allocates NO gradient buffer (SHARD_GRADS): per rank
  * 4Ψ params + 4Ψ/N gradient partition + 8Ψ/N optimizer state = 4Ψ + 12Ψ/N, plus transient
- * bucket memory (LOOM_MEM_COMM).
+ * bucket memory (LOOM_MEM_COMM). Under bf16/fp16 with 16-bit storage (ABI 1.4): 16-bit
+ * parameters, gradient partition, buckets and collectives, the fp32 master with m, v:
+ * 2Ψ + 2Ψ/N + 12Ψ/N = 2Ψ + 14Ψ/N (fp32 gradients with accumulation: 2Ψ + 16Ψ/N).
  *
  *   - begin_step: the partition gradient (LOOM_MEM_GRADS, this rank's range only) is zeroed.
  *   - pre_backward(u): unit u's gradient views point at a zeroed bucket buffer (LOOM_MEM_COMM)

@@ -5,7 +5,10 @@
  * SHARD_GRADS). Per rank: 4Ψ/N parameter partition + 4Ψ/N gradient partition + 8Ψ/N optimizer
  * state = 16Ψ/N, plus the gathered parameters of the unit being computed (LOOM_MEM_PARAMS:
  * "the largest gathered layer", the head's counting the tied wte it reads; one more with
- * prefetch) and transient gradient buckets (LOOM_MEM_COMM).
+ * prefetch) and transient gradient buckets (LOOM_MEM_COMM). Under bf16/fp16 with 16-bit
+ * storage (ABI 1.4) the parameter partition, the gathers and their all-gathers are 16-bit, the
+ * gradients as zero2, the fp32 master with m, v: 2Ψ/N + 2Ψ/N + 12Ψ/N = 16Ψ/N + 2 × the gathered
+ * unit.
  *
  *   - setup: the parameter partition is initialised with init_params_range (bitwise the values
  *     a single-rank run starts from) and published; the host's AdamW updates it in place, so
