@@ -162,24 +162,20 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     e->bytes[LOOM_MEM_PARAMS] = pes * psi;
     snprintf(e->formula[LOOM_MEM_PARAMS], 64, "%lluPsi", (unsigned long long)pes);
   }
-  /* mixed precision: the fp32 working copy of the largest unit's 16-bit weights (gpt.h) */
+  /* mixed precision: the fp32 working copy of the largest unit's 16-bit weights (gpt.h);
+   * under 16-bit storage a temporary buffer (LOOM_MEM_OTHER, below) */
   uint64_t work = gpt_weight_work_bytes(m);
-  if (work) {
+  if (work && gpt_work_category(m) == LOOM_MEM_PARAMS) {
     e->bytes[LOOM_MEM_PARAMS] += work;
     append(e->formula[LOOM_MEM_PARAMS], 64, " + 16-bit unit");
   }
   /* gradients: 16-bit with one micro-batch under 16-bit storage, else fp32 (accumulation
-   * over micro-batches in fp32, DeepSpeed's grad_accum_dtype), plus the fp32 accumulators of
-   * one unit (and the tied wte) that 16-bit gradients are rounded from (gpt.h) */
+   * over micro-batches in fp32, DeepSpeed's grad_accum_dtype) */
   uint64_t ges = e->shard_grads ? 4 : loom_dtype_size(e->grad_dtype);
   e->bytes[LOOM_MEM_GRADS] = ges * (e->shard_grads ? shard : psi);
   snprintf(e->formula[LOOM_MEM_GRADS], 64, "%lluPsi%s", (unsigned long long)ges,
            e->shard_grads ? p : "");
-  uint64_t gwork = gpt_grad_work_bytes(m);
-  if (gwork) {
-    e->bytes[LOOM_MEM_GRADS] += gwork;
-    append(e->formula[LOOM_MEM_GRADS], 64, " + fp32 unit");
-  }
+
   /* optimizer state: K = 8 (m, v) on the device, or 16 per element on the host when offloaded
    * (m, v, the fp32 master copy and the gradient staging buffer) */
   const char *pp = e->shard_optim ? p : "";
@@ -205,9 +201,11 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
            e->seq_len, e->act_recompute ? " + recompute" : "");
   e->bytes[LOOM_MEM_OTHER] = 2 * (uint64_t)e->micro_batch * e->seq_len * sizeof(int32_t);
   snprintf(e->formula[LOOM_MEM_OTHER], 64, "tokens 2*4*B*T");
-  if (e->param_dtype != LOOM_F32) { /* the host's widening stage (runtime.h) */
-    e->bytes[LOOM_MEM_OTHER] += LOOM_STAGE_FLOATS * sizeof(float);
-    append(e->formula[LOOM_MEM_OTHER], 64, " + 64 KiB stage");
+  if (e->param_dtype != LOOM_F32) {
+    /* temporary buffers of 16-bit storage (ZeRO paper §3.2's residual states): the fp32
+     * working weights and gradient accumulators of one unit (gpt.h), the host's stage */
+    e->bytes[LOOM_MEM_OTHER] += work + gpt_grad_work_bytes(m) + LOOM_STAGE_FLOATS * sizeof(float);
+    append(e->formula[LOOM_MEM_OTHER], 64, " + fp32 unit work + stage");
   }
   /* communication buffers: DDP reduces in place; ZeRO-1 receives its reduce-scatter blocks
    * (together its partition) in scratch until the end of backward; ZeRO-2/3 hand out gradient
