@@ -16,7 +16,9 @@
 # loss and grad norm and on the final parameters (inf-norm relative to the largest). Measured
 # worst (20 steps, metrics / params): ddp2 1.5e-3 / 2.5e-3, tp2 4.4e-4 / 3.2e-3, dp2 x tp2
 # 1.3e-3 / 3.6e-3; ZeRO 1/2/3 (+ offload) and pp2 1f1b 4.2e-4 / 2.4e-3 (the reference's rounded
-# gradients against their fp32 ones).
+# gradients against their fp32 ones); ddp2 with communication_data_type fp32 (16-bit buckets
+# widened, summed in fp32, rounded once) the same as ddp2; pp2 gpipe with one micro-batch (16-bit
+# gradients, the tied wte summed over the stages from two bf16 parts) 5.6e-4 / 2.3e-3.
 # Also: ddp's bf16 all-reduce moves exactly half the bytes of the fp32 run's, and so do the
 # pipeline's boundary sends.
 . "$(dirname "$0")/lib.sh"
@@ -38,6 +40,10 @@ cases=(
   "tp2|2|8|1|[$TP2]"
   "pp2_1f1b|2|4|2|[$PP2]"
   "dp2_tp2|4|4|1|[$TP2,{\"plugin\":\"ddp\"}]"
+  # 16-bit gradients on the paths the cases above do not take: ddp widening them to an fp32
+  # all-reduce, and the pipeline's tied wte gradient sum with one micro-batch (gpipe)
+  "ddp2_comm_fp32|2|4|1|[{\"plugin\":\"ddp\",\"communication_data_type\":\"fp32\"}]"
+  "pp2_gpipe_a1|2|8|1|[{\"plugin\":\"pipeline\",\"size\":2,\"schedule\":\"gpipe\"}]"
 )
 for c in "${cases[@]}"; do
   IFS='|' read -r name n mbs accum plugins <<<"$c"
