@@ -204,6 +204,11 @@ for prec in bf16 fp16; do
     MEM+=("$name")
   done
 done
+# the ZeRO plugins keep the 1.3 layout, and rank 0 says so in one line
+[ "$(grep -c "does not declare 16-bit storage" "$WORK/mem_bf16_zero1/out.log")" = 1 ] ||
+  die "zero1 under bf16: no (or more than one) line saying it runs without 16-bit storage"
+grep -q "16-bit storage" "$WORK/mem_bf16_ddp/out.log" &&
+  die "ddp under bf16: a line says it runs without 16-bit storage"
 /usr/bin/python3 - "$WORK" "${MEM[@]}" <<'PY' || die "16-bit memory: measurement != estimate"
 import json, os, sys
 work, names = sys.argv[1], sys.argv[2:]
