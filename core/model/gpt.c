@@ -773,6 +773,10 @@ size_t gpt_grad_work_bytes(const gpt_model *m) {
   return (total + GSTAGE_FLOATS) * sizeof(float);
 }
 
+int gpt_work_category(const gpt_model *m) {
+  return m->cfg.param_dtype != LOOM_F32 ? LOOM_MEM_OTHER : LOOM_MEM_PARAMS;
+}
+
 size_t gpt_param_elem_bytes(const gpt_model *m) {
   return loom_dtype_size((loom_dtype)m->cfg.param_dtype);
 }
@@ -958,13 +962,13 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
   }
   if (m->cfg.dtype != LOOM_F32 && dev) {
     m->wwork_floats = wwork_size(m);
-    m->wwork = loom__dev_alloc(dev, m->wwork_floats * sizeof(float), LOOM_MEM_PARAMS);
+    m->wwork = loom__dev_alloc(dev, m->wwork_floats * sizeof(float), gpt_work_category(m));
     if (!m->wwork) goto nomem;
   }
   if (grads16(m) && dev) {
     gwork_size(m, &m->gwork_floats, &m->gwork_wte_floats);
-    m->gwork = loom__dev_alloc(dev, m->gwork_floats * sizeof(float), LOOM_MEM_GRADS);
-    m->gstage = loom__dev_alloc(dev, GSTAGE_FLOATS * sizeof(float), LOOM_MEM_GRADS);
+    m->gwork = loom__dev_alloc(dev, m->gwork_floats * sizeof(float), LOOM_MEM_OTHER);
+    m->gstage = loom__dev_alloc(dev, GSTAGE_FLOATS * sizeof(float), LOOM_MEM_OTHER);
     if (!m->gwork || !m->gstage) goto nomem;
   }
   return LOOM_OK;

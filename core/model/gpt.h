@@ -184,12 +184,14 @@ typedef struct gpt_model {
    * slot (LOOM_MEM_ACTIVATIONS; NULL under GPT_CKPT_NONE) */
   float *recompute;
   size_t recompute_floats;
-  /* mixed precision: one unit's 16-bit working weights (LOOM_MEM_PARAMS; NULL in fp32) */
+  /* mixed precision: one unit's 16-bit working weights as fp32 (gpt_work_category; NULL in
+   * fp32) */
   float *wwork;
   size_t wwork_floats;
   /* 16-bit gradient storage: the fp32 accumulators of one unit's gradients, the tied wte's
    * first (kept from the head's backward to unit 0's), and a small staging buffer for the
-   * read-add-round into the 16-bit buffer (LOOM_MEM_GRADS; NULL when grad_dtype is F32) */
+   * read-add-round into the 16-bit buffer (LOOM_MEM_OTHER: temporary buffers; NULL when
+   * grad_dtype is F32) */
   float *gwork;
   size_t gwork_floats, gwork_wte_floats;
   float *gstage;
@@ -230,15 +232,21 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
  * checkpointing or blocks. Same saturation as gpt_activation_bytes. */
 size_t gpt_recompute_bytes(const gpt_config *cfg, int B, int T);
 
-/* Bytes of the 16-bit working weights (LOOM_MEM_PARAMS) a model with cfg.dtype bf16/fp16
+/* Bytes of the 16-bit working weights (gpt_work_category) a model with cfg.dtype bf16/fp16
  * allocates: the largest unit's tensors of this stage (the head's with the tied wte), 64-byte
  * aligned pieces; 0 in fp32. Works on a table-only model (gpt_init_ex without a device). */
 size_t gpt_weight_work_bytes(const gpt_model *m);
 
-/* Bytes of the fp32 gradient scratch (LOOM_MEM_GRADS) a model with a 16-bit grad_dtype
+/* Bytes of the fp32 gradient scratch (LOOM_MEM_OTHER) a model with a 16-bit grad_dtype
  * allocates: the tied wte's accumulator plus the largest unit's other tensors, plus the
  * staging buffer; 0 when grad_dtype is F32. Works on a table-only model. */
 size_t gpt_grad_work_bytes(const gpt_model *m);
+
+/* The memory category of the fp32 working weights (gpt_weight_work_bytes): under 16-bit
+ * storage they, like the gradient scratch, are temporary buffers of the fp32 CPU kernels —
+ * residual state in the ZeRO paper's terms (§3.2), not model state: LOOM_MEM_OTHER; under the
+ * ABI 1.3 layout they are the only 16-bit copy of the weights: LOOM_MEM_PARAMS. */
+int gpt_work_category(const gpt_model *m);
 
 /* Element size in bytes of the flat parameter / gradient buffers (4, or 2 for 16-bit). */
 size_t gpt_param_elem_bytes(const gpt_model *m);

@@ -170,25 +170,21 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     e->bytes[LOOM_MEM_PARAMS] = P * psi;
     snprintf(e->formula[LOOM_MEM_PARAMS], 64, "%lluPsi", (unsigned long long)P);
   }
-  /* mixed precision: the fp32 working copy of the largest unit's weights (gpt.h) */
+  /* mixed precision: the fp32 working copy of the largest unit's weights (gpt.h): a
+   * parameter in the 1.3 layout (16-bit values in fp32 buffers), a temporary buffer under
+   * 16-bit storage (LOOM_MEM_OTHER, below) */
   uint64_t work = gpt_weight_work_bytes(m);
   e->working = 0;
-  if (work) {
+  if (work && gpt_work_category(m) == LOOM_MEM_PARAMS) {
     e->bytes[LOOM_MEM_PARAMS] += work;
     e->working += work;
     append(e->formula[LOOM_MEM_PARAMS], 64, " + fp32 unit");
   }
-  /* gradients */
+  /* gradients: 16-bit with one micro-batch under 16-bit storage, else fp32 (accumulation
+   * over micro-batches in fp32, DeepSpeed's grad_accum_dtype); ZeRO-2/3's partition too */
   e->bytes[LOOM_MEM_GRADS] = G * (e->shard_grads ? shard : psi);
   snprintf(e->formula[LOOM_MEM_GRADS], 64, "%lluPsi%s", (unsigned long long)G,
            e->shard_grads ? p : "");
-  /* 16-bit gradients: the kernels accumulate a unit's gradients in an fp32 scratch (gpt.h) */
-  uint64_t gwork = gpt_grad_work_bytes(m);
-  if (gwork) {
-    e->bytes[LOOM_MEM_GRADS] += gwork;
-    e->working += gwork;
-    append(e->formula[LOOM_MEM_GRADS], 64, " + fp32 unit (+wte)");
-  }
   /* optimizer state: K per element on the device, or in host memory when offloaded (plus the
    * gradient staged to the host, in the gradient's dtype) */
   const char *pp = e->shard_optim ? p : "";
@@ -237,9 +233,11 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
            e->seq_len, e->act_recompute ? " + recompute" : "");
   e->bytes[LOOM_MEM_OTHER] = 2 * (uint64_t)e->micro_batch * e->seq_len * sizeof(int32_t);
   snprintf(e->formula[LOOM_MEM_OTHER], 64, "tokens 2*4*B*T");
-  if (e->storage16) { /* the host's widening stage (runtime.h) */
-    e->bytes[LOOM_MEM_OTHER] += LOOM_STAGE_FLOATS * sizeof(float);
-    append(e->formula[LOOM_MEM_OTHER], 64, " + 64 KiB stage");
+  if (e->storage16) {
+    /* temporary buffers of 16-bit storage (ZeRO paper §3.2's residual states): the fp32
+     * working weights and gradient accumulators of one unit (gpt.h), the host's stage */
+    e->bytes[LOOM_MEM_OTHER] += work + gpt_grad_work_bytes(m) + LOOM_STAGE_FLOATS * sizeof(float);
+    append(e->formula[LOOM_MEM_OTHER], 64, " + fp32 unit work + stage");
   }
   /* communication buffers: DDP reduces in place; ZeRO-1 receives its reduce-scatter blocks
    * (together its partition) in scratch until the end of backward; ZeRO-2/3 hand out gradient
@@ -683,7 +681,7 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
             e->sync16 ? "; gradients reduced in 16 bits" : "");
   else
     fprintf(out, "\nstrategy by roles: %s; %s compute in fp32 buffers (a plugin without "
-            "LOOM_PAR_CAP_STORAGE_16BIT: the fp32 master is the parameters, 4Psi + the working "
+            "LOOM_PAR_STORAGE_16BIT: the fp32 master is the parameters, 4Psi + the working "
             "unit), fp32 grads 4Psi, Adam K = 8%s\n", e->strategy, precision_name(e->dtype),
             e->sync16 ? "; gradients reduced in 16 bits" : "");
   fprintf(out, "  %-16s %-40s %15s %10s\n", "category", "formula", "bytes/rank", "MiB");
@@ -697,7 +695,7 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "ZeRO paper", e->paper_formula,
           (unsigned long long)e->paper_states, (double)e->paper_states / 1048576.0);
   if (e->working)
-    fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "  + working", "fp32 unit weights/grads",
+    fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "  + working", "fp32 unit weights (1.3 layout)",
             (unsigned long long)e->working, (double)e->working / 1048576.0);
   fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "total", "sum of the rows (>= every rank's peak)",
           (unsigned long long)e->total,

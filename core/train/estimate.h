@@ -96,7 +96,7 @@ typedef struct loom_estimate {
   int param_elem, grad_elem, optim_k; /* bytes per element: params P, grads G, optimizer K */
   uint64_t paper_states;    /* the ZeRO paper's model states (+ ZeRO-3's gathered set) */
   char paper_formula[96];   /* "2Psi + 14Psi/N", ... */
-  uint64_t working;         /* model-state bytes beyond the formula: the fp32 working copies */
+  uint64_t working;         /* model-state bytes beyond the formula: the 1.3 layout's fp32 unit */
   char strategy[128];       /* "ZeRO-2 (P_os+g) + optimizer offload", ... */
   /* model and batch */
   int n_layer, n_head, n_embd, vocab_size, context_length;

@@ -1,23 +1,22 @@
 #!/bin/bash
 # Memory and traffic under each precision, ZeRO side (issue #8; ddp is memory_precision.sh's):
-# for fp32, bf16 and fp16 at N = 1, 2, 4 ranks and ddp / zero1 / zero2 / zero3, 2 steps of the
+# for fp32, bf16 and fp16 at N = 1, 2, 4 ranks and zero1 / zero2 / zero3, 2 steps of the
 # tiny config, rank 0's measured peak bytes per category (mem_peak_bytes in the metrics JSONL)
 # against `loom estimate --json` for the same config and against the ZeRO paper's formula
 # (Rajbhandari et al. 2020, §3, Fig. 1), computed here independently of loom:
-#   model states = P·Ψp + G·Ψg + K·Ψo (+ ZeRO-3's gathered unit P·g) + the fp32 working copies
+#   model states = P·Ψp + G·Ψg + K·Ψo (+ ZeRO-3's gathered unit P·g)
 #   fp32:  P = 4, G = 4, K = 8  (m, v; the parameters are their own master)
 #   16-bit storage: P = 2, G = 2 (4 with grad_accum_steps > 1: accumulation in fp32),
 #                   K = 12 (fp32 master, m, v)
 #   Ψx = Ψ, or Ψ/N from the stage that shards it on (ZeRO-1 optimizer, ZeRO-2 + gradients,
 #   ZeRO-3 + parameters); cpu_offload moves K (+ the staged gradient) to host memory.
-#   The working copies under 16-bit storage: the largest unit's fp32 weights (4·max unit) and
-#   the fp32 gradient scratch (4·(wte + the largest unit's other tensors) + a 64 KiB staging
-#   buffer) with 16-bit gradients.
+#   Under 16-bit storage a model's fp32 working copies of one unit are temporary buffers (the
+#   paper's residual states, category "other"), so the model states are the formula exactly.
 # Fails when params+grads+optim+host differ by more than 5 % from the formula, any of those
 # categories by more than 5 % from the estimate, the activations from the estimate at all, or
 # a category of the largest rank's peak (mem_peak_bytes_max) exceeds the estimate.
 # Traffic: every multi-rank 16-bit run moves exactly half the bytes of its fp32 twin per step
-# (step 2; ZeRO's reduce-scatter and all-gather in 16 bits, ddp's all-reduce), and equals the
+# (step 2; ZeRO's reduce-scatter and all-gather in 16 bits), and equals the
 # estimate's comm_bytes_per_step. Variants on 2 ranks: bf16 zero2/zero3 with cpu_offload
 # (master, m, v on the host) and bf16 zero2 with 2 micro-batches (fp32 gradients: G = 4).
 . "$(dirname "$0")/lib.sh"
@@ -43,7 +42,7 @@ one() { # one NAME PRECISION STRATEGY OFFLOAD N [--set ...]
 }
 
 for prec in fp32 bf16 fp16; do
-  for strat in ddp zero1 zero2 zero3; do
+  for strat in zero1 zero2 zero3; do
     for n in 1 2 4; do one "${prec}_${strat}_n$n" "$prec" "$strat" 0 "$n"; done
   done
 done
@@ -79,12 +78,9 @@ def formula(prec, stage, off, n, accum):
     states = full * psi + div * psi / n
     if stage >= 3:
         states += P * max(units)  # the largest gathered unit
+    # the 1.3 layout's fp32 working copy of one unit would be a parameter; 16-bit storage
+    # keeps it (and the gradient accumulators) in "other"
     working = 0
-    if s16:
-        working += 4 * max(units[:-1] + [head])  # the fp32 working weights of one unit
-        if G == 2:
-            # the fp32 gradient scratch and gpt.c's fixed 64 KiB staging for the rounding
-            working += 4 * (wte + max([wpe] + [block] * L + [head])) + 65536
     text = " + ".join(([f"{full}Psi"] if full else []) + ([f"{div}Psi/N"] if div else []))
     if stage >= 3:
         text += f" + {P}*gathered"
@@ -143,8 +139,8 @@ for r in runs:
         print(f"    FAIL {name}: {b}")
         ok = False
 
-# 16-bit traffic is half of fp32's, run by run (ZeRO's reduce-scatter + all-gather, ddp's
-# all-reduce: every payload is 16-bit with one micro-batch)
+# 16-bit traffic is half of fp32's, run by run (ZeRO's reduce-scatter + all-gather: every
+# payload is 16-bit with one micro-batch)
 print("traffic per step, 16-bit / fp32:")
 for (prec, strat, off, n, accum), c in sorted(comm.items()):
     if prec == "fp32" or n == 1 or off or accum > 1:
