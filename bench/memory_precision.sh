@@ -4,8 +4,8 @@
 # grads + optim + host, mem_peak_bytes of the metrics, rank 0) against the ZeRO paper's formula
 # as `loom estimate` prints it (Rajbhandari et al. 2020, §3: mixed precision 2Ψ + 2Ψ + 12Ψ,
 # fp32 4Ψ + 4Ψ + 8Ψ, the sharded terms /N, ZeRO-3 + its largest gathered unit) and against the
-# estimate, which adds the fp32 working copies a 16-bit model keeps (one unit's weights and
-# gradient accumulators). One optimizer step of micro-batch 1 per run (the model states do not
+# estimate; the fp32 working copies a 16-bit model keeps for one unit (weights, gradient
+# accumulators) are temporary buffers (category other), printed apart. One optimizer step of micro-batch 1 per run (the model states do not
 # depend on the batch). Prints a Markdown table; integration.memory_precision_zero checks the
 # same on the tiny model. Memory, not time: nothing here is timed.
 #
@@ -45,8 +45,8 @@ done
 import json, sys
 out, ranks = sys.argv[1], [int(x) for x in sys.argv[2].split()]
 MiB = 2 ** 20
-print("MiB per rank of params + grads + optim: measured / the ZeRO paper's formula (+ the fp32 "
-      "working copies = loom estimate)")
+print("MiB per rank of params + grads + optim: measured / the ZeRO paper's formula (= loom "
+      "estimate, unless the fp32 working copy of the 1.3 layout is added)")
 print()
 print("| precision | strategy | formula | " + " | ".join(f"N = {n}" for n in ranks) + " |")
 print("|---|---|---|" + "---|" * len(ranks))
@@ -68,5 +68,12 @@ for prec in ("fp32", "bf16", "fp16"):
         print(f"| {prec} | {strat} | {formula} | " + " | ".join(cells) + " |")
 print()
 print(f"worst |measured - estimate| / estimate: {worst:.2%}")
+# 16-bit storage's fp32 working copies of one unit are temporary buffers (category other)
+rec = [json.loads(l) for l in open(f"{out}/bf16_ddp_{ranks[0]}.jsonl")]
+o16 = [r for r in rec if "loss" in r][-1]["mem_peak_bytes"]["other"]
+rec = [json.loads(l) for l in open(f"{out}/fp32_ddp_{ranks[0]}.jsonl")]
+o32 = [r for r in rec if "loss" in r][-1]["mem_peak_bytes"]["other"]
+print(f"16-bit storage's temporary buffers (fp32 working copies of one unit, stages; category "
+      f"'other', not model states): {(o16 - o32) / MiB:.2f} MiB per rank")
 PY
 echo "memory_precision.sh: $(($(date +%s) - t_start)) s on $ncores cores"

@@ -35,6 +35,7 @@ cases=(
   "zero1|2|4|1|[{\"plugin\":\"zero1\"}]"
   "zero2|2|4|1|[{\"plugin\":\"zero2\"}]"
   "zero3|2|4|1|[{\"plugin\":\"zero3\"}]"
+  "zero3_prefetch|2|4|1|[{\"plugin\":\"zero3\",\"prefetch\":true}]"
   "zero1_off|2|4|1|[{\"plugin\":\"zero1\"},$OFF]"
   "zero2_off|2|4|1|[{\"plugin\":\"zero2\"},$OFF]"
   "zero3_off|2|4|1|[{\"plugin\":\"zero3\"},$OFF]"

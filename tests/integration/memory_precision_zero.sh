@@ -18,7 +18,8 @@
 # Traffic: every multi-rank 16-bit run moves exactly half the bytes of its fp32 twin per step
 # (step 2; ZeRO's reduce-scatter and all-gather in 16 bits), and equals the
 # estimate's comm_bytes_per_step. Variants on 2 ranks: bf16 zero2/zero3 with cpu_offload
-# (master, m, v on the host) and bf16 zero2 with 2 micro-batches (fp32 gradients: G = 4).
+# (master, m, v on the host), bf16 zero2 with 2 micro-batches (fp32 gradients: G = 4) and bf16
+# zero3 with prefetch (two gathered units at once).
 . "$(dirname "$0")/lib.sh"
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
@@ -49,6 +50,7 @@ done
 one bf16_zero2_off_n2 bf16 zero2 1 2
 one bf16_zero3_off_n2 bf16 zero3 1 2
 one bf16_zero2_acc2_n2 bf16 zero2 0 2 --set train.grad_accum_steps=2
+one bf16_zero3pf_n2 bf16 zero3 0 2 --set 'parallel=[{"plugin":"zero3","prefetch":true}]'
 
 /usr/bin/python3 - "$WORK" "$LOOM_SRC/configs/tiny.json" "${RUNS[@]}" <<'EOF'
 import json, math, sys
@@ -64,7 +66,7 @@ STAGE = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 CATS = ("params", "grads", "optim", "host")
 
 
-def formula(prec, stage, off, n, accum):
+def formula(prec, stage, off, n, accum, prefetch=False):
     s16 = prec != "fp32"
     P, K = (2, 12) if s16 else (4, 8)
     G = 2 if s16 and accum == 1 else 4
@@ -76,8 +78,9 @@ def formula(prec, stage, off, n, accum):
         else:
             full += coef
     states = full * psi + div * psi / n
-    if stage >= 3:
-        states += P * max(units)  # the largest gathered unit
+    if stage >= 3:  # the largest gathered unit, with prefetch the largest neighbouring pair
+        states += P * (max(units[i] + units[i + 1] for i in range(len(units) - 1))
+                       if prefetch else max(units))
     # the 1.3 layout's fp32 working copy of one unit would be a parameter; 16-bit storage
     # keeps it (and the gradient accumulators) in "other"
     working = 0
@@ -102,12 +105,13 @@ for r in runs:
     name, prec, strat, off, n = r.split(":")
     off, n = off == "1", int(n)
     accum = 2 if "acc2" in name else 1
+    prefetch = "pf" in name
     recs = [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl")]
     steps = [x for x in recs if "loss" in x]
     meas, mx = steps[-1]["mem_peak_bytes"], steps[-1].get("mem_peak_bytes_max")
     c = steps[-1]["comm_bytes"]  # step 2: a steady-state step
     est = json.load(open(f"{work}/{name}/estimate.json"))
-    f_states, f_work, paper = formula(prec, STAGE[strat], off, n, accum)
+    f_states, f_work, paper = formula(prec, STAGE[strat], off, n, accum, prefetch)
     f_total = f_states + f_work
     m_states = sum(meas[k] for k in CATS)
     r_states = rel(m_states, f_total)
