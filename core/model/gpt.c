@@ -483,13 +483,14 @@ static void unit_grads(gpt_model *m, int u) {
     OPS->memset_zero(CTX, m->gwork, m->gwork_wte_floats * sizeof(float));
 }
 
-/* p->grad (16-bit) += p->gacc (fp32), rounded once to nearest even; gacc is consumed. */
+enum { GSTAGE_FLOATS = 16384 }; /* grad_flush's staging buffer (gpt_model.gstage): 64 KiB */
+
+/* p->grad (16-bit) += p->gacc (fp32), rounded once to nearest even. */
 static void grad_flush(gpt_model *m, gpt_param *p) {
-  enum { STAGE = 16384 };
   const loom_dtype dt = (loom_dtype)m->cfg.grad_dtype;
   const size_t es = loom_dtype_size(dt);
-  for (size_t k = 0; k < p->numel; k += STAGE) {
-    size_t c = p->numel - k < STAGE ? p->numel - k : STAGE;
+  for (size_t k = 0; k < p->numel; k += GSTAGE_FLOATS) {
+    size_t c = p->numel - k < GSTAGE_FLOATS ? p->numel - k : GSTAGE_FLOATS;
     char *g16 = (char *)p->grad + k * es;
     OPS->convert(CTX, m->gstage, LOOM_F32, g16, dt, c);
     OPS->axpy(CTX, m->gstage, 1.0f, p->gacc + k, c);
@@ -764,8 +765,6 @@ size_t gpt_weight_work_bytes(const gpt_model *m) {
   return m->cfg.dtype == LOOM_F32 ? 0 : wwork_size(m) * sizeof(float);
 }
 
-enum { GSTAGE_FLOATS = 16384 }; /* grad_flush's staging: 64 KiB */
-
 size_t gpt_grad_work_bytes(const gpt_model *m) {
   if (!grads16(m)) return 0;
   size_t total, wte;
@@ -978,8 +977,10 @@ nomem:
     snprintf(err, errlen, "model: out of host memory for the table of %d tensors (n_layer %d)",
              m->n_params, cfg->n_layer);
   else if (err && errlen)
-    snprintf(err, errlen, "model: out of memory for %zu parameters (%.1f MiB each for params "
-             "and grads)", m->num_parameters, (double)m->num_parameters * 4.0 / 1048576.0);
+    snprintf(err, errlen, "model: out of memory for %zu parameters (%.1f MiB for params, "
+             "%.1f MiB for grads)", m->num_parameters,
+             (double)m->num_parameters * (double)gpt_param_elem_bytes(m) / 1048576.0,
+             (double)m->num_parameters * (double)gpt_grad_elem_bytes(m) / 1048576.0);
   gpt_free(m);
   return LOOM_NOMEM;
 }
