@@ -17,7 +17,7 @@
 # a category of the largest rank's peak (mem_peak_bytes_max) exceeds the estimate.
 # Traffic: every multi-rank 16-bit run moves exactly half the bytes of its fp32 twin per step
 # (step 2; ZeRO's reduce-scatter and all-gather in 16 bits), and equals the
-# estimate's comm_bytes_per_step. Variants on 2 ranks: bf16 zero2/zero3 with cpu_offload
+# estimate's comm_bytes_per_step. Variants on 2 ranks: bf16 ddp/zero2/zero3 with cpu_offload
 # (master, m, v on the host), bf16 zero2 with 2 micro-batches (fp32 gradients: G = 4) and bf16
 # zero3 with prefetch (two gathered units at once).
 . "$(dirname "$0")/lib.sh"
@@ -47,6 +47,7 @@ for prec in fp32 bf16 fp16; do
     for n in 1 2 4; do one "${prec}_${strat}_n$n" "$prec" "$strat" 0 "$n"; done
   done
 done
+one bf16_ddp_off_n2 bf16 ddp 1 2
 one bf16_zero2_off_n2 bf16 zero2 1 2
 one bf16_zero3_off_n2 bf16 zero3 1 2
 one bf16_zero2_acc2_n2 bf16 zero2 0 2 --set train.grad_accum_steps=2
