@@ -63,6 +63,11 @@ loom_model_file *loom__model_file_open(const char *path, loom_model_format forma
  * file row at a time). 0, or -1 with err. */
 int loom__model_file_fill(loom_model_file *f, const gpt_model *local, size_t begin, size_t n,
                           float *dst, char *err, size_t errlen);
+/* The same into a buffer of `dtype` elements (LOOM_F32, or LOOM_BF16 / LOOM_F16: the flat
+ * parameter buffer under 16-bit storage; each value rounded to nearest even, as
+ * device_v1.convert does). */
+int loom__model_file_fill_as(loom_model_file *f, const gpt_model *local, size_t begin, size_t n,
+                             void *dst, loom_dtype dtype, char *err, size_t errlen);
 
 void loom__model_file_close(loom_model_file *f);
 

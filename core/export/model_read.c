@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <loom/half_v1.h>
 #include <loom/loom.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -423,6 +424,23 @@ static int fill_tensor(loom_model_file *f, const file_tensor *ft, const gpt_para
 
 int loom__model_file_fill(loom_model_file *f, const gpt_model *local, size_t begin, size_t n,
                           float *dst, char *err, size_t errlen) {
+  return loom__model_file_fill_as(f, local, begin, n, dst, LOOM_F32, err, errlen);
+}
+
+/* fp32 host values -> `dtype` in place at the front of buf (2-byte elements for 16 bits) */
+static size_t narrow_in_place(float *buf, size_t n, loom_dtype dtype) {
+  if (dtype == LOOM_F32) return n * sizeof(float);
+  char *out = (char *)buf; /* element i lands in bytes [2i, 2i+2): after element i was read */
+  for (size_t i = 0; i < n; i++) {
+    uint16_t h = dtype == LOOM_BF16 ? loom_f32_to_bf16(buf[i]) : loom_f32_to_f16(buf[i]);
+    memcpy(out + 2 * i, &h, sizeof h);
+  }
+  return n * sizeof(uint16_t);
+}
+
+int loom__model_file_fill_as(loom_model_file *f, const gpt_model *local, size_t begin, size_t n,
+                             void *dst, loom_dtype dtype, char *err, size_t errlen) {
+  const size_t el = loom_dtype_size(dtype);
   const size_t end = begin + n;
   const int tp = local->cfg.tp_size > 1 ? local->cfg.tp_size : 1, tp_rank = local->cfg.tp_rank;
   for (int i = 0; i < local->n_params; i++) {
@@ -444,8 +462,10 @@ int loom__model_file_fill(loom_model_file *f, const gpt_model *local, size_t beg
       return -1;
     }
     int rc = fill_tensor(f, ft, p, tp, tp_rank, lo, hi, buf, err, errlen);
-    if (!rc) local->dev->ops->from_host(local->dev->ctx, dst + (lo - begin), buf,
-                                        (hi - lo) * sizeof(float));
+    if (!rc) {
+      size_t bytes = narrow_in_place(buf, hi - lo, dtype);
+      local->dev->ops->from_host(local->dev->ctx, (char *)dst + (lo - begin) * el, buf, bytes);
+    }
     free(buf);
     if (rc) return -1;
   }

@@ -394,15 +394,16 @@ static int acts_ensure(gpt_model *m, int B, int T) {
 #define OPS (m->dev->ops)
 #define CTX (m->dev->ctx)
 #define W(role) (param(m, u, (role))->work)
-#define G(role) (param(m, u, (role))->grad)
+#define G(role) (param(m, u, (role))->gacc)
 
 /* Mixed precision: x (n floats) now holds what a 16-bit store would keep (no-op in fp32). */
 static void store16(gpt_model *m, float *x, size_t n) {
   if (m->cfg.dtype != LOOM_F32) OPS->round_to(CTX, x, (loom_dtype)m->cfg.dtype, n);
 }
 
-/* Point p->work at what the kernels read: p->data in fp32; else a copy of p->data rounded to
- * the 16-bit dtype, at *off floats into the shared working buffer. */
+/* Point p->work at what the kernels read: p->data in fp32; else the tensor's 16-bit values as
+ * fp32, at *off floats into the shared working buffer — widened from 16-bit storage (exact),
+ * or rounded from the fp32 master under the ABI 1.3 layout (param_dtype F32). */
 static void weight_work(gpt_model *m, gpt_param *p, size_t *off) {
   if (m->cfg.dtype == LOOM_F32 || !p->data) {
     p->work = p->data;
@@ -410,8 +411,12 @@ static void weight_work(gpt_model *m, gpt_param *p, size_t *off) {
   }
   assert(*off + p->numel <= m->wwork_floats);
   p->work = m->wwork + *off;
-  OPS->copy(CTX, p->work, p->data, p->numel * sizeof(float));
-  OPS->round_to(CTX, p->work, (loom_dtype)m->cfg.dtype, p->numel);
+  if (m->cfg.param_dtype != LOOM_F32) {
+    OPS->convert(CTX, p->work, LOOM_F32, p->data, (loom_dtype)m->cfg.param_dtype, p->numel);
+  } else {
+    OPS->copy(CTX, p->work, p->data, p->numel * sizeof(float));
+    OPS->round_to(CTX, p->work, (loom_dtype)m->cfg.dtype, p->numel);
+  }
   *off += round16(p->numel);
 }
 
@@ -435,6 +440,91 @@ static size_t wwork_size(const gpt_model *m) {
     if (sum > best) best = sum;
   }
   return best;
+}
+
+/* ---- 16-bit gradient storage ----
+ * The tied wte's gradient has two contributors on a stage holding both the head and unit 0
+ * (head first in backward): its fp32 accumulator is the first gwork_wte_floats of gwork,
+ * zeroed when the first contributor's backward starts and added into the 16-bit buffer when
+ * the last one's ends, so the two contributions are summed in fp32 and rounded once. */
+
+static int grads16(const gpt_model *m) { return m->cfg.grad_dtype != LOOM_F32; }
+static int has_head(const gpt_model *m) { return m->last_unit == m->cfg.n_layer + 1; }
+
+/* The stage's tied-wte tensor with a gradient (unit 0's wte, or the head's copy). */
+static gpt_param *stage_wte(gpt_model *m) {
+  return m->first_unit == 0 ? param(m, 0, GPT_WTE) : gpt_head_wte(m);
+}
+
+/* Point each gacc of unit u at what its kernels accumulate into (after the pre_backward hooks
+ * made the grad views current): grad itself, or a zeroed fp32 slot of gwork. */
+static void unit_grads(gpt_model *m, int u) {
+  int first = unit_first_param(m, u), n = unit_param_count(m, u);
+  if (!grads16(m)) {
+    for (int i = first; i < first + n; i++) m->params[i].gacc = m->params[i].grad;
+    if (u == m->cfg.n_layer + 1) gpt_head_wte(m)->gacc = gpt_head_wte(m)->grad;
+    return;
+  }
+  size_t off = m->gwork_wte_floats;
+  for (int i = first; i < first + n; i++) {
+    gpt_param *p = &m->params[i];
+    if (u == 0 && p->role == GPT_WTE) continue;
+    assert(off + p->numel <= m->gwork_floats);
+    p->gacc = m->gwork + off;
+    off += round16(p->numel);
+  }
+  OPS->memset_zero(CTX, m->gwork + m->gwork_wte_floats,
+                   (off - m->gwork_wte_floats) * sizeof(float));
+  gpt_param *w = u == 0 ? param(m, 0, GPT_WTE) : u == m->cfg.n_layer + 1 ? gpt_head_wte(m) : NULL;
+  if (!w) return;
+  w->gacc = m->gwork;
+  /* the first contributor in backward order: the head when the stage has it */
+  if (u == m->last_unit || (u == 0 && !has_head(m)))
+    OPS->memset_zero(CTX, m->gwork, m->gwork_wte_floats * sizeof(float));
+}
+
+enum { GSTAGE_FLOATS = 16384 }; /* grad_flush's staging buffer (gpt_model.gstage): 64 KiB */
+
+/* p->grad (16-bit) += p->gacc (fp32), rounded once to nearest even. */
+static void grad_flush(gpt_model *m, gpt_param *p) {
+  const loom_dtype dt = (loom_dtype)m->cfg.grad_dtype;
+  const size_t es = loom_dtype_size(dt);
+  for (size_t k = 0; k < p->numel; k += GSTAGE_FLOATS) {
+    size_t c = p->numel - k < GSTAGE_FLOATS ? p->numel - k : GSTAGE_FLOATS;
+    char *g16 = (char *)p->grad + k * es;
+    OPS->convert(CTX, m->gstage, LOOM_F32, g16, dt, c);
+    OPS->axpy(CTX, m->gstage, 1.0f, p->gacc + k, c);
+    OPS->convert(CTX, g16, dt, m->gstage, LOOM_F32, c);
+  }
+}
+
+/* After unit u's backward: its gradients into the 16-bit buffer (before post_backward, so a
+ * data-parallel plugin sees final values); the tied wte's when u is its last contributor. */
+static void unit_grads_done(gpt_model *m, int u) {
+  if (!grads16(m)) return;
+  int first = unit_first_param(m, u), n = unit_param_count(m, u);
+  for (int i = first; i < first + n; i++)
+    if (!(u == 0 && m->params[i].role == GPT_WTE) && m->params[i].grad)
+      grad_flush(m, &m->params[i]);
+  gpt_param *w = stage_wte(m);
+  if ((u == 0 || (u == m->cfg.n_layer + 1 && m->first_unit > 0)) && w->grad) {
+    w->gacc = m->gwork;
+    grad_flush(m, w);
+  }
+}
+
+/* Floats of the gradient scratch: the wte accumulator + the largest unit's other tensors. */
+static void gwork_size(const gpt_model *m, size_t *total, size_t *wte) {
+  *wte = m->first_unit == 0 || has_head(m) ? round16(m->params[0].numel) : 0;
+  size_t best = 0;
+  for (int u = m->first_unit; u <= m->last_unit; u++) {
+    size_t sum = 0;
+    int first = unit_first_param(m, u), n = unit_param_count(m, u);
+    for (int i = first; i < first + n; i++)
+      if (!(u == 0 && m->params[i].role == GPT_WTE)) sum += round16(m->params[i].numel);
+    if (sum > best) best = sum;
+  }
+  *total = *wte + best;
 }
 
 /* The residual stream entering block l (0-based), and the last block's output. */
@@ -631,7 +721,7 @@ static void head_backward(gpt_model *m, int u, float dloss) {
   OPS->crossentropy_backward(CTX, dlogits, a->probs, m->targets, dloss, N, V);
   store16(m, dlogits, (size_t)N * V);
   OPS->memset_zero(CTX, a->dln, NC * sizeof(float));
-  OPS->matmul_backward(CTX, a->dln, wte->grad, NULL, dlogits, a->lnf, wte->work, N, C, V);
+  OPS->matmul_backward(CTX, a->dln, wte->gacc, NULL, dlogits, a->lnf, wte->work, N, C, V);
   store16(m, a->dln, NC);
   OPS->memset_zero(CTX, a->dres, NC * sizeof(float));
   OPS->layernorm_backward(CTX, a->dres, G(GPT_LNF_W), G(GPT_LNF_B), a->dln,
@@ -654,13 +744,17 @@ static int unit_forward(gpt_model *m, int u, const gpt_hooks *h) {
 
 static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
   unit_weights(m, u);
-  if (u == 0)
+  unit_grads(m, u);
+  if (u == 0) {
     OPS->encoder_backward(CTX, G(GPT_WTE), G(GPT_WPE), m->acts->dres, m->inputs, m->B, m->T,
                           m->cfg.n_embd);
-  else if (u <= m->cfg.n_layer)
-    return block_backward(m, u, h);
-  else
+  } else if (u <= m->cfg.n_layer) {
+    int rc = block_backward(m, u, h);
+    if (rc != LOOM_OK) return rc;
+  } else {
     head_backward(m, u, dloss);
+  }
+  unit_grads_done(m, u);
   return LOOM_OK;
 }
 
@@ -671,6 +765,24 @@ static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
 
 size_t gpt_weight_work_bytes(const gpt_model *m) {
   return m->cfg.dtype == LOOM_F32 ? 0 : wwork_size(m) * sizeof(float);
+}
+
+size_t gpt_grad_work_bytes(const gpt_model *m) {
+  if (!grads16(m)) return 0;
+  size_t total, wte;
+  gwork_size(m, &total, &wte);
+  return (total + GSTAGE_FLOATS) * sizeof(float);
+}
+
+int gpt_work_category(const gpt_model *m) {
+  return m->cfg.param_dtype != LOOM_F32 ? LOOM_MEM_OTHER : LOOM_MEM_PARAMS;
+}
+
+size_t gpt_param_elem_bytes(const gpt_model *m) {
+  return loom_dtype_size((loom_dtype)m->cfg.param_dtype);
+}
+size_t gpt_grad_elem_bytes(const gpt_model *m) {
+  return loom_dtype_size((loom_dtype)m->cfg.grad_dtype);
 }
 
 double gpt_param_count_estimate(int vocab_size, int max_seq_len, int n_layer, int n_embd) {
@@ -759,6 +871,15 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
     if (err) snprintf(err, errlen, "model: dtype %d is not fp32, bf16 or fp16", cfg->dtype);
     return LOOM_INVALID_CONFIG;
   }
+  /* storage is fp32 or the compute dtype itself (16-bit values stored in another 16-bit
+   * format would round twice) */
+  if ((cfg->param_dtype != LOOM_F32 && cfg->param_dtype != cfg->dtype) ||
+      (cfg->grad_dtype != LOOM_F32 && cfg->grad_dtype != cfg->dtype)) {
+    if (err)
+      snprintf(err, errlen, "model: parameter/gradient storage dtypes %d/%d must be fp32 or "
+               "the compute dtype %d", cfg->param_dtype, cfg->grad_dtype, cfg->dtype);
+    return LOOM_INVALID_CONFIG;
+  }
   /* a backend built against device ABI 1.2 or older has no 16-bit stores (dev NULL: a table
    * only, for planning) */
   if (cfg->dtype != LOOM_F32 && dev &&
@@ -826,21 +947,24 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
   m->unit_offset[m->n_units] = offset;
   m->num_parameters = offset;
 
+  const size_t pes = gpt_param_elem_bytes(m), ges = gpt_grad_elem_bytes(m);
   if (!(flags & GPT_NO_PARAM_STORAGE)) {
-    m->params_memory = loom__dev_alloc(dev, offset * sizeof(float), LOOM_MEM_PARAMS);
+    m->params_memory = loom__dev_alloc(dev, offset * pes, LOOM_MEM_PARAMS);
     if (!m->params_memory) goto nomem;
     for (int i = 0; i < m->n_params; i++)
-      if (m->params[i].present) m->params[i].data = m->params_memory + m->params[i].offset;
+      if (m->params[i].present)
+        m->params[i].data = (float *)((char *)m->params_memory + m->params[i].offset * pes);
   }
   if (!(flags & GPT_NO_GRAD_STORAGE)) {
-    m->grads_memory = loom__dev_alloc(dev, offset * sizeof(float), LOOM_MEM_GRADS);
+    m->grads_memory = loom__dev_alloc(dev, offset * ges, LOOM_MEM_GRADS);
     if (!m->grads_memory) goto nomem;
     for (int i = 0; i < m->n_params; i++)
-      if (m->params[i].present) m->params[i].grad = m->grads_memory + m->params[i].offset;
+      if (m->params[i].present)
+        m->params[i].grad = (float *)((char *)m->grads_memory + m->params[i].offset * ges);
   }
   if (m->cfg.dtype != LOOM_F32 && dev) {
     m->wwork_floats = wwork_size(m);
-    m->wwork = loom__dev_alloc(dev, m->wwork_floats * sizeof(float), LOOM_MEM_PARAMS);
+    m->wwork = loom__dev_alloc(dev, m->wwork_floats * sizeof(float), gpt_work_category(m));
     if (!m->wwork) goto nomem;
   }
   const int V = m->cfg.vocab_size, Vp = gpt_vocab_rows(&m->cfg);
@@ -855,6 +979,12 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
     OPS->from_host(CTX, m->logits_mask, mask, (size_t)Vp * sizeof(float));
     free(mask);
   }
+  if (grads16(m) && dev) {
+    gwork_size(m, &m->gwork_floats, &m->gwork_wte_floats);
+    m->gwork = loom__dev_alloc(dev, m->gwork_floats * sizeof(float), LOOM_MEM_OTHER);
+    m->gstage = loom__dev_alloc(dev, GSTAGE_FLOATS * sizeof(float), LOOM_MEM_OTHER);
+    if (!m->gwork || !m->gstage) goto nomem;
+  }
   return LOOM_OK;
 
 nomem:
@@ -862,8 +992,10 @@ nomem:
     snprintf(err, errlen, "model: out of host memory for the table of %d tensors (n_layer %d)",
              m->n_params, cfg->n_layer);
   else if (err && errlen)
-    snprintf(err, errlen, "model: out of memory for %zu parameters (%.1f MiB each for params "
-             "and grads)", m->num_parameters, (double)m->num_parameters * 4.0 / 1048576.0);
+    snprintf(err, errlen, "model: out of memory for %zu parameters (%.1f MiB for params, "
+             "%.1f MiB for grads)", m->num_parameters,
+             (double)m->num_parameters * (double)gpt_param_elem_bytes(m) / 1048576.0,
+             (double)m->num_parameters * (double)gpt_grad_elem_bytes(m) / 1048576.0);
   gpt_free(m);
   return LOOM_NOMEM;
 }
@@ -886,6 +1018,8 @@ void gpt_free(gpt_model *m) {
     loom__dev_free(m->dev, m->recompute);
     loom__dev_free(m->dev, m->wwork);
     loom__dev_free(m->dev, m->logits_mask);
+    loom__dev_free(m->dev, m->gwork);
+    loom__dev_free(m->dev, m->gstage);
     loom__dev_free(m->dev, m->grads_memory);
     loom__dev_free(m->dev, m->params_memory);
   }
@@ -909,13 +1043,27 @@ static int64_t local_index(const gpt_param *p, int tp, int tp_rank, int64_t r, i
   return r * lcols + c % lcols;
 }
 
-void gpt_init_weights_range(const gpt_model *m, uint64_t seed, size_t begin, size_t n,
-                            float *dst) {
+enum { INIT_CHUNK = 4096 };
+
+/* Host values buf[0..count) to elements [at, at + count) of dst (dtype; 16-bit through the
+ * device stage, rounded to nearest even). */
+static void put(const gpt_model *m, void *dst, loom_dtype dtype, float *stage, size_t at,
+                const float *buf, size_t count) {
+  if (dtype == LOOM_F32) {
+    OPS->from_host(CTX, (float *)dst + at, buf, count * sizeof(float));
+    return;
+  }
+  OPS->from_host(CTX, stage, buf, count * sizeof(float));
+  OPS->convert(CTX, (char *)dst + at * loom_dtype_size(dtype), dtype, stage, LOOM_F32, count);
+}
+
+static void init_range(const gpt_model *m, uint64_t seed, size_t begin, size_t n, void *dst,
+                       loom_dtype dtype, float *stage) {
   loom_rng rng;
   loom__rng_seed(&rng, seed);
   const float std = 0.02f, std_resid = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
   const int tp = m->cfg.tp_size > 1 ? m->cfg.tp_size : 1, tp_rank = m->cfg.tp_rank;
-  enum { CHUNK = 4096 };
+  enum { CHUNK = INIT_CHUNK };
   float buf[CHUNK]; /* host staging: values are drawn in table order, kept when in range */
   size_t end = begin + n, staged = 0, staged_at = begin;
   for (int i = 0; i < m->n_params; i++) {
@@ -954,14 +1102,14 @@ void gpt_init_weights_range(const gpt_model *m, uint64_t seed, size_t begin, siz
         }
         buf[staged++] = x;
         if (staged == CHUNK) {
-          OPS->from_host(CTX, dst + (staged_at - begin), buf, staged * sizeof(float));
+          put(m, dst, dtype, stage, staged_at - begin, buf, staged);
           staged_at += staged;
           staged = 0;
         }
       }
     }
   }
-  if (staged) OPS->from_host(CTX, dst + (staged_at - begin), buf, staged * sizeof(float));
+  if (staged) put(m, dst, dtype, stage, staged_at - begin, buf, staged);
   if (m->tied_copy >= 0) { /* the tied wte copy: wte is the first tensor drawn */
     const gpt_param *p = &m->params[m->tied_copy];
     loom__rng_seed(&rng, seed);
@@ -974,17 +1122,36 @@ void gpt_init_weights_range(const gpt_model *m, uint64_t seed, size_t begin, siz
       if (e >= end) break;
       buf[staged++] = x;
       if (staged == CHUNK) {
-        OPS->from_host(CTX, dst + (staged_at - begin), buf, staged * sizeof(float));
+        put(m, dst, dtype, stage, staged_at - begin, buf, staged);
         staged_at += staged;
         staged = 0;
       }
     }
-    if (staged) OPS->from_host(CTX, dst + (staged_at - begin), buf, staged * sizeof(float));
+    if (staged) put(m, dst, dtype, stage, staged_at - begin, buf, staged);
   }
 }
 
-void gpt_init_weights(gpt_model *m, uint64_t seed) {
-  gpt_init_weights_range(m, seed, 0, m->num_parameters, m->params_memory);
+void gpt_init_weights_range(const gpt_model *m, uint64_t seed, size_t begin, size_t n,
+                            float *dst) {
+  init_range(m, seed, begin, n, dst, LOOM_F32, NULL);
+}
+
+int gpt_init_weights_range_as(const gpt_model *m, uint64_t seed, size_t begin, size_t n,
+                              void *dst, int dtype) {
+  if (dtype == LOOM_F32) {
+    init_range(m, seed, begin, n, dst, LOOM_F32, NULL);
+    return LOOM_OK;
+  }
+  float *stage = loom__dev_alloc(m->dev, INIT_CHUNK * sizeof(float), LOOM_MEM_OTHER);
+  if (!stage) return LOOM_NOMEM;
+  init_range(m, seed, begin, n, dst, (loom_dtype)dtype, stage);
+  loom__dev_free(m->dev, stage);
+  return LOOM_OK;
+}
+
+int gpt_init_weights(gpt_model *m, uint64_t seed) {
+  return gpt_init_weights_range_as(m, seed, 0, m->num_parameters, m->params_memory,
+                                   m->cfg.param_dtype);
 }
 
 
@@ -1116,7 +1283,7 @@ int gpt_backward(gpt_model *m, float dloss, const gpt_hooks *hooks) {
 
 void gpt_zero_grad(gpt_model *m) {
   if (m->grads_memory) /* else a plugin owns gradient storage and clears it */
-    OPS->memset_zero(CTX, m->grads_memory, m->num_parameters * sizeof(float));
+    OPS->memset_zero(CTX, m->grads_memory, m->num_parameters * gpt_grad_elem_bytes(m));
 }
 
 void gpt_logits_row(const gpt_model *m, int row, float *host_out) {

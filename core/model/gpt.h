@@ -61,6 +61,18 @@ typedef struct gpt_config {
    * the fp32 GEMM accumulators (DeepSpeed's grad_accum_dtype = fp32). The attention core
    * (scores, softmax, probabilities @ V) is one fused fp32 kernel whose output is rounded. */
   int dtype;
+  /* Storage (loom_dtype; 0 = LOOM_F32), ABI 1.4's real 16-bit layout: param_dtype is the
+   * element type of the flat parameter buffer (and every data view), grad_dtype that of the
+   * flat gradient buffer (and every grad view). Both F32 keeps the layout above (fp32 buffers,
+   * the parameter buffer being the master). With param_dtype bf16/fp16 (== dtype) the buffer
+   * is 2 bytes per parameter and the optimizer's fp32 master lives outside the model (the
+   * host's partition.master); each unit's fp32 working weights are widened from it (exact).
+   * With grad_dtype bf16/fp16 the kernels accumulate a unit's gradients into an fp32 scratch
+   * (gpt_model.gwork) that is added into the 16-bit buffer at the unit's end, rounded once
+   * (the tied wte: head and embedding contributions summed in fp32, rounded at unit 0's end);
+   * callers use it only with one micro-batch per step (accumulation stays fp32). */
+  int param_dtype;
+  int grad_dtype;
   /* Vp >= V (0 means V): rows of wte and columns of the logits. As llm.c does for GPT-2's
    * 50257 (-> 50304), a vocabulary padded to a multiple of 128 keeps the head's GEMM on aligned
    * sizes; the logits of columns V..Vp-1 get a -inf bias, so softmax gives them probability 0,
@@ -117,7 +129,10 @@ typedef struct gpt_param {
   float *data;        /* device pointer, numel floats */
   float *grad;        /* device pointer, numel floats */
   float *work;        /* what the kernels read while the tensor's unit runs: data itself in
-                         fp32, its 16-bit rounded copy in gpt_model.wwork otherwise */
+                         fp32, its 16-bit values (fp32 elements) in gpt_model.wwork otherwise */
+  float *gacc;        /* what the kernels accumulate the gradient into while the unit's
+                         backward runs: grad itself when grad_dtype is F32, else an fp32 slot
+                         of gpt_model.gwork */
 } gpt_param;
 
 /* Callbacks around each unit's forward and backward (any may be NULL). A non-zero return
@@ -180,12 +195,20 @@ typedef struct gpt_model {
    * slot (LOOM_MEM_ACTIVATIONS; NULL under GPT_CKPT_NONE) */
   float *recompute;
   size_t recompute_floats;
-  /* mixed precision: one unit's 16-bit working weights (LOOM_MEM_PARAMS; NULL in fp32) */
+  /* mixed precision: one unit's 16-bit working weights as fp32 (gpt_work_category; NULL in
+   * fp32) */
   float *wwork;
   size_t wwork_floats;
   /* padded vocabulary (Vp > V, on the stage with the head): the logits' bias, 0 for columns
    * < V and -inf after (device, Vp floats, LOOM_MEM_OTHER); NULL otherwise */
   float *logits_mask;
+  /* 16-bit gradient storage: the fp32 accumulators of one unit's gradients, the tied wte's
+   * first (kept from the head's backward to unit 0's), and a small staging buffer for the
+   * read-add-round into the 16-bit buffer (LOOM_MEM_OTHER: temporary buffers; NULL when
+   * grad_dtype is F32) */
+  float *gwork;
+  size_t gwork_floats, gwork_wte_floats;
+  float *gstage;
 } gpt_model;
 
 /* Check `cfg` and build the parameter table; allocate parameters and gradients on `dev`.
@@ -223,18 +246,40 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
  * checkpointing or blocks. Same saturation as gpt_activation_bytes. */
 size_t gpt_recompute_bytes(const gpt_config *cfg, int B, int T);
 
-/* Bytes of the 16-bit working weights (LOOM_MEM_PARAMS) a model with cfg.dtype bf16/fp16
+/* Bytes of the 16-bit working weights (gpt_work_category) a model with cfg.dtype bf16/fp16
  * allocates: the largest unit's tensors of this stage (the head's with the tied wte), 64-byte
  * aligned pieces; 0 in fp32. Works on a table-only model (gpt_init_ex without a device). */
 size_t gpt_weight_work_bytes(const gpt_model *m);
+
+/* Bytes of the fp32 gradient scratch (LOOM_MEM_OTHER) a model with a 16-bit grad_dtype
+ * allocates: the tied wte's accumulator plus the largest unit's other tensors, plus the
+ * staging buffer; 0 when grad_dtype is F32. Works on a table-only model. */
+size_t gpt_grad_work_bytes(const gpt_model *m);
+
+/* The memory category of the fp32 working weights (gpt_weight_work_bytes): under 16-bit
+ * storage they, like the gradient scratch, are temporary buffers of the fp32 CPU kernels —
+ * residual state in the ZeRO paper's terms (§3.2), not model state: LOOM_MEM_OTHER; under the
+ * ABI 1.3 layout they are the only 16-bit copy of the weights: LOOM_MEM_PARAMS. */
+int gpt_work_category(const gpt_model *m);
+
+/* Element size in bytes of the flat parameter / gradient buffers (4, or 2 for 16-bit). */
+size_t gpt_param_elem_bytes(const gpt_model *m);
+size_t gpt_grad_elem_bytes(const gpt_model *m);
 
 /* Free everything gpt_init and gpt_forward allocated. */
 void gpt_free(gpt_model *m);
 
 /* GPT-2 initialisation from `seed` (independent of rank): weights N(0, 0.02), residual
  * projections (attn.proj, mlp.proj) N(0, 0.02/sqrt(2L)) (Radford et al. 2019, §2.3), biases 0,
- * LayerNorm weight 1 / bias 0, wte and wpe N(0, 0.02). */
-void gpt_init_weights(gpt_model *m, uint64_t seed);
+ * LayerNorm weight 1 / bias 0, wte and wpe N(0, 0.02). The flat buffer gets them in
+ * param_dtype (16-bit: rounded to nearest even). LOOM_OK, or LOOM_NOMEM (a 16 KiB device
+ * staging buffer for 16-bit storage could not be allocated). */
+int gpt_init_weights(gpt_model *m, uint64_t seed);
+/* gpt_init_weights_range into dst holding n elements of `dtype` (F32, or BF16/F16: the values
+ * rounded to nearest even, staged through a bounded device buffer). LOOM_NOMEM when that
+ * buffer cannot be allocated. */
+int gpt_init_weights_range_as(const gpt_model *m, uint64_t seed, size_t begin, size_t n,
+                              void *dst, int dtype);
 /* The same initial values for flat elements [begin, begin+n) only, written to dst (device,
  * n floats): the random stream is replayed up to `begin`, so a shard gets exactly what a
  * single-rank run would hold there, without the whole model in memory. */

@@ -300,6 +300,63 @@ static int host_adamw_range(loom_host *h, const loom_step_args_v1 *a, uint64_t b
   return LOOM_OK;
 }
 
+static int storage_dtype_ok(loom_dtype dt) {
+  return dt == LOOM_F32 || dt == LOOM_BF16 || dt == LOOM_F16;
+}
+
+/* AdamW on the fp32 master with a gradient in grad_dtype, then the rounded copy into param.
+ * 16-bit gradients are widened per tensor segment in chunks of rt->stage: AdamW is
+ * elementwise, so the chunking changes no bit. */
+static int host_adamw_range_mixed(loom_host *h, const loom_step_args_v1 *a, uint64_t begin,
+                                  uint64_t n, float *master, const void *grad,
+                                  loom_dtype grad_dtype, float *m, float *v, void *param,
+                                  loom_dtype param_dtype) {
+  loom_runtime *rt = h->rt;
+  if (!storage_dtype_ok(grad_dtype) || !storage_dtype_ok(param_dtype)) {
+    snprintf(h->error, sizeof h->error, "adamw_range_mixed: gradient dtype %d / parameter "
+             "dtype %d: expected fp32, bf16 or fp16", (int)grad_dtype, (int)param_dtype);
+    return LOOM_INVALID_USAGE;
+  }
+  if (grad_dtype == LOOM_F32) {
+    int rc = host_adamw_range(h, a, begin, n, master, grad, m, v);
+    if (rc != LOOM_OK) return rc;
+  } else {
+    const loom_model_v1 *mv = &rt->model_view;
+    if (begin + n > mv->numel || !rt->stage) {
+      snprintf(h->error, sizeof h->error, "adamw_range_mixed [%llu, %llu) outside the model "
+               "(%llu) or called before setup", (unsigned long long)begin,
+               (unsigned long long)(begin + n), (unsigned long long)mv->numel);
+      return LOOM_INVALID_USAGE;
+    }
+    const size_t es = loom_dtype_size(grad_dtype);
+    uint64_t end = begin + n;
+    for (int i = 0; i < mv->n_tensors; i++) {
+      const loom_tensor_v1 *t = LOOM_TENSOR_AT(mv, i);
+      uint64_t lo = t->offset > begin ? t->offset : begin;
+      uint64_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
+      if (lo >= hi) continue; /* outside a partition that does not start at 0 */
+      for (uint64_t k = lo - begin; k < hi - begin; k += LOOM_STAGE_FLOATS) {
+        size_t c = (size_t)(hi - begin - k < LOOM_STAGE_FLOATS ? hi - begin - k
+                                                                : LOOM_STAGE_FLOATS);
+        rt->dev.ops->convert(rt->dev.ctx, rt->stage, LOOM_F32, (const char *)grad + k * es,
+                             grad_dtype, c);
+        rt->dev.ops->adamw(rt->dev.ctx, master + k, rt->stage, m + k, v + k, c, a->lr,
+                           a->beta1, a->beta2, a->eps,
+                           t->weight_decay ? a->weight_decay : 0.0f, a->grad_scale, a->step);
+      }
+    }
+  }
+  if (param && param != (void *)master) {
+    int rc = rt->dev.ops->convert(rt->dev.ctx, param, param_dtype, master, LOOM_F32, (size_t)n);
+    if (rc != LOOM_OK) {
+      snprintf(h->error, sizeof h->error, "adamw_range_mixed: the device cannot convert fp32 "
+               "to dtype %d", (int)param_dtype);
+      return rc;
+    }
+  }
+  return LOOM_OK;
+}
+
 /* ---- ZeRO support ---- */
 static int host_set_partition(loom_host *h, const loom_partition_v1 *p) {
   loom_runtime *rt = h->rt;
@@ -376,6 +433,7 @@ static const loom_host_api_v1 host_api = {
   .init_params_range = host_init_params_range,
   .opt_object = host_opt_object,
   .n_micro = host_n_micro,
+  .adamw_range_mixed = host_adamw_range_mixed,
 };
 
 const loom_host_api_v1 *loom__host_api(void) { return &host_api; }

@@ -280,6 +280,20 @@ int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen) {
              dev_has_16 ? "fp32, bf16 and fp16 only" : "fp32 only (16-bit needs ABI 1.3)");
     return -1;
   }
+  int all_cap16 = 1;
+  const char *legacy = NULL;
+  for (int i = 0; i < rt->n_parallel; i++)
+    if (!(rt->parallel[i].u.parallel.storage & LOOM_PAR_STORAGE_16BIT)) {
+      all_cap16 = 0;
+      if (!legacy) legacy = rt->parallel_host[i].label;
+    }
+  loom__storage_dtypes(dt, all_cap16, cfg->train.grad_accum_steps, &rt->param_dtype,
+                       &rt->grad_dtype);
+  if (dt != LOOM_F32 && legacy && rt->mesh.world_rank == 0)
+    fprintf(stderr, "loom[0] info: plugin %s does not declare 16-bit storage "
+            "(LOOM_PAR_STORAGE_16BIT, ABI 1.4): parameters and gradients are kept as %s "
+            "values in fp32 buffers (4+4 bytes per parameter instead of 2+2)\n", legacy,
+            dt == LOOM_BF16 ? "bf16" : "fp16");
   loom_host *h;
   if (rt->has_checkpoint) {
     h = &rt->checkpoint_host;
@@ -343,4 +357,10 @@ const char *loom__status_text(int rc) {
 #undef LOOM__STATUS_TEXT
   }
   return "error";
+}
+
+void loom__storage_dtypes(loom_dtype compute, int all_cap16, int accum, loom_dtype *param,
+                          loom_dtype *grad) {
+  *param = compute != LOOM_F32 && all_cap16 ? compute : LOOM_F32;
+  *grad = *param != LOOM_F32 && accum <= 1 ? compute : LOOM_F32;
 }

@@ -75,6 +75,7 @@ struct loom_runtime {
   void *precision_ctx;
   loom_host precision_host;
   loom_dtype compute_dtype;     /* the precision plugin's: the model's 16-bit stores (gpt.h) */
+  loom_dtype param_dtype, grad_dtype; /* storage of the flat buffers (loom__storage_dtypes) */
 
   int has_checkpoint;
   loom_plugin checkpoint;
@@ -94,7 +95,22 @@ struct loom_runtime {
                                    plugin owns the optimizer step) */
   struct loom_model_file *init_file; /* init_from's file while the parameters are initialised
                                    (until setup is done; init_params_range reads it), else NULL */
+  float *master;                /* host-owned fp32 master of the partition under 16-bit
+                                   storage (partition.master; NULL when params are fp32 or
+                                   the publishing plugin owns it) */
+  float *stage;                 /* LOOM_STAGE_FLOATS fp32 scratch (LOOM_MEM_OTHER): widening
+                                   16-bit gradients for norms and the optimizer */
 };
+
+/* Floats of rt->stage: bounded, whatever the model size (64 KiB). */
+#define LOOM_STAGE_FLOATS 16384
+
+/* The storage dtypes of the flat parameter and gradient buffers (ABI 1.4, docs/
+ * mixed_precision.md "Storage"): the 16-bit compute dtype when every parallel plugin sets
+ * LOOM_PAR_STORAGE_16BIT (all_cap16), else fp32; gradients fp32 whenever more than one
+ * micro-batch accumulates (grad_accum_dtype = fp32). */
+void loom__storage_dtypes(loom_dtype compute, int all_cap16, int accum, loom_dtype *param,
+                          loom_dtype *grad);
 
 /* Format an error for the user: "loom: LABEL: MESSAGE" (LABEL = plugin and config path). */
 void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const char *file,

@@ -63,7 +63,12 @@ static int flat_items(loom_trainer *tr, loom_ckpt_item_v1 *items, int *n) {
   loom_runtime *rt = &tr->rt;
   uint64_t N = rt->model.num_parameters;
   int k = 0;
-  if (rt->shard_params) /* each rank holds its partition of the parameters only */
+  if (rt->param_dtype != LOOM_F32) /* 16-bit storage: the fp32 master is the parameter value,
+                                      so the checkpoint does not depend on the precision */
+    items[k++] = rt->partition.sharded || rt->shard_params
+                     ? partition_item(rt, "params", rt->partition.master)
+                     : flat_item("params", N, rt->partition.master, rt->mesh.dp_rank == 0);
+  else if (rt->shard_params) /* each rank holds its partition of the parameters only */
     items[k++] = partition_item(rt, "params", rt->partition.params);
   else /* replicated across data-parallel ranks: one writer */
     items[k++] = flat_item("params", N, rt->model.params_memory, rt->mesh.dp_rank == 0);
@@ -373,6 +378,21 @@ static int load_state(loom_trainer *tr, const loom_ckpt_meta *m) {
   return 0;
 }
 
+/* 16-bit storage: the parameters the model reads, rounded from the restored master. A plugin
+ * with a sharded partition (ZeRO) gathers the other ranks' ranges itself. */
+static int params_from_master(loom_trainer *tr) {
+  loom_runtime *rt = &tr->rt;
+  const loom_partition_v1 *p = &rt->partition;
+  if (rt->param_dtype == LOOM_F32 || p->count == 0) return 0;
+  if (rt->dev.ops->convert(rt->dev.ctx, p->params, rt->param_dtype, p->master, LOOM_F32,
+                           (size_t)p->count) != LOOM_OK) {
+    snprintf(tr->err, sizeof tr->err, "resume: the device cannot round the fp32 master to "
+             "16 bits");
+    return -1;
+  }
+  return 0;
+}
+
 /* Restore the precision plugin's state (loss scaler). */
 static int load_precision(loom_trainer *tr, const loom_ckpt_meta *m) {
   loom_runtime *rt = &tr->rt;
@@ -424,6 +444,7 @@ int loom__ckpt_resume(loom_trainer *tr) {
                                         sizeof tr->err);
   if (!rc) rc = loom__ckpt_seek_data(tr, &m);
   if (!rc) rc = load_state(tr, &m);
+  if (!rc) rc = params_from_master(tr);
   if (!rc) rc = load_precision(tr, &m);
   if (!rc) {
     tr->step = step;

@@ -135,6 +135,15 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   e->part = e->shard_optim ? ceil_div(psi, N) : psi;
   uint64_t shard = ceil_div(psi, N);
 
+  /* storage (ABI 1.4, docs/mixed_precision.md "Storage"): bytes per element of the flat
+   * parameter and gradient buffers and of the optimizer state. fp32: the parameters are their
+   * own master, K = 8 (m, v). 16-bit storage: 2-byte parameters, K = 12 (fp32 master, m, v),
+   * gradients 2 bytes with one micro-batch, 4 with accumulation (grad_accum_dtype fp32). */
+  const uint64_t P = e->storage16 ? 2 : 4, G = e->grad16 ? 2 : 4, K = e->storage16 ? 12 : 8;
+  e->param_elem = (int)P;
+  e->grad_elem = (int)G;
+  e->optim_k = (int)K;
+
   /* parameters */
   const uint64_t wte = m->params[0].numel, head = m->unit_offset[m->n_units] -
                                                  m->unit_offset[m->n_units - 1];
@@ -153,34 +162,68 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
       prev = n;
     }
     e->gathered = g;
-    e->bytes[LOOM_MEM_PARAMS] = 4 * (shard + g);
-    snprintf(e->formula[LOOM_MEM_PARAMS], 64, "4Psi%s + 4*%llu (gathered%s)", p,
-             (unsigned long long)g, prefetch ? ", 2 units" : "");
+    e->bytes[LOOM_MEM_PARAMS] = P * (shard + g);
+    snprintf(e->formula[LOOM_MEM_PARAMS], 64, "%lluPsi%s + %llu*%llu (gathered%s)",
+             (unsigned long long)P, p, (unsigned long long)P, (unsigned long long)g,
+             prefetch ? ", 2 units" : "");
   } else {
-    e->bytes[LOOM_MEM_PARAMS] = 4 * psi;
-    snprintf(e->formula[LOOM_MEM_PARAMS], 64, "4Psi");
+    e->bytes[LOOM_MEM_PARAMS] = P * psi;
+    snprintf(e->formula[LOOM_MEM_PARAMS], 64, "%lluPsi", (unsigned long long)P);
   }
-  /* mixed precision: the 16-bit working copy of the largest unit (gpt.h) */
+  /* mixed precision: the fp32 working copy of the largest unit's weights (gpt.h): a
+   * parameter in the 1.3 layout (16-bit values in fp32 buffers), a temporary buffer under
+   * 16-bit storage (LOOM_MEM_OTHER, below) */
   uint64_t work = gpt_weight_work_bytes(m);
-  if (work) {
+  e->working = 0;
+  if (work && gpt_work_category(m) == LOOM_MEM_PARAMS) {
     e->bytes[LOOM_MEM_PARAMS] += work;
-    append(e->formula[LOOM_MEM_PARAMS], 64, " + 16-bit unit");
+    e->working += work;
+    append(e->formula[LOOM_MEM_PARAMS], 64, " + fp32 unit");
   }
-  /* gradients */
-  e->bytes[LOOM_MEM_GRADS] = 4 * (e->shard_grads ? shard : psi);
-  snprintf(e->formula[LOOM_MEM_GRADS], 64, "4Psi%s", e->shard_grads ? p : "");
-  /* optimizer state: K = 8 (m, v) on the device, or 16 per element on the host when offloaded
-   * (m, v, the fp32 master copy and the gradient staging buffer) */
+  /* gradients: 16-bit with one micro-batch under 16-bit storage, else fp32 (accumulation
+   * over micro-batches in fp32, DeepSpeed's grad_accum_dtype); ZeRO-2/3's partition too */
+  e->bytes[LOOM_MEM_GRADS] = G * (e->shard_grads ? shard : psi);
+  snprintf(e->formula[LOOM_MEM_GRADS], 64, "%lluPsi%s", (unsigned long long)G,
+           e->shard_grads ? p : "");
+  /* optimizer state: K per element on the device, or in host memory when offloaded (plus the
+   * gradient staged to the host, in the gradient's dtype) */
   const char *pp = e->shard_optim ? p : "";
+  const char *kw = e->storage16 ? "master, m, v" : "m, v";
   if (e->offload) {
     e->bytes[LOOM_MEM_OPTIM] = 0;
     snprintf(e->formula[LOOM_MEM_OPTIM], 64, "0 (offloaded)");
-    e->bytes[LOOM_MEM_HOST] = 16 * e->part;
-    snprintf(e->formula[LOOM_MEM_HOST], 64, "(8+4+4)Psi%s m,v+master+grad stage", pp);
+    e->bytes[LOOM_MEM_HOST] = (K + (e->storage16 ? 0 : 4) + G) * e->part;
+    if (e->storage16)
+      snprintf(e->formula[LOOM_MEM_HOST], 64, "(12+%llu)Psi%s master,m,v+grad stage",
+               (unsigned long long)G, pp);
+    else
+      snprintf(e->formula[LOOM_MEM_HOST], 64, "(8+4+4)Psi%s m,v+master+grad stage", pp);
   } else {
-    e->bytes[LOOM_MEM_OPTIM] = 8 * e->part;
-    snprintf(e->formula[LOOM_MEM_OPTIM], 64, "K*Psi%s, K=8 (m, v)", pp);
+    e->bytes[LOOM_MEM_OPTIM] = K * e->part;
+    snprintf(e->formula[LOOM_MEM_OPTIM], 64, "K*Psi%s, K=%llu (%s)", pp, (unsigned long long)K,
+             kw);
     snprintf(e->formula[LOOM_MEM_HOST], 64, "0");
+  }
+  /* the ZeRO paper's model states (Rajbhandari et al. 2020, sec. 3, Fig. 1): P Psi params,
+   * G Psi grads, K Psi optimizer, each divided by N from its stage on; the offloaded optimizer
+   * moves K to the host (fp32's host master copy and staging included) */
+  {
+    uint64_t cf = 0, cn = 0; /* coefficients of Psi and Psi/N */
+    const uint64_t kk = e->offload ? (e->storage16 ? K + G : K + 8) : K;
+    *(e->shard_params ? &cn : &cf) += P;
+    *(e->shard_grads ? &cn : &cf) += G;
+    *(e->shard_optim ? &cn : &cf) += kk;
+    if (N <= 1) cf += cn, cn = 0;
+    e->paper_states = cf * psi + cn * psi / (N ? N : 1);
+    if (e->shard_params) e->paper_states += P * e->gathered;
+    char f[96] = "";
+    if (cf) snprintf(f, sizeof f, "%lluPsi", (unsigned long long)cf);
+    if (cn)
+      snprintf(f + strlen(f), sizeof f - strlen(f), "%s%lluPsi/N", cf ? " + " : "",
+               (unsigned long long)cn);
+    if (e->shard_params)
+      snprintf(f + strlen(f), sizeof f - strlen(f), " + %llu*gathered", (unsigned long long)P);
+    snprintf(e->paper_formula, sizeof e->paper_formula, "%s", f);
   }
   /* activations: exactly gpt.c's pool; other: the (B,T) input and target token buffers */
   e->bytes[LOOM_MEM_ACTIVATIONS] = gpt_activation_bytes(&m->cfg, e->micro_batch, e->seq_len);
@@ -190,6 +233,12 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
            e->seq_len, e->act_recompute ? " + recompute" : "");
   e->bytes[LOOM_MEM_OTHER] = 2 * (uint64_t)e->micro_batch * e->seq_len * sizeof(int32_t);
   snprintf(e->formula[LOOM_MEM_OTHER], 64, "tokens 2*4*B*T");
+  if (e->storage16) {
+    /* temporary buffers of 16-bit storage (ZeRO paper §3.2's residual states): the fp32
+     * working weights and gradient accumulators of one unit (gpt.h), the host's stage */
+    e->bytes[LOOM_MEM_OTHER] += work + gpt_grad_work_bytes(m) + LOOM_STAGE_FLOATS * sizeof(float);
+    append(e->formula[LOOM_MEM_OTHER], 64, " + fp32 unit work + stage");
+  }
   /* communication buffers: DDP reduces in place; ZeRO-1 receives its reduce-scatter blocks
    * (together its partition) in scratch until the end of backward; ZeRO-2/3 hand out gradient
    * buckets of whole units (see grad_bucket_set) */
@@ -198,14 +247,21 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     double cap = json_is_number(rb) ? json_number_value(rb) : (double)(1u << 20);
     int overlap = !json_is_false(role_option(cfg, e, LOOM_PAR_CAP_SHARD_GRADS, "overlap_comm"));
     e->bytes[LOOM_MEM_COMM] =
-        4 * grad_bucket_set_max(m, cap < 1 ? 1 : cap < 0x1p62 ? (uint64_t)cap : 1ull << 62, N,
+        G * grad_bucket_set_max(m, cap < 1 ? 1 : cap < 0x1p62 ? (uint64_t)cap : 1ull << 62, N,
                                 psi, shard, overlap); /* in range before the cast */
     snprintf(e->formula[LOOM_MEM_COMM], 64, overlap && N > 1
                  ? "<= unit0 + 2 buckets + blocks, max rank"
                  : "unit0 + largest bucket + block");
   } else if (e->shard_optim && N > 1) {
-    e->bytes[LOOM_MEM_COMM] = 4 * shard;
-    snprintf(e->formula[LOOM_MEM_COMM], 64, "4Psi/N reduce-scatter scratch");
+    e->bytes[LOOM_MEM_COMM] = G * shard;
+    snprintf(e->formula[LOOM_MEM_COMM], 64, "%lluPsi/N reduce-scatter scratch",
+             (unsigned long long)G);
+  } else if (e->grad16 && e->grad_sync && N > 1) {
+    /* ddp on 16-bit gradients: in place (or widened to fp32 when told), averaged through a
+     * 64 KiB fp32 stage */
+    e->bytes[LOOM_MEM_COMM] = (e->sync16 ? 0 : 4 * psi) + 65536;
+    snprintf(e->formula[LOOM_MEM_COMM], 64, "%s64 KiB averaging stage",
+             e->sync16 ? "in place + " : "4Psi fp32 buckets + ");
   } else if (e->sync16 && N > 1) {
     e->bytes[LOOM_MEM_COMM] = 2 * psi;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "2Psi 16-bit buckets");
@@ -213,17 +269,32 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     e->bytes[LOOM_MEM_COMM] = 0;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "0 (in place)");
   }
+  /* the ZeRO plugins' fp32 scratch for 16-bit arithmetic (zero_common.h ZC_CVT_CHUNK, two
+   * halves of at most 8192 elements each, held for the run) */
+  if (e->shard_optim && e->storage16) {
+    e->bytes[LOOM_MEM_COMM] += 2 * 4 * (shard < 8192 ? (shard ? shard : 1) : 8192);
+    append(e->formula[LOOM_MEM_COMM], 64, " + fp32 scratch");
+  }
+  /* tensor parallel's f/g packed to 16 bits (tensor_parallel.c): one (B,T,C) region */
+  json_t *tcdt = role_option(cfg, e, LOOM_PAR_CAP_SPLIT_LAYERS, "communication_data_type");
+  if (e->tp > 1 && e->dtype != LOOM_F32 &&
+      !(json_is_string(tcdt) && strcmp(json_string_value(tcdt), "fp32") == 0)) {
+    e->bytes[LOOM_MEM_COMM] += 2 * (uint64_t)e->micro_batch * e->seq_len * e->n_embd;
+    append(e->formula[LOOM_MEM_COMM], 64, " + tp 16-bit region");
+  }
 
   e->total = 0;
   for (int k = 0; k < LOOM_MEM__COUNT; k++) e->total = sat_add(e->total, e->bytes[k]);
   e->model_states = e->bytes[LOOM_MEM_PARAMS] + e->bytes[LOOM_MEM_GRADS] +
                     e->bytes[LOOM_MEM_OPTIM] + e->bytes[LOOM_MEM_HOST];
 
-  /* communication per optimizer step per rank, S = 4 Psi bytes; the paper's value too */
-  const uint64_t S = 4 * psi, A = (uint64_t)e->accum;
-  e->comm_bytes_paper = N <= 1 ? 0 : e->stage == 3 ? 3 * A * (N - 1) * S / N
-                                   : e->stage == 2 ? (A + 1) * (N - 1) * S / N
-                                                   : 2 * (N - 1) * S / N;
+  /* communication per optimizer step per rank: gradients travel in the gradient dtype
+   * (G bytes), parameters in the parameter dtype (P bytes); the paper's value too, in the
+   * storage dtype (2 bytes per element in mixed precision, 4 in fp32) */
+  const uint64_t A = (uint64_t)e->accum, Sg = G * psi, Sp = P * psi;
+  e->comm_bytes_paper = N <= 1 ? 0 : e->stage == 3 ? 3 * A * (N - 1) * Sp / N
+                                   : e->stage == 2 ? (A + 1) * (N - 1) * Sp / N
+                                                   : 2 * (N - 1) * Sp / N;
   if (N <= 1) {
     e->comm_bytes = 0;
     snprintf(e->comm_formula, sizeof e->comm_formula, "0 (one rank)");
@@ -231,19 +302,32 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     /* per micro-step: every unit gathered for forward (the head with the tied wte again);
      * for backward every unit but the head (its gather is kept from its forward) and unit 0
      * (the embedding's backward reads no parameter); every gradient reduce-scattered:
-     * 3Psi + wte - unit 0 - head = 3Psi - wpe - head elements */
+     * gathers 2Psi + wte - unit 0 - head = 2Psi - wpe - head elements, reduce-scatter Psi */
     const uint64_t unit0 = m->unit_offset[1] - m->unit_offset[0];
-    e->comm_bytes = A * (N - 1) * 4 * (3 * psi + wte - unit0 - head) / N;
-    snprintf(e->comm_formula, sizeof e->comm_formula, "%s(N-1)/N*4(3Psi - wpe - head)",
-             A > 1 ? "A" : "");
-  } else if (e->stage == 2) {
-    e->comm_bytes = (A + 1) * (N - 1) * S / N;
-    snprintf(e->comm_formula, sizeof e->comm_formula, "%s(N-1)/N*4Psi", A > 1 ? "(A+1)" : "2");
-  } else if (e->sync16 && e->stage == 0) {
+    e->comm_bytes = A * (N - 1) * (P * (2 * psi + wte - unit0 - head) + G * psi) / N;
+    if (P == G)
+      snprintf(e->comm_formula, sizeof e->comm_formula, "%s(N-1)/N*%llu(3Psi - wpe - head)",
+               A > 1 ? "A" : "", (unsigned long long)P);
+    else
+      snprintf(e->comm_formula, sizeof e->comm_formula,
+               "%s(N-1)/N*(%llu(2Psi - wpe - head) + %lluPsi)", A > 1 ? "A" : "",
+               (unsigned long long)P, (unsigned long long)G);
+  } else if (e->stage == 2 || e->stage == 1) {
+    /* reduce-scatter of the gradients (every micro-step in ZeRO-2, the last in ZeRO-1) and one
+     * all-gather of the updated parameters */
+    const uint64_t R = e->stage == 2 ? A : 1;
+    e->comm_bytes = (R * Sg + Sp) * (N - 1) / N;
+    if (P == G)
+      snprintf(e->comm_formula, sizeof e->comm_formula, "%s(N-1)/N*%lluPsi",
+               R > 1 ? "(A+1)" : "2", (unsigned long long)P);
+    else
+      snprintf(e->comm_formula, sizeof e->comm_formula, "(N-1)/N*(%s%lluPsi + %lluPsi)",
+               R > 1 ? "A*" : "", (unsigned long long)G, (unsigned long long)P);
+  } else if (e->sync16) {
     e->comm_bytes = 2 * (N - 1) * (2 * psi) / N;
     snprintf(e->comm_formula, sizeof e->comm_formula, "2(N-1)/N*2Psi (16-bit)");
   } else {
-    e->comm_bytes = 2 * (N - 1) * S / N;
+    e->comm_bytes = 2 * (N - 1) * (4 * psi) / N;
     snprintf(e->comm_formula, sizeof e->comm_formula, "2(N-1)/N*4Psi");
   }
 }
@@ -417,6 +501,16 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
     if ((c & LOOM_PAR_CAP_GRAD_SYNC) && !(c & shard))
       e->sync16 = !(json_is_string(cdt) && strcmp(json_string_value(cdt), "fp32") == 0);
   }
+  /* real 16-bit storage (ABI 1.4): under bf16/fp16 when every parallel plugin declares it
+   * handles it, the host's rule (docs/mixed_precision.md, "Storage"); otherwise fp32 buffers
+   * holding 16-bit values. Gradients stay fp32 with accumulation over micro-batches. */
+  int all16 = 1;
+  for (int i = 0; i < rt->n_parallel; i++)
+    all16 &= !!(rt->parallel[i].u.parallel.storage & LOOM_PAR_STORAGE_16BIT);
+  loom__storage_dtypes(e->dtype, all16, cfg->train.grad_accum_steps, &e->param_dtype,
+                       &e->grad_dtype);
+  e->storage16 = e->param_dtype != LOOM_F32;
+  e->grad16 = e->grad_dtype != LOOM_F32;
   if (world > 1 && !e->grad_sync) {
     snprintf(err, errlen, "%s: parallel: %d data-parallel ranks but no plugin owns gradient "
              "sync: the replicas would drift apart (add {\"plugin\": \"ddp\"})", cfg->path,
@@ -441,7 +535,8 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
                      .tp_size = e->tp, .tp_rank = 0,
                      .ckpt_policy = cfg->activation_checkpointing.policy,
                      .ckpt_every = cfg->activation_checkpointing.every,
-                     .dtype = (int)e->dtype};
+                     .dtype = (int)e->dtype, .param_dtype = (int)e->param_dtype,
+                     .grad_dtype = (int)e->grad_dtype};
   e->ckpt_policy = full.ckpt_policy;
   e->ckpt_every = full.ckpt_every;
   char me[512];
@@ -591,11 +686,18 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   }
   if (e->dtype == LOOM_F32)
     fprintf(out, "\nstrategy by roles: %s; fp32, Adam K = 8 (ZeRO paper sec. 3: 4Psi params + "
-            "4Psi grads + 8Psi optim)\n", e->strategy);
+            "4Psi grads + 8Psi optim; the parameters are their own master)\n", e->strategy);
+  else if (e->storage16)
+    fprintf(out, "\nstrategy by roles: %s; %s storage: %dPsi params + %dPsi grads%s + K = 12 "
+            "(fp32 master, m, v) (ZeRO paper sec. 3)%s\n", e->strategy,
+            precision_name(e->dtype), e->param_elem, e->grad_elem,
+            e->grad16 ? "" : " (fp32: grad_accum_steps > 1 accumulates in fp32)",
+            e->sync16 ? "; gradients reduced in 16 bits" : "");
   else
-    fprintf(out, "\nstrategy by roles: %s; %s compute with the fp32 master as the parameters "
-            "(4Psi + the 16-bit working unit), fp32 grads 4Psi, Adam K = 8%s\n", e->strategy,
-            precision_name(e->dtype), e->sync16 ? "; gradients reduced in 16 bits" : "");
+    fprintf(out, "\nstrategy by roles: %s; %s compute in fp32 buffers (a plugin without "
+            "LOOM_PAR_STORAGE_16BIT: the fp32 master is the parameters, 4Psi + the working "
+            "unit), fp32 grads 4Psi, Adam K = 8%s\n", e->strategy, precision_name(e->dtype),
+            e->sync16 ? "; gradients reduced in 16 bits" : "");
   fprintf(out, "  %-16s %-40s %15s %10s\n", "category", "formula", "bytes/rank", "MiB");
   for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
     loom_mem_category c = order[i];
@@ -604,6 +706,11 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   }
   fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "model states", "params+grads+optim+host",
           (unsigned long long)e->model_states, (double)e->model_states / 1048576.0);
+  fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "ZeRO paper", e->paper_formula,
+          (unsigned long long)e->paper_states, (double)e->paper_states / 1048576.0);
+  if (e->working)
+    fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "  + working", "fp32 unit weights (1.3 layout)",
+            (unsigned long long)e->working, (double)e->working / 1048576.0);
   fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "total", "sum of the rows (>= every rank's peak)",
           (unsigned long long)e->total,
           (double)e->total / 1048576.0);
@@ -656,6 +763,16 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
   if (doc) {
     json_object_set_new(doc, "precision", json_string(precision_name(e->dtype)));
     json_object_set_new(doc, "grad_reduce_16bit", json_boolean(e->sync16));
+    json_object_set_new(doc, "param_storage", json_string(precision_name(e->param_dtype)));
+    json_object_set_new(doc, "grad_storage", json_string(precision_name(e->grad_dtype)));
+    json_object_set_new(
+        doc, "storage",
+        json_pack("{s:b, s:b, s:i, s:i, s:i}", "params_16bit", e->storage16, "grads_16bit",
+                  e->grad16, "param_bytes", e->param_elem, "grad_bytes", e->grad_elem,
+                  "optim_k", e->optim_k));
+    json_object_set_new(doc, "model_states_paper", json_integer((json_int_t)e->paper_states));
+    json_object_set_new(doc, "paper_formula", json_string(e->paper_formula));
+    json_object_set_new(doc, "working_bytes", json_integer((json_int_t)e->working));
     json_t *stages = json_array();
     for (int s = 0; s < (e->pp > 1 ? e->pp : 1); s++) {
       const loom_estimate_stage *st = &e->stages[s];

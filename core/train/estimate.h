@@ -1,12 +1,20 @@
 /* `loom estimate`: per-rank memory by category and communication volume per step for a config,
  * before anything runs (no MPI, no training, no tensor allocated).
  *
- * Mixed precision (bf16.so, fp16.so; gpt.h): the parameters stay the fp32 master (4Ψ: the
- * kernels read 16-bit values rounded from it into one working buffer, + the largest unit's
- * 4·W), gradients and Adam's state as in fp32, and a data-parallel plugin that reduces in the
- * compute dtype (ddp) holds its 16-bit buckets (2Ψ, comm) and moves 2(N−1)/N·2Ψ per step.
+ * Mixed precision (bf16.so, fp16.so), 16-bit storage (ABI 1.4: every parallel plugin sets
+ * LOOM_PAR_STORAGE_16BIT; loom__storage_dtypes decides as the host does): parameters P = 2
+ * bytes, gradients G = 2 (4 with grad_accum_steps > 1: fp32 accumulation), optimizer K = 12
+ * (fp32 master, m, v), so the ZeRO paper's own mixed-precision formulas hold exactly: DDP 16Ψ,
+ * ZeRO-1 4Ψ + 12Ψ/N, ZeRO-2 2Ψ + 14Ψ/N, ZeRO-3 16Ψ/N + 2·gathered; cpu_offload's host memory
+ * (12 + G)Ψ/N. The fp32 working copies of one unit (weights, gradient accumulators, the stages)
+ * are temporary buffers ("other"); ZeRO's buckets and scratch are G bytes per element, plus the
+ * plugins' 2 × 32 KiB fp32 averaging scratch; every collective moves P or G bytes per element.
+ * Without 16-bit storage (a plugin built against ABI <= 1.3) the 1.3 layout: the fp32 master
+ * is the parameter buffer (4Ψ + the largest unit's 4·W working copy), fp32 gradients, K = 8, and
+ * ddp holds 16-bit buckets (2Ψ, comm). The paper's formula is printed next to the model states
+ * (paper_states, paper_formula; `working` = what the 1.3 layout adds to them).
  *
- * The accounting is the ZeRO paper's (Rajbhandari et al. 2020, §3 and §5, Table 1) for fp32
+ * The accounting is the ZeRO paper's (Rajbhandari et al. 2020, §3 and §5, Table 1); for fp32
  * training: parameters 4Ψ, gradients 4Ψ, Adam's optimizer state K·Ψ with K = 8 (m and v; in
  * fp32 the parameters are their own master copy). What is sharded is decided by the ROLES (caps)
  * the configured parallel plugins declare, never by their names:
@@ -91,6 +99,13 @@ typedef struct loom_estimate {
   int stage;                /* 0 (none/DDP), 1, 2, 3: the highest sharding role */
   loom_dtype dtype;         /* the precision plugin's compute dtype */
   int sync16;               /* the gradient all-reduce travels in dtype (ddp under bf16/fp16) */
+  loom_dtype param_dtype, grad_dtype; /* storage (loom__storage_dtypes; ABI 1.4) */
+  int storage16;            /* 16-bit parameter storage (ABI 1.4; every plugin can) */
+  int grad16;               /* 16-bit gradient storage (storage16 and one micro-batch) */
+  int param_elem, grad_elem, optim_k; /* bytes per element: params P, grads G, optimizer K */
+  uint64_t paper_states;    /* the ZeRO paper's model states (+ ZeRO-3's gathered set) */
+  char paper_formula[96];   /* "2Psi + 14Psi/N", ... */
+  uint64_t working;         /* model-state bytes beyond the formula: the 1.3 layout's fp32 unit */
   char strategy[128];       /* "ZeRO-2 (P_os+g) + optimizer offload", ... */
   /* model and batch */
   int n_layer, n_head, n_embd, vocab_size, context_length;

@@ -167,6 +167,30 @@ gpt_hooks loom__forward_hooks(loom_trainer *tr) {
   return h;
 }
 
+/* 16-bit storage: the fp32 master of the published partition (optimizer state, partitioned
+ * like m and v), from the initial values of a single-rank run; fp32 storage: the parameters
+ * themselves. A plugin that set partition.master owns it. */
+static int setup_master(loom_trainer *tr) {
+  loom_runtime *rt = &tr->rt;
+  loom_partition_v1 *p = &rt->partition;
+  if (rt->param_dtype == LOOM_F32) {
+    p->master = p->params;
+    return 0;
+  }
+  rt->stage = loom__dev_alloc(&rt->dev, LOOM_STAGE_FLOATS * sizeof(float), LOOM_MEM_OTHER);
+  if (!rt->stage) return fail(tr, "out of memory (staging buffer)");
+  if (p->master || p->count == 0) return 0;
+  /* a plugin that owns the step (cpu_offload) keeps the optimizer state in host memory, and
+   * the master with it: ZeRO-Offload's fp32 master lives on the CPU */
+  rt->master = loom__dev_alloc(&rt->dev, p->count * sizeof(float),
+                               rt->optimizer_owner >= 0 ? LOOM_MEM_HOST : LOOM_MEM_OPTIM);
+  if (!rt->master) return fail(tr, "out of memory (fp32 master weights, %llu parameters)",
+                               (unsigned long long)p->count);
+  gpt_init_weights_range(&rt->model, tr->cfg.train.seed, p->begin, p->count, rt->master);
+  p->master = rt->master;
+  return 0;
+}
+
 int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *const *overrides,
                       int n_overrides) {
   memset(tr, 0, sizeof *tr);
@@ -206,7 +230,8 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                    .tp_rank = rt->mesh.tp_rank,
                    .ckpt_policy = cfg->activation_checkpointing.policy,
                    .ckpt_every = cfg->activation_checkpointing.every,
-                   .dtype = (int)rt->compute_dtype};
+                   .dtype = (int)rt->compute_dtype, .param_dtype = (int)rt->param_dtype,
+                   .grad_dtype = (int)rt->grad_dtype};
   if (rt->mesh.pp > 1) {
     /* the split loom estimate accounts by (core/runtime/pp_split.c) */
     if (loom__pp_split(rt, &mc, e, sizeof e) != 0) return fail(tr, "%s: %s", cfg->path, e);
@@ -220,11 +245,12 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   /* same seed (or file) on every rank: replicas start identical without a broadcast (a plugin
    * that shards the parameters initialises its shard through init_params_range instead) */
   if (!rt->shard_params && rt->init_file) {
-    if (loom__model_file_fill(rt->init_file, &rt->model, 0, rt->model.num_parameters,
-                              rt->model.params_memory, e, sizeof e) != 0)
+    if (loom__model_file_fill_as(rt->init_file, &rt->model, 0, rt->model.num_parameters,
+                                 rt->model.params_memory, (loom_dtype)rt->model.cfg.param_dtype,
+                                 e, sizeof e) != 0)
       return fail(tr, "%s: init_from.path: %s", cfg->path, e);
-  } else if (!rt->shard_params) {
-    gpt_init_weights(&rt->model, cfg->train.seed);
+  } else if (!rt->shard_params && gpt_init_weights(&rt->model, cfg->train.seed) != LOOM_OK) {
+    return fail(tr, "out of memory (initialising the 16-bit parameters)");
   }
   if (loom__model_view_build(rt) != 0) return fail(tr, "out of host memory (model view)");
   if (rt->mesh.pp > 1 && (rt->mesh.pp_rank == 0 || rt->mesh.pp_rank == rt->mesh.pp - 1)) {
@@ -244,6 +270,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   if ((rt->shard_params || rt->shard_grads) && rt->partition_owner < 0)
     return fail(tr, "%s: parallel: a plugin owns parameter or gradient storage but none "
                 "published the optimizer partition (set_partition in setup)", cfg->path);
+  if (setup_master(tr) != 0) return -1;
   if (rt->optimizer_owner < 0) {
     size_t bytes = rt->partition.count * sizeof(float);
     rt->optim_m = loom__dev_alloc(&rt->dev, bytes, LOOM_MEM_OPTIM);
@@ -286,7 +313,13 @@ static void injected_inf(loom_trainer *tr, int step) {
   }
   if (!hit || rt->partition.count == 0) return;
   float inf = INFINITY;
-  rt->dev.ops->from_host(rt->dev.ctx, rt->partition.grads, &inf, sizeof inf);
+  if (rt->grad_dtype == LOOM_F32) {
+    rt->dev.ops->from_host(rt->dev.ctx, rt->partition.grads, &inf, sizeof inf);
+  } else { /* +inf is exact in bf16 and fp16 */
+    rt->dev.ops->from_host(rt->dev.ctx, rt->stage, &inf, sizeof inf);
+    rt->dev.ops->convert(rt->dev.ctx, rt->partition.grads, rt->grad_dtype, rt->stage, LOOM_F32,
+                         1);
+  }
   fprintf(stderr, "loom[%d] info: LOOM_INJECT_INF: +inf in this rank's gradient at step %d\n",
           rt->mesh.world_rank, step);
 }
@@ -327,16 +360,31 @@ static int pass_failed(loom_trainer *tr, const char *pass, int rc) {
   return fail(tr, "%s failed: %s", pass, rc == LOOM_INVALID_USAGE ? "invalid input" : "error");
 }
 
+/* Sum of squares of n gradient elements at element k of `grads` (the grad dtype; 16-bit ones
+ * widened through rt->stage, exact). */
+static double grad_sum_squares(loom_runtime *rt, const float *grads, uint64_t k, uint64_t n) {
+  const loom_device_v1 *dev = rt->dev.ops;
+  if (rt->grad_dtype == LOOM_F32) return dev->sum_squares(rt->dev.ctx, grads + k, (size_t)n);
+  const size_t es = loom_dtype_size(rt->grad_dtype);
+  double sq = 0.0;
+  for (uint64_t i = 0; i < n; i += LOOM_STAGE_FLOATS) {
+    size_t c = (size_t)(n - i < LOOM_STAGE_FLOATS ? n - i : LOOM_STAGE_FLOATS);
+    dev->convert(rt->dev.ctx, rt->stage, LOOM_F32, (const char *)grads + (k + i) * es,
+                 rt->grad_dtype, c);
+    sq += dev->sum_squares(rt->dev.ctx, rt->stage, c);
+  }
+  return sq;
+}
+
 /* This rank's sum of squares of the gradient over the partition. Under tensor parallel the
  * split tensors' squares are summed over the TP axis, and a tensor replicated over it (its
  * gradient is the same on every tp rank) is weighted 1/tp so the sum counts it once (control
  * traffic, not counted). */
 static int grad_sq_partition(loom_trainer *tr, double *out) {
   loom_runtime *rt = &tr->rt;
-  const loom_device_v1 *dev = rt->dev.ops;
   const loom_partition_v1 *part = &rt->partition;
   if (rt->mesh.tp <= 1 && rt->mesh.pp <= 1) {
-    *out = dev->sum_squares(rt->dev.ctx, part->grads, part->count);
+    *out = grad_sum_squares(rt, part->grads, 0, part->count);
     return 0;
   }
   const loom_model_v1 *mv = &rt->model_view;
@@ -348,7 +396,7 @@ static int grad_sq_partition(loom_trainer *tr, double *out) {
     uint64_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
     if (lo >= hi) continue;
     if (rt->tensor_tied[i]) continue; /* the last stage's wte copy: counted on the first */
-    double s = dev->sum_squares(rt->dev.ctx, part->grads + (lo - begin), (size_t)(hi - lo));
+    double s = grad_sum_squares(rt, part->grads, lo - begin, hi - lo);
     sq += t->split_dim < 0 ? s / rt->mesh.tp : s;
   }
   *out = sq;
@@ -466,14 +514,22 @@ static int pp_tied_sum(loom_trainer *tr) {
   } else if (rt->mesh.dp_rank != 0) {
     hi = lo;
   }
-  if (lo < hi)
+  /* 16-bit gradients: summed in fp32 (each addend widened exactly), rounded once back */
+  const size_t es = loom_dtype_size(rt->grad_dtype);
+  if (lo < hi && rt->grad_dtype == LOOM_F32)
     d->copy(rt->dev.ctx, rt->emb_buf + (lo - w->offset), w->grad + (lo - w->offset),
             (size_t)(hi - lo) * sizeof(float));
+  else if (lo < hi)
+    d->convert(rt->dev.ctx, rt->emb_buf + (lo - w->offset), LOOM_F32,
+               (char *)w->grad + (lo - w->offset) * es, rt->grad_dtype, (size_t)(hi - lo));
   if (loom__host_api()->all_reduce(&tr->core_host, rt->emb_comm, rt->emb_buf, w->numel,
                                    LOOM_F32, LOOM_OP_SUM, NULL) != LOOM_OK)
     return fail(tr, "summing the tied embedding's gradient between the first and last "
                 "pipeline stage failed: %s", tr->core_host.error);
-  d->copy(rt->dev.ctx, w->grad, rt->emb_buf, w->numel * sizeof(float));
+  if (rt->grad_dtype == LOOM_F32)
+    d->copy(rt->dev.ctx, w->grad, rt->emb_buf, w->numel * sizeof(float));
+  else
+    d->convert(rt->dev.ctx, w->grad, rt->grad_dtype, rt->emb_buf, LOOM_F32, w->numel);
   return 0;
 }
 
@@ -605,8 +661,12 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
       int rc = rt->parallel[i].u.parallel.optimizer_step(rt->parallel_ctx[i], &args);
       if (rc != LOOM_OK) return loom__hook_error(rt, i, "optimizer_step", rc, tr->err, sizeof tr->err);
     } else {
-      loom__host_api()->adamw_range(&tr->core_host, &args, part->begin, part->count,
-                                    part->params, part->grads, rt->optim_m, rt->optim_v);
+      /* fp32: the master is the parameters themselves (adamw_range, bitwise) */
+      int rc = loom__host_api()->adamw_range_mixed(
+          &tr->core_host, &args, part->begin, part->count, part->master, part->grads,
+          rt->grad_dtype, rt->optim_m, rt->optim_v,
+          part->master == part->params ? NULL : part->params, rt->param_dtype);
+      if (rc != LOOM_OK) return fail(tr, "optimizer step: %s", tr->core_host.error);
     }
   }
   CALL_HOOKS(tr, end_step, "end_step", step);
@@ -750,6 +810,8 @@ void loom_trainer_free(loom_trainer *tr) {
   if (rt->optim_m) loom__dev_free(&rt->dev, rt->optim_m);
   if (rt->optim_v) loom__dev_free(&rt->dev, rt->optim_v);
   if (rt->emb_buf) loom__dev_free(&rt->dev, rt->emb_buf);
+  if (rt->master) loom__dev_free(&rt->dev, rt->master);
+  if (rt->stage) loom__dev_free(&rt->dev, rt->stage);
   loom__device_close(rt);
   loom__mesh_free(rt);
   loom_config_free(&tr->cfg);

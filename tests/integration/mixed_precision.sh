@@ -9,6 +9,7 @@
 #  - a run resumed from the step-6 checkpoint (taken at the halved scale) continues bitwise;
 #  - a scale stuck at min_loss_scale is an error naming the step;
 #  - bf16 (8-bit mantissa) trains the tiny model like fp32 does;
+#  - bf16 with 16-bit storage resumes bitwise, and an fp32 checkpoint resumes in bf16;
 #  - under bf16 and fp16 each rank's measured memory per category = `loom estimate`'s.
 . "$(dirname "$0")/lib.sh"
 make_data
@@ -147,9 +148,48 @@ worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in b)
 print(f"bf16 vs fp32: worst relative loss difference over 20 steps {worst:.2e}")
 assert worst <= 1e-2 and a != b, worst
 PY
+# bf16 with 16-bit parameter and gradient storage (ddp sets LOOM_PAR_STORAGE_16BIT): a run
+# resumed from its step-4 checkpoint continues bitwise (the checkpoint holds the fp32 master,
+# Adam m and v; the 16-bit parameters are rounded from the master on resume, exactly as after
+# every step), and the checkpoint is precision-independent: an fp32 run's checkpoint resumes in
+# bf16 (its step 5 within bf16's rounding of the fp32 run's, bound 1e-2 as above).
+BF16='precision={"plugin":"bf16"}'
+CK4() { echo "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/$1/ckpt\",\"every\":4}"; }
+run 2 bf16_straight --set "$BF16" --set train.steps=8 --set train.micro_batch_size=2 \
+  --set logging.interval=1 --set "$(CK4 bf16_straight)"
+grep -q "16-bit storage" "$WORK/bf16_straight/out.log" &&
+  die "ddp under bf16 fell back to fp32 buffers (no 16-bit storage)"
+run 2 fp32_ck --set train.steps=8 --set train.micro_batch_size=2 --set logging.interval=1 \
+  --set "$(CK4 fp32_ck)"
+for src in bf16_straight fp32_ck; do
+  dst=${src}_resumed
+  mkdir -p "$WORK/$dst/ckpt"
+  cp -r "$WORK/$src/ckpt/step-00000004" "$WORK/$dst/ckpt/"
+  printf 'step-00000004' >"$WORK/$dst/ckpt/latest"
+  timeout 300 mpirun -np 2 --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+    --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
+    --set "data.vocab=$WORK/data/vocab.json" --set "logging.metrics=$WORK/$dst/metrics.jsonl" \
+    --set "$BF16" --set train.steps=8 --set train.micro_batch_size=2 --set logging.interval=1 \
+    --set "$(CK4 "$dst")" >"$WORK/$dst/out.log" 2>&1 ||
+    { cat "$WORK/$dst/out.log"; die "bf16 resume from $src's step-4 checkpoint failed"; }
+  grep -q "resumed at step 4" "$WORK/$dst/out.log" || die "$dst did not resume at step 4"
+done
+compare bf16_straight_resumed bf16_straight --bitwise --steps 5:8
+/usr/bin/python3 - "$WORK/fp32_ck_resumed/metrics.jsonl" "$WORK/fp32_ck/metrics.jsonl" <<'PY' ||
+import json, sys
+def losses(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r and "skipped" in r}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in a)
+print(f"fp32 checkpoint resumed in bf16: steps {sorted(a)}, worst relative loss diff {worst:.2e}")
+assert sorted(a) == [5, 6, 7, 8] and worst <= 1e-2 and a != {s: b[s] for s in a}, (a, worst)
+PY
+  die "an fp32 checkpoint resumed in bf16 does not continue the fp32 run within bf16's rounding"
+
 # memory under bf16 and fp16: what each rank measures = what `loom estimate` predicts for the
-# same config (params: the fp32 master + the largest unit's 16-bit working copy; ddp's 16-bit
-# buckets in comm), for ddp and ZeRO 1/2/3 on 2 ranks; the estimate bounds every rank
+# same config (16-bit parameters and gradients, the fp32 master in optim: ddp and ZeRO 1/2/3
+# set LOOM_PAR_STORAGE_16BIT), for ddp and ZeRO 1/2/3 on 2 ranks; the estimate bounds every rank
+# (memory_precision.sh and memory_precision_zero.sh check the formulas)
 MEM=()
 for prec in bf16 fp16; do
   for strat in ddp zero1 zero2 zero3; do
@@ -162,6 +202,11 @@ for prec in bf16 fp16; do
       >"$WORK/$name/estimate.json" || die "loom estimate failed for $name"
     MEM+=("$name")
   done
+done
+# every in-tree data-parallel plugin stores 16 bits: none falls back to the 1.3 layout
+for strat in ddp zero1 zero2 zero3; do
+  grep -q "16-bit storage" "$WORK/mem_bf16_$strat/out.log" &&
+    die "$strat under bf16: a line says it runs without 16-bit storage"
 done
 /usr/bin/python3 - "$WORK" "${MEM[@]}" <<'PY' || die "16-bit memory: measurement != estimate"
 import json, os, sys

@@ -2,9 +2,11 @@
  * a reference implementation needs to redo it (check_torch.py reads the file).
  *
  * Usage: dump_gpt OUT.bin [bf16|fp16]
- *   bf16 / fp16: the model's mixed-precision mode (gpt.h: 16-bit weights, activations and
- *   activation gradients, fp32 compute); the weights written are the fp32 master copy and the
- *   gradients the fp32-accumulated ones (check_torch_bf16.py rounds at the same points).
+ *   bf16 / fp16: the model's mixed-precision mode with 16-bit storage (gpt.h: 16-bit weights,
+ *   activations, activation gradients and parameter gradients, fp32 compute); the weights
+ *   written are the 16-bit parameters and the gradients the 16-bit ones (each rounded once from
+ *   its unit's fp32 accumulator), widened to float32 (check_torch_bf16.py rounds at the same
+ *   points).
  *
  * Legend: B = batch, T = time, C = n_embd, NH = heads, L = layers, V = vocab, maxT = max_seq_len.
  *
@@ -35,6 +37,21 @@ static int write_all(FILE *f, const void *p, size_t bytes) {
 
 static int write_i32(FILE *f, int32_t v) { return write_all(f, &v, sizeof v); }
 
+/* Host fp32 values into a device buffer of `dt` (16-bit: rounded to nearest even, as the
+ * trainer's 16-bit storage holds them). 0 or -1 (out of memory). */
+static int to_storage(const loom_dev *dev, void *d, loom_dtype dt, const float *h, size_t n) {
+  if (dt == LOOM_F32) {
+    dev->ops->from_host(dev->ctx, d, h, n * sizeof(float));
+    return 0;
+  }
+  float *tmp = dev->ops->alloc(dev->ctx, n * sizeof(float));
+  if (!tmp) return -1;
+  dev->ops->from_host(dev->ctx, tmp, h, n * sizeof(float));
+  dev->ops->convert(dev->ctx, d, dt, tmp, LOOM_F32, n);
+  dev->ops->free(dev->ctx, tmp);
+  return 0;
+}
+
 /* Fill every tensor with random values scaled by role; returns 0 or -1 (out of memory). */
 static int randomize(gpt_model *m, loom_rng *rng) {
   for (int i = 0; i < m->n_params; i++) {
@@ -50,19 +67,27 @@ static int randomize(gpt_model *m, loom_rng *rng) {
       default: break;
     }
     for (size_t j = 0; j < p->numel; j++) h[j] = mean + std * loom__rng_normal(rng);
-    m->dev->ops->from_host(m->dev->ctx, p->data, h, p->numel * sizeof(float));
+    int rc = to_storage(m->dev, p->data, (loom_dtype)m->cfg.param_dtype, h, p->numel);
     free(h);
+    if (rc) return -1;
   }
   return 0;
 }
 
-/* Write a device tensor of n floats through a host copy. */
-static int write_dev(FILE *f, const loom_dev *dev, const float *d, size_t n) {
+/* Write a device tensor of n elements of `dt` as float32 (16-bit widened, exact). */
+static int write_dev(FILE *f, const loom_dev *dev, const void *d, loom_dtype dt, size_t n) {
   float *h = malloc(n * sizeof(float));
-  if (!h) return -1;
-  dev->ops->to_host(dev->ctx, h, d, n * sizeof(float));
+  float *tmp = dt == LOOM_F32 ? NULL : dev->ops->alloc(dev->ctx, n * sizeof(float));
+  if (!h || (dt != LOOM_F32 && !tmp)) {
+    free(h);
+    if (tmp) dev->ops->free(dev->ctx, tmp);
+    return -1;
+  }
+  if (tmp) dev->ops->convert(dev->ctx, tmp, LOOM_F32, d, dt, n);
+  dev->ops->to_host(dev->ctx, h, tmp ? tmp : d, n * sizeof(float));
   int rc = write_all(f, h, n * sizeof(float));
   free(h);
+  if (tmp) dev->ops->free(dev->ctx, tmp);
   return rc;
 }
 
@@ -75,7 +100,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   const gpt_config cfg = {.vocab_size = 64, .max_seq_len = 16, .n_layer = 2, .n_head = 4,
-                          .n_embd = 32, .dtype = dtype};
+                          .n_embd = 32, .dtype = dtype,
+                          /* 16-bit parameter and gradient storage, as the trainer uses it with
+                           * one micro-batch per step (gpt.h) */
+                          .param_dtype = dtype, .grad_dtype = dtype};
   const int B = 3, T = 11, V = cfg.vocab_size;
   char err[256];
   loom_dev dev;
@@ -122,7 +150,7 @@ int main(int argc, char **argv) {
       bad |= write_i32(f, len) | write_all(f, p->name, (size_t)len);
       bad |= write_i32(f, p->ndim) | write_i32(f, (int32_t)p->shape[0]);
       bad |= write_i32(f, p->ndim == 2 ? (int32_t)p->shape[1] : 0);
-      bad |= write_dev(f, &dev, p->data, p->numel);
+      bad |= write_dev(f, &dev, p->data, (loom_dtype)cfg.param_dtype, p->numel);
     }
     bad |= write_all(f, inputs, sizeof inputs) | write_all(f, targets, sizeof targets);
     float *row = malloc((size_t)V * sizeof(float));
@@ -134,7 +162,7 @@ int main(int argc, char **argv) {
     free(row);
     bad |= write_all(f, &loss, sizeof loss);
     for (int i = 0; i < m.n_params && !bad; i++)
-      bad |= write_dev(f, &dev, m.params[i].grad, m.params[i].numel);
+      bad |= write_dev(f, &dev, m.params[i].grad, (loom_dtype)cfg.grad_dtype, m.params[i].numel);
     bad |= fclose(f) != 0;
   }
   if (bad) fprintf(stderr, "dump_gpt: cannot write %s\n", argv[1]);

@@ -330,10 +330,12 @@ END_TEST
 
 START_TEST(test_config_validation) {
   static const struct { gpt_config cfg; const char *needle; } bad[] = {
-      {{0, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0}, "vocab_size"},   {{17, 0, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0}, "max_seq_len"},
-      {{17, 8, 0, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0}, "n_layer"},     {{17, 8, 2, -1, 8, 0, 0, 0, 0, 0, 0, 0, 0}, "n_head"},
-      {{17, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_embd"},      {{17, 8, 2, 3, 8, 0, 0, 0, 0, 0, 0, 0, 0}, "divisible"},
-      {{17, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 7, 0}, "dtype"},
+      {{0, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "vocab_size"},   {{17, 0, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "max_seq_len"},
+      {{17, 8, 0, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_layer"},     {{17, 8, 2, -1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_head"},
+      {{17, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_embd"},      {{17, 8, 2, 3, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "divisible"},
+      {{17, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0}, "dtype"},
+      /* 16-bit storage in another dtype than the compute dtype would round twice */
+      {{17, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, LOOM_BF16, LOOM_F16, 0, 0}, "storage"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char err[256] = "";

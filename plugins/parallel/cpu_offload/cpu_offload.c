@@ -13,6 +13,16 @@
  *   gstage    the gradient, staged to host    4 bytes per element
  * i.e. 16 bytes per partition element on the host and 0 optimizer bytes on the device.
  *
+ * 16-bit storage (ABI 1.4: the model's param_dtype / grad_dtype bf16 or fp16): the fp32
+ * master is the partition's (loom_partition_v1.master), which the host allocates in host
+ * memory (LOOM_MEM_HOST) when a plugin owns the optimizer step, initialises, checkpoints and
+ * restores; this plugin keeps m, v and the gradient staged in its own dtype (2 bytes, or 4
+ * with accumulation over micro-batches): 12 + 2 bytes per element on the host. The step widens
+ * the staged gradient element by element (exact), steps the master in fp32 with the same
+ * expression, and writes the 16-bit parameters rounded from it (device_v1.convert: round to
+ * nearest even, as the host's own step does). It needs a host-addressable device (the master
+ * is host memory the device's convert reads).
+ *
  * Step: device->to_host(gradient) -> AdamW on the host over master/m/v (OpenMP + SIMD, the
  * device kernel's formula, weight decay only where the tensor says so) -> device->from_host(
  * master -> partition.params). On the CPU device the two copies are memcpy; on a GPU they are
@@ -57,7 +67,11 @@ typedef struct offload {
   const loom_model_v1 *model;
   loom_partition_v1 part;     /* copy of the host's partition at setup */
   int host_accounted;         /* 1: buffers from api->alloc(LOOM_MEM_HOST); 0: malloc */
-  float *m, *v, *master, *gstage; /* host, part.count floats each */
+  loom_dtype pdt, gdt;        /* the model's storage dtypes (ABI 1.4; F32 before) */
+  size_t gel;                 /* bytes per gradient element */
+  float *m, *v, *master;      /* host, part.count floats each; master only with fp32 storage
+                                 (16-bit: the partition's master, see above) */
+  void *gstage;               /* host, part.count gradient elements */
   int master_fresh;           /* master holds the device parameters (after the first step) */
   /* checkpoint items must be device memory (checkpoint_v1.h): on a device whose memory is not
    * host memory, state_items hands out device copies of m and v (LOOM_MEM_OTHER), read back
@@ -136,8 +150,8 @@ static int off_create(const loom_host_api_v1 *api, loom_host *host, const loom_o
 
 /* ---- host buffers ---- */
 
-static float *host_buf(offload *o, size_t n) {
-  size_t bytes = n * sizeof(float);
+static void *host_buf_el(offload *o, size_t n, size_t el) {
+  size_t bytes = n * el;
   if (o->host_accounted) return o->api->alloc(o->host, bytes, LOOM_MEM_HOST);
   void *p = NULL;
   size_t rounded = (bytes + 63) / 64 * 64;
@@ -146,7 +160,9 @@ static float *host_buf(offload *o, size_t n) {
   return p;
 }
 
-static void host_buf_free(offload *o, float *p) {
+static float *host_buf(offload *o, size_t n) { return host_buf_el(o, n, sizeof(float)); }
+
+static void host_buf_free(offload *o, void *p) {
   if (!p) return;
   if (o->host_accounted) o->api->free(o->host, p);
   else free(p);
@@ -204,7 +220,22 @@ static int off_setup(void *ctx) {
       o->seg[o->n_seg++] = (struct seg){lo - begin, hi - begin, wd};
   }
 
+  o->pdt = LOOM_MODEL_PARAM_DTYPE(m);
+  o->gdt = LOOM_MODEL_GRAD_DTYPE(m);
+  o->gel = loom_dtype_size(o->gdt);
   o->host_accounted = (o->dev->hdr.caps & LOOM_DEVICE_CAP_HOST_ADDRESSABLE) != 0;
+  if (o->pdt != LOOM_F32 && (!o->host_accounted || !o->dev->convert)) {
+    api->set_error(o->host, "16-bit parameter storage needs a host-addressable device with "
+                   "convert (the fp32 master is host memory the device rounds from); device "
+                   "'%s' is not", o->dev->hdr.name ? o->dev->hdr.name : "?");
+    return LOOM_UNSUPPORTED;
+  }
+  if ((o->gdt != LOOM_F32 && o->gdt != LOOM_BF16 && o->gdt != LOOM_F16) ||
+      (o->pdt != LOOM_F32 && o->pdt != LOOM_BF16 && o->pdt != LOOM_F16)) {
+    api->set_error(o->host, "storage dtypes %d/%d: expected fp32, bf16 or fp16", (int)o->pdt,
+                   (int)o->gdt);
+    return LOOM_UNSUPPORTED;
+  }
   if (!o->host_accounted)
     api->log(o->host, LOOM_LOG_WARN, "device '%s' is not host-addressable: optimizer state "
              "goes to malloc'ed host memory, not counted in the metrics' host category",
@@ -216,18 +247,18 @@ static int off_setup(void *ctx) {
   if (n) {
     o->m = host_buf(o, n);
     o->v = host_buf(o, n);
-    o->master = host_buf(o, n);
-    o->gstage = host_buf(o, n);
-    if (!o->m || !o->v || !o->master || !o->gstage) {
+    if (o->pdt == LOOM_F32) o->master = host_buf(o, n);
+    o->gstage = host_buf_el(o, n, o->gel);
+    if (!o->m || !o->v || (o->pdt == LOOM_F32 && !o->master) || !o->gstage) {
       api->set_error(o->host, "out of host memory for the optimizer state of %zu parameters "
-                     "(%.1f MiB)", n, 16.0 * (double)n / 1048576.0);
+                     "(%.1f MiB)", n, (12.0 + (double)o->gel) * (double)n / 1048576.0);
       return LOOM_NOMEM;
     }
   }
   api->log(o->host, LOOM_LOG_DEBUG, "AdamW of [%llu, %llu) (%s, %d segments) on the host: "
            "m, v, master, gradient staging = %.2f MiB", (unsigned long long)begin,
            (unsigned long long)end, o->part.sharded ? "this rank's shard" : "replicated",
-           o->n_seg, 16.0 * (double)n / 1048576.0);
+           o->n_seg, (12.0 + (double)o->gel) * (double)n / 1048576.0);
   return LOOM_OK;
 }
 
@@ -251,12 +282,68 @@ static void adamw_host(float *restrict p, const float *restrict g_in, float *res
   }
 }
 
+/* A 16-bit value widened to fp32 (exact). bf16: the upper half of an fp32. fp16: sign,
+ * exponent rebiased 15 -> 127, subnormals normalised, inf/NaN kept. */
+static inline float widen_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline float widen_f16(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;
+  if (e == 0x1f) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else if (e) {
+    u = sign | ((e + 112u) << 23) | (mant << 13);
+  } else if (!mant) {
+    u = sign;
+  } else { /* subnormal: mant * 2^-24, normalised */
+    int sh = 0;
+    while (!(mant & 0x400u)) mant <<= 1, sh++;
+    u = sign | ((uint32_t)(113 - sh) << 23) | ((mant & 0x3ffu) << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* adamw_host with a 16-bit gradient (bf16 when is_bf16, else fp16), widened per element: the
+ * same expression on the same fp32 values as the host's step on widened gradients. */
+static void adamw_host16(float *restrict p, const uint16_t *restrict g_in, int is_bf16,
+                         float *restrict m, float *restrict v, size_t n, float lr, float beta1,
+                         float beta2, float eps, float wd, float grad_scale, float bc1,
+                         float bc2) {
+  ptrdiff_t len = (ptrdiff_t)n;
+#pragma omp parallel for schedule(static) if (len > PAR_MIN)
+  for (ptrdiff_t i = 0; i < len; i++) {
+    float g = (is_bf16 ? widen_bf16(g_in[i]) : widen_f16(g_in[i])) * grad_scale;
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    float mhat = mi / bc1, vhat = vi / bc2;
+    p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
 static int off_optimizer_step(void *ctx, const loom_step_args_v1 *a) {
   offload *o = ctx;
   size_t n = (size_t)o->part.count;
   if (!n) return LOOM_OK;
   size_t bytes = n * sizeof(float);
-  if (!o->master_fresh) { /* first step of this process: after init or a resume's load */
+  float *master = o->master;
+  if (o->pdt != LOOM_F32) {
+    /* the partition's fp32 master (host memory, set by the host after setup) */
+    const loom_partition_v1 *p = o->api->partition(o->host);
+    master = p && p->struct_size >= offsetof(loom_partition_v1, master) + sizeof(float *)
+                 ? p->master : NULL;
+    if (!master) {
+      o->api->set_error(o->host, "16-bit parameter storage but the host published no fp32 "
+                        "master for the partition (loom_partition_v1.master)");
+      return LOOM_INVALID_USAGE;
+    }
+  } else if (!o->master_fresh) { /* first step of this process: after init or a resume's load */
     o->dev->to_host(o->dev_ctx, o->master, o->part.params, bytes);
     o->master_fresh = 1;
   }
@@ -267,7 +354,7 @@ static int off_optimizer_step(void *ctx, const loom_step_args_v1 *a) {
     o->api->free(o->host, o->dev_v);
     o->dev_m = o->dev_v = NULL;
   }
-  o->dev->to_host(o->dev_ctx, o->gstage, o->part.grads, bytes);
+  o->dev->to_host(o->dev_ctx, o->gstage, o->part.grads, n * o->gel);
   /* host-side fields of the args, read defensively (struct_size) */
   float grad_scale = a->struct_size >= offsetof(loom_step_args_v1, grad_scale) + sizeof(float)
                          ? a->grad_scale : 1.0f;
@@ -275,17 +362,32 @@ static int off_optimizer_step(void *ctx, const loom_step_args_v1 *a) {
   const float bc2 = (float)(1.0 - pow((double)a->beta2, a->step));
   for (int s = 0; s < o->n_seg; s++) {
     const struct seg *sg = &o->seg[s];
-    adamw_host(o->master + sg->lo, o->gstage + sg->lo, o->m + sg->lo, o->v + sg->lo,
-               (size_t)(sg->hi - sg->lo), a->lr, a->beta1, a->beta2, a->eps,
-               sg->wd ? a->weight_decay : 0.0f, grad_scale, bc1, bc2);
+    float wd = sg->wd ? a->weight_decay : 0.0f;
+    size_t len = (size_t)(sg->hi - sg->lo);
+    if (o->gdt == LOOM_F32)
+      adamw_host(master + sg->lo, (const float *)o->gstage + sg->lo, o->m + sg->lo,
+                 o->v + sg->lo, len, a->lr, a->beta1, a->beta2, a->eps, wd, grad_scale, bc1,
+                 bc2);
+    else
+      adamw_host16(master + sg->lo, (const uint16_t *)o->gstage + sg->lo,
+                   o->gdt == LOOM_BF16, o->m + sg->lo, o->v + sg->lo, len, a->lr, a->beta1,
+                   a->beta2, a->eps, wd, grad_scale, bc1, bc2);
   }
-  o->dev->from_host(o->dev_ctx, o->part.params, o->master, bytes);
+  if (o->pdt == LOOM_F32) {
+    o->dev->from_host(o->dev_ctx, o->part.params, master, bytes);
+  } else if (o->dev->convert(o->dev_ctx, o->part.params, o->pdt, master, LOOM_F32, n) !=
+             LOOM_OK) { /* the 16-bit parameters, rounded from the master */
+    o->api->set_error(o->host, "the device cannot round fp32 to dtype %d", (int)o->pdt);
+    return LOOM_UNSUPPORTED;
+  }
   return LOOM_OK;
 }
 
 /* m and v as the host names them: chunks of the partition, so checkpoints interoperate with
- * runs that keep the optimizer on the device. The master copy is not saved: in fp32 it equals
- * the parameters, which the host saves, and it is refreshed from them after a resume. */
+ * runs that keep the optimizer on the device. The master copy is not saved here: in fp32 it
+ * equals the parameters, which the host saves, and it is refreshed from them after a resume;
+ * with 16-bit storage it is the partition's master, which the host saves and restores as the
+ * parameter values. */
 static int off_state_items(void *ctx, loom_ckpt_item_v1 *items, int max, int *n) {
   offload *o = ctx;
   *n = 0;
@@ -331,4 +433,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .setup = off_setup,
   .optimizer_step = off_optimizer_step,
   .state_items = off_state_items,
+  .storage = LOOM_PAR_STORAGE_16BIT, /* the 16-bit gradient staged, the partition's fp32 master stepped */
 };

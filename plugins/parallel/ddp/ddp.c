@@ -7,16 +7,22 @@
  * gradient-accumulation micro-steps other than the last nothing is communicated (PyTorch's
  * no_sync). At the end of backward the host waits for every bucket and averages (1/dp).
  *
- * Mixed precision (bf16.so, fp16.so): the gradients are 16-bit values' sums, so each bucket is
- * packed to the compute dtype and all-reduced in 16 bits — half the bytes of fp32 (Micikevicius
- * et al. 2018; DeepSpeed's communication_data_type defaults to the training dtype too) — then
- * unpacked into the fp32 gradient buffer, where micro-batches accumulate (DeepSpeed's
- * grad_accum_dtype = fp32: 16-bit accumulation over many micro-batches would lose the small
- * ones). Option "communication_data_type": "auto" (default, the compute dtype) or "fp32". */
+ * Mixed precision (bf16.so, fp16.so): gradients are all-reduced in the compute dtype — half
+ * the bytes of fp32 (Micikevicius et al. 2018; DeepSpeed's communication_data_type defaults to
+ * the training dtype too). With 16-bit gradient storage (ABI 1.4, one micro-batch per step)
+ * the buckets already are 16-bit and are reduced in place; with fp32 gradient storage
+ * (accumulation over micro-batches in fp32, DeepSpeed's grad_accum_dtype, or a host without
+ * 16-bit storage) each bucket is packed to 16 bits, reduced, and unpacked. Option
+ * "communication_data_type": "auto" (default, the compute dtype) or "fp32" (16-bit buckets are
+ * widened to fp32, reduced, and rounded back once). The 1/dp average of a 16-bit bucket goes
+ * through a bounded fp32 stage (exact when dp is a power of two). */
 #include <loom/loom.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+enum { AVG_FLOATS = 16384 }; /* the averaging stage: 64 KiB */
 
 typedef struct bucket {
   uint64_t begin, end; /* flat gradient range [begin, end) */
@@ -37,7 +43,10 @@ typedef struct ddp {
   int sync;         /* this micro-step synchronises */
   int force_fp32;   /* communication_data_type "fp32" */
   loom_dtype comm_dt; /* LOOM_F32, or the 16-bit compute dtype the buckets travel in */
-  uint16_t *stage;  /* 16-bit buckets (numel, LOOM_MEM_COMM), NULL in fp32 */
+  loom_dtype grad_dt; /* the model's gradient storage */
+  void *stage;      /* the buckets in comm_dt when it differs from grad_dt (numel elements,
+                       LOOM_MEM_COMM), else NULL */
+  float *avg;       /* AVG_FLOATS fp32 (LOOM_MEM_COMM): averaging 16-bit buckets, else NULL */
   const loom_device_v1 *dev;
   void *dev_ctx;
 } ddp;
@@ -77,6 +86,7 @@ static void ddp_destroy(void *ctx) {
   for (int i = 0; i < d->n_buckets; i++)
     if (d->buckets[i].req) d->api->wait(d->host, d->buckets[i].req);
   if (d->stage) d->api->free(d->host, d->stage);
+  if (d->avg) d->api->free(d->host, d->avg);
   free(d->buckets);
   free(d);
 }
@@ -103,18 +113,31 @@ static int ddp_setup(void *ctx) {
               d->n_buckets, d->bucket_mb, (unsigned long long)m->numel);
   d->dev = d->api->device(d->host, &d->dev_ctx);
   loom_dtype dt = LOOM_MODEL_COMPUTE_DTYPE(m);
-  d->comm_dt = LOOM_F32;
-  if (dt != LOOM_F32 && !d->force_fp32 && d->dp > 1) {
-    if (d->dev->hdr.struct_size <= offsetof(loom_device_v1, convert) || !d->dev->convert) {
-      d->api->set_error(d->host, "16-bit gradient all-reduce needs the device's convert (device "
-                        "ABI 1.3); set communication_data_type to \"fp32\"");
-      return LOOM_UNSUPPORTED;
-    }
-    d->stage = d->api->alloc(d->host, (size_t)m->numel * sizeof(uint16_t), LOOM_MEM_COMM);
+  d->grad_dt = LOOM_MODEL_GRAD_DTYPE(m);
+  d->comm_dt = d->dp > 1 && dt != LOOM_F32 && !d->force_fp32 ? dt : LOOM_F32;
+  if (d->dp <= 1) return LOOM_OK;
+  int has_convert = d->dev->hdr.struct_size > offsetof(loom_device_v1, convert) &&
+                    d->dev->convert;
+  if ((d->comm_dt != LOOM_F32 || d->grad_dt != LOOM_F32) && !has_convert) {
+    d->api->set_error(d->host, "16-bit gradient all-reduce needs the device's convert (device "
+                      "ABI 1.3); set communication_data_type to \"fp32\"");
+    return LOOM_UNSUPPORTED;
+  }
+  if (d->comm_dt != d->grad_dt) {
+    d->stage = d->api->alloc(d->host, (size_t)m->numel * loom_dtype_size(d->comm_dt),
+                             LOOM_MEM_COMM);
     if (!d->stage) return LOOM_NOMEM;
-    d->comm_dt = dt;
+  }
+  if (d->grad_dt != LOOM_F32) {
+    d->avg = d->api->alloc(d->host, AVG_FLOATS * sizeof(float), LOOM_MEM_COMM);
+    if (!d->avg) return LOOM_NOMEM;
   }
   return LOOM_OK;
+}
+
+/* Element k of a buffer of dtype dt. */
+static void *at(void *base, loom_dtype dt, uint64_t k) {
+  return (char *)base + k * loom_dtype_size(dt);
 }
 
 static int ddp_begin_micro(void *ctx, int micro, int n_micro) {
@@ -127,15 +150,30 @@ static int ddp_begin_micro(void *ctx, int micro, int n_micro) {
 static int launch(ddp *d, int i) {
   bucket *b = &d->buckets[i];
   size_t n = (size_t)(b->end - b->begin);
-  if (d->comm_dt == LOOM_F32)
-    return d->api->all_reduce(d->host, d->comm, d->model->grads + b->begin, n, LOOM_F32,
-                              LOOM_OP_SUM, &b->req);
-  /* pack the bucket to 16 bits (round to nearest even) and reduce that */
-  int rc = d->dev->convert(d->dev_ctx, d->stage + b->begin, d->comm_dt,
-                           d->model->grads + b->begin, LOOM_F32, n);
+  void *g = at(d->model->grads, d->grad_dt, b->begin);
+  if (d->comm_dt == d->grad_dt) /* fp32, or 16-bit storage: reduce the bucket as it is */
+    return d->api->all_reduce(d->host, d->comm, g, n, d->comm_dt, LOOM_OP_SUM, &b->req);
+  /* pack the bucket to the wire dtype (16 bits: round to nearest even; fp32: exact) */
+  void *s = at(d->stage, d->comm_dt, b->begin);
+  int rc = d->dev->convert(d->dev_ctx, s, d->comm_dt, g, d->grad_dt, n);
   if (rc) return rc;
-  return d->api->all_reduce(d->host, d->comm, d->stage + b->begin, n, d->comm_dt, LOOM_OP_SUM,
-                            &b->req);
+  return d->api->all_reduce(d->host, d->comm, s, n, d->comm_dt, LOOM_OP_SUM, &b->req);
+}
+
+/* grads[begin, begin + n) *= 1/dp, in place: fp32 directly, 16-bit through d->avg. */
+static void average(ddp *d, uint64_t begin, size_t n) {
+  float inv = 1.0f / (float)d->dp;
+  if (d->grad_dt == LOOM_F32) {
+    d->dev->scale(d->dev_ctx, d->model->grads + begin, inv, n);
+    return;
+  }
+  for (size_t k = 0; k < n; k += AVG_FLOATS) {
+    size_t c = n - k < AVG_FLOATS ? n - k : AVG_FLOATS;
+    void *g = at(d->model->grads, d->grad_dt, begin + k);
+    d->dev->convert(d->dev_ctx, d->avg, LOOM_F32, g, d->grad_dt, c);
+    d->dev->scale(d->dev_ctx, d->avg, inv, c);
+    d->dev->convert(d->dev_ctx, g, d->grad_dt, d->avg, LOOM_F32, c);
+  }
 }
 
 static int ddp_post_backward(void *ctx, int unit) {
@@ -171,11 +209,12 @@ static int ddp_end_backward(void *ctx, int micro, int n_micro) {
     int rc = d->api->wait(d->host, b->req);
     b->req = NULL;
     if (rc) return rc;
-    if (d->comm_dt != LOOM_F32 &&
-        (rc = d->dev->convert(d->dev_ctx, d->model->grads + b->begin, LOOM_F32,
-                              d->stage + b->begin, d->comm_dt, n)) != LOOM_OK)
+    if (d->comm_dt != d->grad_dt &&
+        (rc = d->dev->convert(d->dev_ctx, at(d->model->grads, d->grad_dt, b->begin),
+                              d->grad_dt, at(d->stage, d->comm_dt, b->begin), d->comm_dt,
+                              n)) != LOOM_OK)
       return rc;
-    d->dev->scale(d->dev_ctx, d->model->grads + b->begin, 1.0f / (float)d->dp, n);
+    average(d, b->begin, n);
   }
   return LOOM_OK;
 }
@@ -192,4 +231,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .begin_micro = ddp_begin_micro,
   .post_backward = ddp_post_backward,
   .end_backward = ddp_end_backward,
+  .storage = LOOM_PAR_STORAGE_16BIT,
 };

@@ -293,4 +293,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .create = pl_create,
   .destroy = pl_destroy,
   .run_step = pl_run_step,
+  .storage = LOOM_PAR_STORAGE_16BIT, /* it never touches parameter or gradient storage */
 };

@@ -14,23 +14,48 @@
  * so two all-reduces of B*T*C floats per block in forward and two in backward, on the TP
  * communicator (counted by the host). Composes with any data-parallel plugin (ddp, zero1..3,
  * cpu_offload) working on the DP axis: their flat buffers are the local (split) tensors, and
- * the host's gradient norm counts the replicated tensors once. No options. */
+ * the host's gradient norm counts the replicated tensors once.
+ *
+ * Mixed precision (bf16.so, fp16.so): the region's activation (gradient) holds 16-bit values
+ * in an fp32 buffer; it is packed to the compute dtype (exact), all-reduced in 16 bits — half
+ * the bytes — and unpacked (the sum rounded once, by the comm plugin). Option
+ * "communication_data_type": "auto" (default: the compute dtype) or "fp32" (fp32 traffic, the
+ * sum rounded by the model's next 16-bit store). The plugin touches no parameter or gradient
+ * storage, so it works under 16-bit storage (LOOM_PAR_STORAGE_16BIT). */
 #include <loom/loom.h>
+#include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct tp_ctx {
   const loom_host_api_v1 *api;
   loom_host *host;
   int tp;
   loom_comm *comm;
+  int force_fp32;     /* communication_data_type "fp32" */
+  loom_dtype comm_dt; /* LOOM_F32 or the 16-bit compute dtype the regions travel in */
+  void *stage;        /* the packed region (stage_n elements of comm_dt, LOOM_MEM_COMM) */
+  size_t stage_n;
+  const loom_device_v1 *dev;
+  void *dev_ctx;
 } tp_ctx;
 
 static int tp_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
                      void **out) {
-  static const char *const keys[] = {NULL}; /* "size" is the host's, removed before create */
+  /* "size" is the host's, removed before create */
+  static const char *const keys[] = {"communication_data_type", NULL};
   if (api->opt_check_keys(host, opts, keys)) return LOOM_INVALID_CONFIG;
+  const char *cdt = "auto";
+  if (api->opt_string(host, opts, "communication_data_type", "auto", &cdt))
+    return LOOM_INVALID_CONFIG;
+  if (strcmp(cdt, "auto") != 0 && strcmp(cdt, "fp32") != 0) {
+    api->set_error(host, "communication_data_type: expected \"auto\" (the compute dtype) or "
+                   "\"fp32\", got \"%s\"", cdt);
+    return LOOM_INVALID_CONFIG;
+  }
   tp_ctx *t = calloc(1, sizeof *t);
   if (!t) return LOOM_NOMEM;
+  t->force_fp32 = strcmp(cdt, "fp32") == 0;
   t->api = api;
   t->host = host;
   t->tp = api->size(host, LOOM_AXIS_TP);
@@ -39,7 +64,11 @@ static int tp_create(const loom_host_api_v1 *api, loom_host *host, const loom_op
   return LOOM_OK;
 }
 
-static void tp_destroy(void *ctx) { free(ctx); }
+static void tp_destroy(void *ctx) {
+  tp_ctx *t = ctx;
+  if (t && t->stage) t->api->free(t->host, t->stage);
+  free(t);
+}
 
 /* Check that the host split the model as promised (a host without 1.1's local shapes would
  * run every rank on the full model and all-reduce it tp times over). */
@@ -47,6 +76,12 @@ static int tp_setup(void *ctx) {
   tp_ctx *t = ctx;
   const loom_model_v1 *m = t->api->model(t->host);
   if (!m || m->n_tensors == 0) return LOOM_OK;
+  t->dev = t->api->device(t->host, &t->dev_ctx);
+  loom_dtype dt = LOOM_MODEL_COMPUTE_DTYPE(m);
+  t->comm_dt = LOOM_F32;
+  if (dt != LOOM_F32 && !t->force_fp32 && t->tp > 1 &&
+      t->dev->hdr.struct_size > offsetof(loom_device_v1, convert) && t->dev->convert)
+    t->comm_dt = dt;
   if (m->tensors[0].struct_size < offsetof(loom_tensor_v1, split_parts) + sizeof(int)) {
     t->api->set_error(t->host, "this loom does not describe split tensors (ABI < 1.1)");
     return LOOM_UNSUPPORTED;
@@ -75,7 +110,19 @@ static int tp_region(void *ctx, int which, int backward, float *buf, size_t n) {
   if (t->tp <= 1) return LOOM_OK;
   int reduce = which == LOOM_REGION_F ? backward : !backward;
   if (!reduce) return LOOM_OK; /* the identity half of f / g */
-  return t->api->all_reduce(t->host, t->comm, buf, n, LOOM_F32, LOOM_OP_SUM, NULL);
+  if (t->comm_dt == LOOM_F32)
+    return t->api->all_reduce(t->host, t->comm, buf, n, LOOM_F32, LOOM_OP_SUM, NULL);
+  if (n > t->stage_n) { /* every region of a shape has the same size: grows once */
+    if (t->stage) t->api->free(t->host, t->stage);
+    t->stage_n = 0;
+    t->stage = t->api->alloc(t->host, n * loom_dtype_size(t->comm_dt), LOOM_MEM_COMM);
+    if (!t->stage) return LOOM_NOMEM;
+    t->stage_n = n;
+  }
+  int rc = t->dev->convert(t->dev_ctx, t->stage, t->comm_dt, buf, LOOM_F32, n);
+  if (!rc) rc = t->api->all_reduce(t->host, t->comm, t->stage, n, t->comm_dt, LOOM_OP_SUM, NULL);
+  if (!rc) rc = t->dev->convert(t->dev_ctx, buf, LOOM_F32, t->stage, t->comm_dt, n);
+  return rc;
 }
 
 LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
@@ -88,4 +135,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .destroy = tp_destroy,
   .setup = tp_setup,
   .region = tp_region,
+  .storage = LOOM_PAR_STORAGE_16BIT,
 };

@@ -5,6 +5,9 @@
  * buffer (8Ψ/N instead of 8Ψ: per rank 4Ψ params + 4Ψ grads + 8Ψ/N optimizer state). The
  * partition is published with set_partition, so the host computes the gradient norm over it
  * (summed over data-parallel ranks) and runs AdamW on it with its own partition-sized m, v.
+ * Under bf16/fp16 with 16-bit storage (ABI 1.4) the buffers, the scratch and both collectives
+ * are 16-bit and the host's partition-sized fp32 master joins m, v: 2Ψ + 2Ψ + 12Ψ/N (the ZeRO
+ * paper's 4Ψ + 12Ψ/N), half the bytes on the wire (zero_common.h).
  *
  *   - accumulation micro-steps other than the last: no communication (DDP's no_sync);
  *   - last micro-step: contiguous gradient buckets, from the top of the flat buffer down, are
@@ -71,7 +74,7 @@ static int z1_setup(void *ctx) {
   int rc = zc_setup(z, 1, 1);
   if (rc) return rc;
   const loom_model_v1 *m = z->model;
-  rc = zc_publish(z, m->params + z->begin, m->grads + z->begin);
+  rc = zc_publish(z, zc_at(m->params, z->begin, z->pel), zc_at(m->grads, z->begin, z->gel));
   if (!rc) rc = zc_flat_build(z, z->reduce_bucket, 1, &p->rs, &p->n_rs);
   if (!rc) rc = zc_flat_build(z, z->allgather_bucket, 0, &z->ag, &z->n_ag);
   if (rc) return rc;
@@ -80,6 +83,11 @@ static int z1_setup(void *ctx) {
               (unsigned long long)z->begin, (unsigned long long)(z->begin + z->count),
               (unsigned long long)z->numel, p->n_rs, z->n_ag);
   return LOOM_OK;
+}
+
+static int z1_begin_step(void *ctx, int step) {
+  zero1 *p = ctx;
+  return zc_first_step_gather(p->z);
 }
 
 static int z1_begin_micro(void *ctx, int micro, int n_micro) {
@@ -93,10 +101,11 @@ static int launch(zero1 *p, int i) {
   zero *z = p->z;
   zc_flat *b = &p->rs[i];
   /* send and recv must not overlap: receive into scratch, copy into the partition later */
-  b->recv = zc_alloc(z, b->s.my_n, LOOM_MEM_COMM);
+  b->recv = zc_alloc(z, b->s.my_n, z->gel, LOOM_MEM_COMM);
   if (!b->recv) return LOOM_NOMEM;
-  return z->api->reduce_scatter_v(z->host, z->comm, z->model->grads + b->s.lo, b->recv,
-                                  b->s.counts, LOOM_F32, LOOM_OP_SUM, &b->req);
+  /* in the gradient dtype: 16 bits with one micro-batch (half of fp32's bytes) */
+  return z->api->reduce_scatter_v(z->host, z->comm, zc_at(z->model->grads, b->s.lo, z->gel),
+                                  b->recv, b->s.counts, z->gdt, LOOM_OP_SUM, &b->req);
 }
 
 static int z1_post_backward(void *ctx, int unit) {
@@ -133,11 +142,9 @@ static int z1_end_backward(void *ctx, int micro, int n_micro) {
       b->req = NULL;
       if (!rc) rc = w;
     }
-    if (!rc && b->s.my_n) {
-      float *dst = z->model->grads + b->s.my_lo;
-      z->dev->copy(z->dctx, dst, b->recv, b->s.my_n * sizeof(float));
-      z->dev->scale(z->dctx, dst, z->inv_dp, b->s.my_n); /* the data-parallel average */
-    }
+    if (!rc && b->s.my_n) /* the data-parallel average */
+      zc_avg_into(z, zc_at(z->model->grads, b->s.my_lo, z->gel), b->recv, z->inv_dp,
+                  b->s.my_n, 0);
     z->api->free(z->host, b->recv);
     b->recv = NULL;
   }
@@ -160,8 +167,10 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .create = z1_create,
   .destroy = z1_destroy,
   .setup = z1_setup,
+  .begin_step = z1_begin_step,
   .begin_micro = z1_begin_micro,
   .post_backward = z1_post_backward,
   .end_backward = z1_end_backward,
   .end_step = z1_end_step,
+  .storage = LOOM_PAR_STORAGE_16BIT, /* partitions, buckets, gathers in param_dtype/grad_dtype */
 };

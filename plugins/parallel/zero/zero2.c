@@ -3,7 +3,9 @@
  *
  * The host keeps the full parameters but allocates NO gradient buffer (SHARD_GRADS): per rank
  * 4Ψ params + 4Ψ/N gradient partition + 8Ψ/N optimizer state = 4Ψ + 12Ψ/N, plus transient
- * bucket memory (LOOM_MEM_COMM).
+ * bucket memory (LOOM_MEM_COMM). Under bf16/fp16 with 16-bit storage (ABI 1.4): 16-bit
+ * parameters, gradient partition, buckets and collectives, the fp32 master with m, v:
+ * 2Ψ + 2Ψ/N + 12Ψ/N = 2Ψ + 14Ψ/N (fp32 gradients with accumulation: 2Ψ + 16Ψ/N).
  *
  *   - begin_step: the partition gradient (LOOM_MEM_GRADS, this rank's range only) is zeroed.
  *   - pre_backward(u): unit u's gradient views point at a zeroed bucket buffer (LOOM_MEM_COMM)
@@ -59,11 +61,11 @@ static int z2_setup(void *ctx) {
   zero *z = ctx;
   int rc = zc_setup(z, 1, 0);
   if (rc) return rc;
-  float *grads = zc_alloc(z, z->count, LOOM_MEM_GRADS);
+  void *grads = zc_alloc(z, z->count, z->gel, LOOM_MEM_GRADS);
   if (!grads) return LOOM_NOMEM;
   z->own_part_grads = 1;
   z->part_grads = grads;
-  rc = zc_publish(z, z->model->params + z->begin, grads);
+  rc = zc_publish(z, zc_at(z->model->params, z->begin, z->pel), grads);
   if (!rc) rc = zc_gb_build(z);
   if (!rc) rc = zc_flat_build(z, z->allgather_bucket, 0, &z->ag, &z->n_ag);
   if (rc) return rc;
@@ -74,7 +76,10 @@ static int z2_setup(void *ctx) {
   return LOOM_OK;
 }
 
-static int z2_begin_step(void *ctx, int step) { return zc_gb_begin_step(ctx); }
+static int z2_begin_step(void *ctx, int step) {
+  int rc = zc_first_step_gather(ctx);
+  return rc ? rc : zc_gb_begin_step(ctx);
+}
 static int z2_pre_backward(void *ctx, int unit) { return zc_gb_pre_backward(ctx, unit); }
 static int z2_post_backward(void *ctx, int unit) { return zc_gb_post_backward(ctx, unit); }
 static int z2_end_backward(void *ctx, int micro, int n_micro) { return zc_gb_end_backward(ctx); }
@@ -99,4 +104,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .post_backward = z2_post_backward,
   .end_backward = z2_end_backward,
   .end_step = z2_end_step,
+  .storage = LOOM_PAR_STORAGE_16BIT, /* partitions, buckets, gathers in param_dtype/grad_dtype */
 };

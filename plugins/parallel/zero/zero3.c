@@ -5,7 +5,10 @@
  * SHARD_GRADS). Per rank: 4Ψ/N parameter partition + 4Ψ/N gradient partition + 8Ψ/N optimizer
  * state = 16Ψ/N, plus the gathered parameters of the unit being computed (LOOM_MEM_PARAMS:
  * "the largest gathered layer", the head's counting the tied wte it reads; one more with
- * prefetch) and transient gradient buckets (LOOM_MEM_COMM).
+ * prefetch) and transient gradient buckets (LOOM_MEM_COMM). Under bf16/fp16 with 16-bit
+ * storage (ABI 1.4) the parameter partition, the gathers and their all-gathers are 16-bit, the
+ * gradients as zero2, the fp32 master with m, v: 2Ψ/N + 2Ψ/N + 12Ψ/N = 16Ψ/N + 2 × the gathered
+ * unit.
  *
  *   - setup: the parameter partition is initialised with init_params_range (bitwise the values
  *     a single-rank run starts from) and published; the host's AdamW updates it in place, so
@@ -49,7 +52,7 @@ typedef struct zgather {
   int nspan;          /* 1, or 2 for the head (its own range, then wte) */
   zc_span s[2];
   uint64_t len;       /* elements of the gather buffer: the spans back to back */
-  float *buf;         /* LOOM_MEM_PARAMS while gathered */
+  void *buf;          /* LOOM_MEM_PARAMS while gathered (parameter dtype) */
   loom_request *req[2];
   int state;
 } zgather;
@@ -82,7 +85,7 @@ static int z3_create(const loom_host_api_v1 *api, loom_host *host, const loom_op
 
 /* Point (buf != NULL) or reset the data views of the tensors gather u covers. A view is reset
  * only if it points into this gather's buffer (wte is covered by unit 0's and the head's). */
-static void set_views(zero3 *p, int u, float *buf) {
+static void set_views(zero3 *p, int u, void *buf) {
   zero *z = p->z;
   const loom_model_v1 *m = z->model;
   zgather *g = &p->ga[u];
@@ -93,9 +96,9 @@ static void set_views(zero3 *p, int u, float *buf) {
     for (int i = lo; i < hi; i++) {
       loom_tensor_v1 *t = LOOM_TENSOR_AT(m, i);
       if (buf)
-        *t->data = buf + at + (t->offset - s->lo);
+        *t->data = zc_at(buf, at + (t->offset - s->lo), z->pel);
       else if ((uintptr_t)*t->data >= (uintptr_t)g->buf &&
-               (uintptr_t)*t->data < (uintptr_t)(g->buf + g->len))
+               (uintptr_t)*t->data < (uintptr_t)zc_at(g->buf, g->len, z->pel))
         *t->data = NULL;
     }
     at += s->hi - s->lo;
@@ -116,18 +119,19 @@ static int wait_gather(zero3 *p, zgather *g) {
 static int start_gather(zero3 *p, int u) {
   zero *z = p->z;
   zgather *g = &p->ga[u];
-  g->buf = zc_alloc(z, g->len, LOOM_MEM_PARAMS);
+  g->buf = zc_alloc(z, g->len, z->pel, LOOM_MEM_PARAMS);
   if (!g->buf) return LOOM_NOMEM;
   g->state = G_INFLIGHT;
-  float *dst = g->buf;
+  uint64_t at = 0;
   for (int k = 0; k < g->nspan; k++) {
     const zc_span *s = &g->s[k];
-    /* this rank's block comes from its partition (not in place: a separate send buffer) */
-    const float *send = s->my_n ? z->part_params + (s->my_lo - z->begin) : z->part_params;
-    int rc = z->api->all_gather_v(z->host, z->comm, send, dst, s->counts, LOOM_F32,
-                                  &g->req[k]);
+    /* this rank's block comes from its partition (not in place: a separate send buffer); in
+     * the parameter dtype (16 bits: half of fp32's bytes) */
+    const void *send = zc_at(z->part_params, s->my_n ? s->my_lo - z->begin : 0, z->pel);
+    int rc = z->api->all_gather_v(z->host, z->comm, send, zc_at(g->buf, at, z->pel), s->counts,
+                                  z->pdt, &g->req[k]);
     if (rc) return rc;
-    dst += s->hi - s->lo;
+    at += s->hi - s->lo;
   }
   return LOOM_OK;
 }
@@ -174,6 +178,23 @@ static int poke(zero3 *p) {
   return LOOM_OK;
 }
 
+/* The parameter partition's initial values, bitwise those of a single-rank run: written in
+ * place in fp32; in 16 bits staged through the fp32 scratch in chunks and rounded (the host
+ * initialises the fp32 master from the same values). */
+static int init_partition(zero *z) {
+  if (!z->count) return LOOM_OK;
+  if (z->pdt == LOOM_F32)
+    return z->api->init_params_range(z->host, z->begin, z->count, z->part_params);
+  for (uint64_t k = 0; k < z->count; k += z->cvt_n) {
+    uint64_t c = z->count - k < z->cvt_n ? z->count - k : z->cvt_n;
+    int rc = z->api->init_params_range(z->host, z->begin + k, c, z->cvt);
+    if (rc) return rc;
+    z->dev->convert(z->dctx, zc_at(z->part_params, k, z->pel), z->pdt, z->cvt, LOOM_F32,
+                    (size_t)c);
+  }
+  return LOOM_OK;
+}
+
 static void z3_destroy(void *ctx) {
   zero3 *p = ctx;
   if (!p) return;
@@ -194,16 +215,15 @@ static int z3_setup(void *ctx) {
   int rc = zc_setup(z, 0, 0);
   if (rc) return rc;
   const loom_model_v1 *m = z->model;
-  float *params = zc_alloc(z, z->count, LOOM_MEM_PARAMS);
+  void *params = zc_alloc(z, z->count, z->pel, LOOM_MEM_PARAMS);
   if (!params) return LOOM_NOMEM;
   z->own_part_params = 1;
   z->part_params = params;
-  float *grads = zc_alloc(z, z->count, LOOM_MEM_GRADS);
+  void *grads = zc_alloc(z, z->count, z->gel, LOOM_MEM_GRADS);
   if (!grads) return LOOM_NOMEM;
   z->own_part_grads = 1;
   z->part_grads = grads;
-  if (z->count && (rc = z->api->init_params_range(z->host, z->begin, z->count, params)))
-    return rc;
+  if ((rc = init_partition(z))) return rc;
   rc = zc_publish(z, params, grads);
   if (!rc) rc = zc_gb_build(z);
   if (rc) return rc;
@@ -303,4 +323,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .post_backward = z3_post_backward,
   .end_backward = z3_end_backward,
   .end_step = z3_end_step,
+  .storage = LOOM_PAR_STORAGE_16BIT, /* partitions, buckets, gathers in param_dtype/grad_dtype */
 };

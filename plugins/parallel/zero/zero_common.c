@@ -55,6 +55,7 @@ void zc_destroy(zero *z) {
   free(z->gb);
   free(z->bucket_of);
   zc_flat_free(z, z->ag, z->n_ag);
+  if (z->cvt) api->free(z->host, z->cvt);
   if (z->own_part_params && z->part_params) api->free(z->host, z->part_params);
   if (z->own_part_grads && z->part_grads) api->free(z->host, z->part_grads);
   free(z->bound);
@@ -62,8 +63,30 @@ void zc_destroy(zero *z) {
   free(z);
 }
 
-float *zc_alloc(zero *z, uint64_t count, loom_mem_category cat) {
-  return z->api->alloc(z->host, (size_t)(count ? count : 1) * sizeof(float), cat);
+void *zc_alloc(zero *z, uint64_t count, size_t el, loom_mem_category cat) {
+  return z->api->alloc(z->host, (size_t)(count ? count : 1) * el, cat);
+}
+
+void zc_avg_into(zero *z, void *dst, const void *src, float scale, uint64_t n, int accumulate) {
+  if (z->gdt == LOOM_F32) {
+    if (accumulate) {
+      z->dev->axpy(z->dctx, dst, scale, src, (size_t)n);
+    } else {
+      z->dev->copy(z->dctx, dst, src, (size_t)n * sizeof(float));
+      z->dev->scale(z->dctx, dst, scale, (size_t)n);
+    }
+    return;
+  }
+  float *a = z->cvt, *b = z->cvt + z->cvt_n;
+  for (uint64_t k = 0; k < n; k += z->cvt_n) {
+    size_t c = (size_t)(n - k < z->cvt_n ? n - k : z->cvt_n);
+    void *d = zc_at(dst, k, z->gel);
+    if (accumulate) z->dev->convert(z->dctx, a, LOOM_F32, d, z->gdt, c);
+    else z->dev->memset_zero(z->dctx, a, c * sizeof(float));
+    z->dev->convert(z->dctx, b, LOOM_F32, zc_at((void *)src, k, z->gel), z->gdt, c);
+    z->dev->axpy(z->dctx, a, scale, b, c);
+    z->dev->convert(z->dctx, d, z->gdt, a, LOOM_F32, c);
+  }
 }
 
 int zc_setup(zero *z, int want_params, int want_grads) {
@@ -83,6 +106,15 @@ int zc_setup(zero *z, int want_params, int want_grads) {
     return LOOM_INVALID_USAGE;
   }
   z->numel = m->numel;
+  z->pdt = LOOM_MODEL_PARAM_DTYPE(m);
+  z->gdt = LOOM_MODEL_GRAD_DTYPE(m);
+  z->pel = loom_dtype_size(z->pdt);
+  z->gel = loom_dtype_size(z->gdt);
+  if ((z->pdt != LOOM_F32 && z->pel != 2) || (z->gdt != LOOM_F32 && z->gel != 2)) {
+    api->set_error(z->host, "%s: parameter/gradient storage dtypes %d/%d: expected fp32, bf16 "
+                   "or fp16", z->name, (int)z->pdt, (int)z->gdt);
+    return LOOM_UNSUPPORTED;
+  }
   z->bound = calloc((size_t)z->dp + 1, sizeof *z->bound);
   z->t_first = calloc((size_t)m->n_units + 1, sizeof *z->t_first);
   if (!z->bound || !z->t_first) {
@@ -96,6 +128,16 @@ int zc_setup(zero *z, int want_params, int want_grads) {
   }
   z->begin = z->bound[z->rank];
   z->count = z->bound[z->rank + 1] - z->begin;
+  if (z->pdt != LOOM_F32 || z->gdt != LOOM_F32) {
+    if (!z->dev->convert) {
+      api->set_error(z->host, "%s: 16-bit storage needs the device's convert slot (ABI 1.3)",
+                     z->name);
+      return LOOM_UNSUPPORTED;
+    }
+    z->cvt_n = z->count < ZC_CVT_CHUNK ? (z->count ? z->count : 1) : ZC_CVT_CHUNK;
+    z->cvt = zc_alloc(z, 2 * z->cvt_n, sizeof(float), LOOM_MEM_COMM);
+    if (!z->cvt) return LOOM_NOMEM;
+  }
 
   /* tensors are in flat order, unit by unit */
   int t = 0;
@@ -114,7 +156,7 @@ int zc_setup(zero *z, int want_params, int want_grads) {
   return LOOM_OK;
 }
 
-int zc_publish(zero *z, float *params, float *grads) {
+int zc_publish(zero *z, void *params, void *grads) {
   loom_partition_v1 p = {.struct_size = sizeof p, .begin = z->begin, .count = z->count,
                          .params = params, .grads = grads, .sharded = 1};
   z->part_params = params;
@@ -182,13 +224,14 @@ void zc_flat_free(zero *z, zc_flat *b, int n) {
   free(b);
 }
 
-int zc_allgather_params(zero *z, float *params) {
+int zc_allgather_params(zero *z, void *params) {
   int rc = LOOM_OK;
   for (int i = 0; i < z->n_ag && !rc; i++) {
     zc_flat *b = &z->ag[i];
-    /* in place: this rank's block (send) sits at its displacement inside recv */
-    rc = z->api->all_gather_v(z->host, z->comm, params + b->s.my_lo, params + b->s.lo,
-                              b->s.counts, LOOM_F32, &b->req);
+    /* in place: this rank's block (send) sits at its displacement inside recv; in the
+     * parameter dtype (16 bits: half of fp32's bytes) */
+    rc = z->api->all_gather_v(z->host, z->comm, zc_at(params, b->s.my_lo, z->pel),
+                              zc_at(params, b->s.lo, z->pel), b->s.counts, z->pdt, &b->req);
   }
   for (int i = 0; i < z->n_ag; i++) {
     if (!z->ag[i].req) continue;
@@ -197,6 +240,12 @@ int zc_allgather_params(zero *z, float *params) {
     if (!rc) rc = w;
   }
   return rc;
+}
+
+int zc_first_step_gather(zero *z) {
+  if (z->gathered_once || z->dp <= 1 || z->pdt == LOOM_F32) return LOOM_OK;
+  z->gathered_once = 1;
+  return zc_allgather_params(z, z->model->params);
 }
 
 /* ---- ZeRO-2/3 gradient buckets ---- */
@@ -230,15 +279,15 @@ int zc_gb_build(zero *z) {
 }
 
 int zc_gb_begin_step(zero *z) {
-  z->dev->memset_zero(z->dctx, z->part_grads, (size_t)z->count * sizeof(float));
+  z->dev->memset_zero(z->dctx, z->part_grads, (size_t)z->count * z->gel);
   return LOOM_OK;
 }
 
-static void gb_views(zero *z, zc_gbucket *b, float *buf) {
+static void gb_views(zero *z, zc_gbucket *b, void *buf) {
   const loom_model_v1 *m = z->model;
   for (int i = z->t_first[b->ulo]; i < z->t_first[b->uhi + 1]; i++) {
     loom_tensor_v1 *t = LOOM_TENSOR_AT(m, i);
-    *t->grad = buf ? buf + (t->offset - b->s.lo) : NULL;
+    *t->grad = buf ? zc_at(buf, t->offset - b->s.lo, z->gel) : NULL;
   }
 }
 
@@ -251,14 +300,15 @@ static int gb_acquire(zero *z, int bi) {
     return LOOM_INVALID_USAGE;
   }
   /* zeroed: the kernels accumulate (+=) into gradients */
-  b->buf = zc_alloc(z, b->s.hi - b->s.lo, LOOM_MEM_COMM);
+  b->buf = zc_alloc(z, b->s.hi - b->s.lo, z->gel, LOOM_MEM_COMM);
   if (!b->buf) return LOOM_NOMEM;
   gb_views(z, b, b->buf);
   b->state = ZC_HELD;
   return LOOM_OK;
 }
 
-/* The reduced block is the SUM over ranks: add sum/dp into the partition gradient. */
+/* The reduced block is the SUM over ranks: add sum/dp into the partition gradient (16-bit
+ * gradients: widened, added in fp32, rounded once). */
 static int gb_complete(zero *z, zc_gbucket *b) {
   int rc = LOOM_OK;
   if (b->req) {
@@ -266,8 +316,8 @@ static int gb_complete(zero *z, zc_gbucket *b) {
     b->req = NULL;
   }
   if (!rc && b->s.my_n)
-    z->dev->axpy(z->dctx, z->part_grads + (b->s.my_lo - z->begin), z->inv_dp, b->recv,
-                 b->s.my_n);
+    zc_avg_into(z, zc_at(z->part_grads, b->s.my_lo - z->begin, z->gel), b->recv, z->inv_dp,
+                b->s.my_n, 1);
   z->api->free(z->host, b->recv);
   z->api->free(z->host, b->buf);
   b->recv = b->buf = NULL;
@@ -287,10 +337,11 @@ static int gb_launch(zero *z, zc_gbucket *b) {
     if (rc) return rc;
   }
   gb_views(z, b, NULL);
-  b->recv = zc_alloc(z, b->s.my_n, LOOM_MEM_COMM);
+  b->recv = zc_alloc(z, b->s.my_n, z->gel, LOOM_MEM_COMM);
   if (!b->recv) return LOOM_NOMEM;
   b->state = ZC_REDUCING;
-  int rc = z->api->reduce_scatter_v(z->host, z->comm, b->buf, b->recv, b->s.counts, LOOM_F32,
+  /* in the gradient dtype: 16 bits with one micro-batch (half of fp32's bytes) */
+  int rc = z->api->reduce_scatter_v(z->host, z->comm, b->buf, b->recv, b->s.counts, z->gdt,
                                     LOOM_OP_SUM, z->overlap ? &b->req : NULL);
   if (rc) return rc;
   return z->overlap ? LOOM_OK : gb_complete(z, b);

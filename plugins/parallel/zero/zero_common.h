@@ -25,7 +25,8 @@ typedef struct zc_span {
 /* A flat bucket: ZeRO-1's gradient reduce-scatter, ZeRO-1/2's parameter all-gather. */
 typedef struct zc_flat {
   zc_span s;
-  float *recv;       /* reduce-scatter destination scratch (LOOM_MEM_COMM) while in flight */
+  void *recv;        /* reduce-scatter destination scratch (LOOM_MEM_COMM, grad dtype) while
+                        in flight */
   loom_request *req; /* outstanding operation, or NULL */
 } zc_flat;
 
@@ -34,9 +35,10 @@ enum { ZC_IDLE = 0, ZC_HELD = 1, ZC_REDUCING = 2 };
 typedef struct zc_gbucket {
   int ulo, uhi;
   zc_span s;
-  float *buf;        /* the bucket's gradient (LOOM_MEM_COMM): the layer code's grad views point
-                        here from acquire until launch; freed when the reduce-scatter is done */
-  float *recv;       /* this rank's block of the reduced bucket (LOOM_MEM_COMM) */
+  void *buf;         /* the bucket's gradient (LOOM_MEM_COMM, grad dtype): the layer code's grad
+                        views point here from acquire until launch; freed when the
+                        reduce-scatter is done */
+  void *recv;        /* this rank's block of the reduced bucket (LOOM_MEM_COMM, grad dtype) */
   loom_request *req;
   int state;         /* ZC_IDLE, ZC_HELD (views set), ZC_REDUCING (launched) */
 } zc_gbucket;
@@ -51,6 +53,16 @@ typedef struct zero {
   loom_comm *comm;
   int dp, rank;
   uint64_t numel;
+  /* storage (ABI 1.4, loom_model_v1.param_dtype / grad_dtype): the flat parameter and gradient
+   * elements, and everything this plugin holds of them (partitions, gathers, buckets, the
+   * collectives' payloads), are of these dtypes: bf16/fp16 under a 16-bit precision (the
+   * gradients fp32 with accumulation over micro-batches), fp32 otherwise */
+  loom_dtype pdt, gdt;
+  size_t pel, gel;         /* their element sizes in bytes */
+  float *cvt;              /* 2 x ZC_CVT_CHUNK fp32 (LOOM_MEM_COMM) when either is 16-bit: where
+                              16-bit values are widened for arithmetic (averaging a reduced
+                              block, initialising a ZeRO-3 parameter partition); NULL in fp32 */
+  uint64_t cvt_n;          /* elements per half of cvt */
   uint64_t *bound;         /* dp + 1 entries: rank i owns [bound[i], bound[i+1]) */
   uint64_t begin, count;   /* this rank's partition */
   float inv_dp;            /* 1 / dp: the data-parallel average */
@@ -62,9 +74,10 @@ typedef struct zero {
   uint64_t allgather_bucket; /* allgather_bucket_size, elements */
   int overlap;               /* overlap_comm */
   int prefetch;              /* prefetch (ZeRO-3) */
+  int gathered_once;         /* zc_first_step_gather has run */
 
-  /* the partition's storage as published with set_partition */
-  float *part_params, *part_grads;
+  /* the partition's storage as published with set_partition (pdt / gdt elements) */
+  void *part_params, *part_grads;
   int own_part_params, own_part_grads; /* allocated by the plugin (freed in destroy) */
 
   /* ZeRO-1/2: parameter all-gather after the optimizer step */
@@ -88,6 +101,14 @@ typedef struct zero {
  * the next one is filled by backward. */
 #define ZC_MAX_INFLIGHT 1
 
+/* Fp32 scratch of the 16-bit arithmetic: at most this many elements per half (32 KiB). Bounded
+ * rather than partition-sized: the widened copy is transient, and a full-size one would be
+ * the 4Ψ/N the 16-bit storage saves. */
+#define ZC_CVT_CHUNK 8192u
+
+/* Element k of a buffer of el-byte elements. */
+static inline void *zc_at(void *base, uint64_t k, size_t el) { return (char *)base + k * el; }
+
 /* Allocate the context and keep api/host. */
 int zc_create(const loom_host_api_v1 *api, loom_host *host, const char *name, zero **out);
 /* Read a size in elements (a JSON integer, or a whole number such as DeepSpeed's 5e8). */
@@ -100,10 +121,15 @@ void zc_destroy(zero *z);
  * Checks that the host allocated (1) / did not allocate (0) the flat params and grads as the
  * stage's caps say. */
 int zc_setup(zero *z, int want_params, int want_grads);
-/* Allocate count floats of category cat (at least one, so empty partitions have a pointer). */
-float *zc_alloc(zero *z, uint64_t count, loom_mem_category cat);
-/* Publish [begin, begin+count) with the given storage (sharded). */
-int zc_publish(zero *z, float *params, float *grads);
+/* Allocate count elements of el bytes of category cat (at least one, so empty partitions have a
+ * pointer). */
+void *zc_alloc(zero *z, uint64_t count, size_t el, loom_mem_category cat);
+/* Publish [begin, begin+count) with the given storage (pdt / gdt elements; sharded). The fp32
+ * master is left to the host (partition_v1.master NULL: it allocates and initialises it). */
+int zc_publish(zero *z, void *params, void *grads);
+/* dst[0, n) (gdt) = scale * src[0, n) (gdt) + (accumulate ? dst : 0): the data-parallel average
+ * of a reduced block, in fp32 through z->cvt when gdt is 16-bit (one rounding at the end). */
+void zc_avg_into(zero *z, void *dst, const void *src, float scale, uint64_t n, int accumulate);
 
 /* Fill a span over [lo, hi). */
 int zc_span_init(zero *z, zc_span *s, uint64_t lo, uint64_t hi);
@@ -117,7 +143,12 @@ void zc_flat_free(zero *z, zc_flat *b, int n);
 /* ZeRO-1/2: all-gather the updated parameters in place into the full flat buffer `params`
  * (each rank's block is its partition, already there), one v-collective per bucket, all
  * launched then waited. */
-int zc_allgather_params(zero *z, float *params);
+int zc_allgather_params(zero *z, void *params);
+/* ZeRO-1/2 begin_step: under 16-bit storage, at the process's first step, all-gather the
+ * parameters once. A resume restores each rank's fp32 master partition and rounds its own
+ * range of the 16-bit parameters from it (the host); the other ranks' ranges come from them.
+ * On a fresh start the values are identical on every rank and the gather changes nothing. */
+int zc_first_step_gather(zero *z);
 
 /* ---- ZeRO-2/3 gradient buckets ---- */
 int zc_gb_build(zero *z);

@@ -76,14 +76,32 @@ typedef struct loom_model_v1 {
   loom_tensor_v1 *tensors;   /* n_tensors, in flat order; index with LOOM_TENSOR_AT */
   /* ---- ABI 1.3 (read only when struct_size covers it; absent = LOOM_F32) ---- */
   loom_dtype compute_dtype;  /* the precision plugin's: weights, activations and gradients are
-                                values of this dtype (held in fp32 buffers, gpt.h), so a data-
-                                parallel plugin may reduce gradients in it (half the bytes) */
+                                values of this dtype, so a data-parallel plugin may reduce
+                                gradients in it (half the bytes) */
+  /* ---- ABI 1.4: real 16-bit storage (absent = LOOM_F32) ----
+   * Element types of the flat buffers and of the tensor views: `params` and every `*data` hold
+   * param_dtype elements, `grads` and every `*grad` grad_dtype elements — the `float *` type
+   * then points at 16-bit elements (address element k as (char *)p + k * loom_dtype_size(dt)).
+   * Under a 16-bit precision the host uses 16-bit storage only when every loaded parallel
+   * plugin sets LOOM_PAR_STORAGE_16BIT (parallel_v1.h, .storage); otherwise both are LOOM_F32
+   * and the buffers hold 16-bit values in fp32 (the ABI 1.3 layout). grad_dtype is LOOM_F32
+   * whenever train.grad_accum_steps > 1 (accumulation over micro-batches in fp32, DeepSpeed's
+   * grad_accum_dtype). The fp32 master copy the optimizer steps is loom_partition_v1.master. */
+  loom_dtype param_dtype;
+  loom_dtype grad_dtype;
 } loom_model_v1;
 
 /* The compute dtype of a model view from any host (LOOM_F32 before ABI 1.3). */
 #define LOOM_MODEL_COMPUTE_DTYPE(m)                                                      \
   ((m)->struct_size >= offsetof(loom_model_v1, compute_dtype) + sizeof(loom_dtype)       \
        ? (m)->compute_dtype : LOOM_F32)
+/* The storage dtypes of a model view from any host (LOOM_F32 before ABI 1.4). */
+#define LOOM_MODEL_PARAM_DTYPE(m)                                                        \
+  ((m)->struct_size >= offsetof(loom_model_v1, param_dtype) + sizeof(loom_dtype)         \
+       ? (m)->param_dtype : LOOM_F32)
+#define LOOM_MODEL_GRAD_DTYPE(m)                                                         \
+  ((m)->struct_size >= offsetof(loom_model_v1, grad_dtype) + sizeof(loom_dtype)          \
+       ? (m)->grad_dtype : LOOM_F32)
 
 /* The part of the flat parameter buffer this rank's optimizer steps (ZeRO's partition).
  * Default: the whole model, replicated on every data-parallel rank. A plugin that shards the
@@ -91,11 +109,20 @@ typedef struct loom_model_v1 {
 typedef struct loom_partition_v1 {
   uint32_t struct_size;
   uint64_t begin, count; /* flat element range [begin, begin + count) */
-  float *params;         /* device: the values of that range (count floats) */
+  float *params;         /* device: the values of that range (count elements of the model's
+                            param_dtype) */
   float *grads;          /* device: its gradient, averaged over data-parallel ranks, final when
-                            the optimizer step runs (count floats) */
+                            the optimizer step runs (count elements of the model's grad_dtype) */
   int sharded;           /* 1: ranks hold disjoint partitions (norms are summed over dp);
                             0: every data-parallel rank holds the same range */
+  /* ---- ABI 1.4 ---- */
+  float *master;         /* device, count fp32: the optimizer's copy of the range (mixed-
+                            precision master weights, LOOM_MEM_OPTIM, partitioned like Adam's m
+                            and v). The host allocates it after setup when param_dtype is 16-bit,
+                            fills it with the initial fp32 values (init_params_range) and
+                            checkpoints it as the parameter values; the step writes params from
+                            it (rounded). Equals params when param_dtype is LOOM_F32. A plugin
+                            may leave it NULL in set_partition (the host fills it in). */
 } loom_partition_v1;
 
 /* What the optimizer step needs, handed to a plugin that owns the step. */
@@ -213,6 +240,17 @@ typedef struct loom_host_api_v1 {
   /* Micro-batches per optimizer step (train.grad_accum_steps): what a schedule owner checks in
    * create (1F1B needs at least as many micro-batches as stages). */
   int (*n_micro)(loom_host *h);
+
+  /* ---- ABI 1.4: mixed-precision storage ---- */
+  /* AdamW over flat elements [begin, begin + n) on the fp32 master copy: `grad` holds n
+   * elements of grad_dtype (widened to fp32 in a bounded scratch; LOOM_F32 reads it in place),
+   * `master`, m and v n fp32 each; afterwards `param` (n elements of param_dtype; NULL: none)
+   * gets the updated master rounded to param_dtype (round to nearest even). With both dtypes
+   * LOOM_F32 and param == master it is adamw_range, bitwise. Errors: LOOM_INVALID_USAGE (range
+   * outside the model, a dtype other than F32/BF16/F16). */
+  int (*adamw_range_mixed)(loom_host *h, const loom_step_args_v1 *a, uint64_t begin, uint64_t n,
+                           float *master, const void *grad, loom_dtype grad_dtype, float *m,
+                           float *v, void *param, loom_dtype param_dtype);
 } loom_host_api_v1;
 
 /* True when the host's table is large enough to hold `slot`. */

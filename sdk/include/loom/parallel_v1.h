@@ -153,7 +153,21 @@ typedef struct loom_parallel_v1 {
    * then sums the tied embedding's gradient between the first and the last stage, the loss and
    * the gradient norm over the stages. */
   int (*run_step)(void *ctx, const loom_schedule_v1 *s);
+
+  /* ---- ABI 1.4 ---- */
+  /* What the plugin can work with, LOOM_PAR_STORAGE_* flags (0 in a plugin built against
+   * ABI <= 1.3: its struct ends before this field). A field, not a cap bit: a host that does
+   * not know it ignores it, where an unknown cap makes a host refuse the plugin. */
+  uint64_t storage;
 } loom_parallel_v1;
+
+/* loom_parallel_v1.storage: the plugin handles 16-bit parameter/gradient storage
+ * (loom_model_v1.param_dtype, grad_dtype, loom_partition_v1.master). Under bf16/fp16 the host
+ * stores them in 16 bits only when every loaded parallel plugin sets it; otherwise it keeps
+ * fp32 buffers holding 16-bit values (the ABI 1.3 layout) and logs one line naming the plugin
+ * that does not. Not "built against ABI >= 1.4": a plugin rebuilt against the 1.4 headers is
+ * not thereby written for 16-bit buffers. */
+#define LOOM_PAR_STORAGE_16BIT 1u
 
 /* loom_parallel_v1.region's `which`. */
 #define LOOM_REGION_F 0 /* before a column-parallel matmul: identity fwd, all-reduce bwd */

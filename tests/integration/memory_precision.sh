@@ -1,0 +1,124 @@
+#!/bin/bash
+# Memory under each precision: the peak bytes per category a rank measures (mem_peak_bytes in
+# the metrics JSONL, rank 0, and the largest over all ranks) against the ZeRO paper's
+# mixed-precision accounting (Rajbhandari et al. 2020, §3: 2Ψ fp16 parameters + 2Ψ fp16
+# gradients + K = 12 bytes of fp32 optimizer state — master, Adam m, v — per parameter) and
+# against `loom estimate --json` for the same config, at N = 1, 2, 4 ranks, for fp32, bf16 and
+# fp16, 3 steps of the tiny config.
+#
+# fp32 has no separate master (the parameters are the fp32 values the optimizer steps), so its
+# model states are 4Ψ + 4Ψ + 8Ψ: the same 16Ψ. With grad_accum_steps > 1 the gradients stay fp32
+# (4Ψ; accumulation over micro-batches in fp32, DeepSpeed's grad_accum_dtype), so mixed
+# precision is then 2Ψ + 4Ψ + 12Ψ = 18Ψ.
+#
+# Fails when params, grads or optim differ from the formula by more than 5% (they are in fact
+# exact) or from the estimate at all, when the activations differ from the estimate, or when
+# any rank's peak in any category exceeds the estimate.
+#
+# Shape (one function per strategy, each adding runs to RUNS as NAME:STRATEGY:N:PRECISION:ACCUM,
+# and one formula per strategy in the Python below): strategy_ddp here; the ZeRO strategies add
+# strategy_zero1 .. strategy_zero3 (and their FORMULA entries) the same way.
+. "$(dirname "$0")/lib.sh"
+make_data
+RUNS=()
+
+# mem_run NAME STRATEGY N PRECISION ACCUM PARALLEL_JSON [--set ...]: train 3 steps, estimate.
+mem_run() {
+  local name=$1 strat=$2 n=$3 prec=$4 accum=$5 par=$6
+  shift 6
+  local args=(--set train.steps=3 --set train.micro_batch_size=2 --set train.eval_interval=0
+              --set checkpoint=null --set "parallel=$par"
+              --set "precision={\"plugin\":\"$prec\"}" --set "train.grad_accum_steps=$accum"
+              "$@")
+  run "$n" "$name" "${args[@]}"
+  "$LOOM" estimate "$LOOM_SRC/configs/tiny.json" --world "$n" --json "${args[@]}" \
+    >"$WORK/$name/estimate.json" || die "loom estimate failed for $name"
+  RUNS+=("$name:$strat:$n:$prec:$accum")
+}
+
+strategy_ddp() {
+  local prec n
+  for prec in fp32 bf16 fp16; do
+    for n in 1 2 4; do
+      mem_run "ddp_${prec}_n$n" ddp "$n" "$prec" 1 '[{"plugin":"ddp"}]'
+    done
+  done
+  # accumulation over micro-batches keeps fp32 gradients (4Ψ)
+  mem_run ddp_bf16_acc2_n2 ddp 2 bf16 2 '[{"plugin":"ddp"}]'
+}
+
+strategy_ddp
+
+/usr/bin/python3 - "$WORK" "$LOOM_SRC/configs/tiny.json" "${RUNS[@]}" <<'EOF'
+import json, sys
+
+work, cfg_path, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
+cfg = json.load(open(cfg_path))["model"]
+C, V, T, L = cfg["n_embd"], cfg["vocab_size"], cfg["context_length"], cfg["n_layer"]
+# the GPT-2 parameter count, independently of loom: wte, wpe; per block ln1, qkv, proj, ln2,
+# fc, fc-proj (weights and biases); ln_f
+psi = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+
+
+def ddp(prec, n, accum):
+    """DDP, every rank the whole model (ZeRO paper §3): fp32 4+4+8, mixed 2+2+12."""
+    if prec == "fp32":
+        return {"params": 4 * psi, "grads": 4 * psi, "optim": 8 * psi}
+    return {"params": 2 * psi, "grads": (2 if accum == 1 else 4) * psi, "optim": 12 * psi}
+
+
+FORMULA = {"ddp": ddp}
+CATS = ("params", "grads", "optim")
+
+
+def rel(a, b):
+    return abs(a - b) / max(b, 1)
+
+
+ok = True
+print(f"Psi = {psi} (tiny: n_layer {L}, n_embd {C}, vocab {V}, context {T}); bytes per rank, "
+      "rank 0, peak over 3 steps; states = params + grads + optim")
+hdr = (f"{'run':<18}{'N':>2} {'params':>8}{'grads':>8}{'optim':>8} {'states':>8}"
+       f"{'formula':>9}{'/Psi':>6}{'estimate':>9}{'rel':>7}  storage")
+print(hdr)
+print("-" * len(hdr))
+for r in runs:
+    name, strat, n, prec, accum = r.split(":")
+    n, accum = int(n), int(accum)
+    recs = [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl")]
+    last = [x for x in recs if "loss" in x][-1]
+    meas, mx = last["mem_peak_bytes"], last.get("mem_peak_bytes_max")
+    est = json.load(open(f"{work}/{name}/estimate.json"))
+    f = FORMULA[strat](prec, n, accum)
+    m_states, f_states = sum(meas[k] for k in CATS), sum(f.values())
+    e_states = sum(est["bytes"][k] for k in CATS)
+    bad = []
+    for k in CATS:
+        if rel(meas[k], f[k]) > 0.05:
+            bad.append(f"{k}: measured {meas[k]} vs formula {f[k]} ({rel(meas[k], f[k]):.1%})")
+        if meas[k] != est["bytes"][k]:
+            bad.append(f"{k}: measured {meas[k]} vs estimate {est['bytes'][k]}")
+    if meas["activations"] != est["bytes"]["activations"]:
+        bad.append(f"activations {meas['activations']} vs estimate "
+                   f"{est['bytes']['activations']}")
+    want_p = "fp32" if prec == "fp32" else prec
+    want_g = "fp32" if prec == "fp32" or accum > 1 else prec
+    if est.get("param_storage") != want_p or est.get("grad_storage") != want_g:
+        bad.append(f"estimate storage {est.get('param_storage')}/{est.get('grad_storage')}, "
+                   f"expected {want_p}/{want_g}")
+    if mx is None:
+        bad.append("metrics have no mem_peak_bytes_max")
+    else:
+        for k in ("params", "grads", "optim", "activations", "comm", "other", "total"):
+            if mx.get(k, 0) > est["bytes"][k]:
+                bad.append(f"{k}: the largest rank's peak {mx[k]} exceeds the estimate "
+                           f"{est['bytes'][k]}")
+    print(f"{name:<18}{n:>2} {meas['params']:>8}{meas['grads']:>8}{meas['optim']:>8} "
+          f"{m_states:>8}{f_states:>9}{m_states / psi:>6.2f}{e_states:>9}"
+          f"{rel(m_states, f_states):>7.2%}  {want_p}/{want_g}")
+    for b in bad:
+        print(f"    FAIL {name}: {b}")
+        ok = False
+print("memory_precision: " + ("measured = estimate = formula" if ok else "MISMATCH"))
+sys.exit(0 if ok else 1)
+EOF

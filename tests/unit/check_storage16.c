@@ -1,0 +1,242 @@
+/* Check suite for 16-bit parameter and gradient storage in the GPT model (core/model/gpt.c,
+ * gpt_config.param_dtype / grad_dtype, ABI 1.4):
+ *  - one forward and backward with bf16 (fp16) storage gives the bitwise loss of the ABI 1.3
+ *    layout (fp32 buffers holding the same 16-bit values) and, for every parameter, the 16-bit
+ *    gradient that is exactly that layout's fp32 gradient rounded once to nearest even — for
+ *    the whole model (the tied wte: head and embedding contributions summed in fp32 before the
+ *    one rounding), a first pipeline stage (units 0..1: wte from the embedding alone) and a last
+ *    stage (units 2..L+1 with the tied wte copy);
+ *  - the flat buffers really are 2 bytes per parameter (the device's per-category counters),
+ *    and the fp32 unit buffers are temporary ones (LOOM_MEM_OTHER, gpt_grad_work_bytes);
+ *  - gpt_init_weights under 16-bit storage writes the fp32 initial values rounded.
+ *
+ * Legend: B = batch, T = time, C = n_embd, L = layers, V = vocab. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "model/gpt.h"
+#include "util/rng.h"
+
+static const gpt_config base = {
+    .vocab_size = 29, .max_seq_len = 8, .n_layer = 3, .n_head = 4, .n_embd = 16};
+enum { B = 3, T = 7 };
+
+static loom_dev dev;
+
+static void setup(void) {
+  char err[256];
+  ck_assert_int_eq(loom__dev_open(&dev, loom__cpu_device(), "{}", 0, err, sizeof err), LOOM_OK);
+}
+static void teardown(void) { loom__dev_close(&dev); }
+
+static float *host_floats(size_t n) {
+  float *h = malloc(n * sizeof(float));
+  ck_assert_ptr_nonnull(h);
+  return h;
+}
+
+/* n elements of dtype at device d, widened to fp32 on the host. */
+static float *widen(const void *d, loom_dtype dt, size_t n) {
+  float *h = host_floats(n);
+  if (dt == LOOM_F32) {
+    dev.ops->to_host(dev.ctx, h, d, n * sizeof(float));
+    return h;
+  }
+  float *tmp = dev.ops->alloc(dev.ctx, n * sizeof(float));
+  ck_assert_ptr_nonnull(tmp);
+  ck_assert_int_eq(dev.ops->convert(dev.ctx, tmp, LOOM_F32, d, dt, n), LOOM_OK);
+  dev.ops->to_host(dev.ctx, h, tmp, n * sizeof(float));
+  dev.ops->free(dev.ctx, tmp);
+  return h;
+}
+
+/* Host fp32 values rounded to dt (the device's round_to: the reference rounding). */
+static void round_host(float *h, loom_dtype dt, size_t n) {
+  float *tmp = dev.ops->alloc(dev.ctx, n * sizeof(float));
+  ck_assert_ptr_nonnull(tmp);
+  dev.ops->from_host(dev.ctx, tmp, h, n * sizeof(float));
+  dev.ops->round_to(dev.ctx, tmp, dt, n);
+  dev.ops->to_host(dev.ctx, h, tmp, n * sizeof(float));
+  dev.ops->free(dev.ctx, tmp);
+}
+
+/* Host fp32 values into the model's flat parameter buffer (its param_dtype). */
+static void set_params(gpt_model *m, const float *h) {
+  size_t n = m->num_parameters;
+  loom_dtype dt = (loom_dtype)m->cfg.param_dtype;
+  if (dt == LOOM_F32) {
+    dev.ops->from_host(dev.ctx, m->params_memory, h, n * sizeof(float));
+    return;
+  }
+  float *tmp = dev.ops->alloc(dev.ctx, n * sizeof(float));
+  ck_assert_ptr_nonnull(tmp);
+  dev.ops->from_host(dev.ctx, tmp, h, n * sizeof(float));
+  ck_assert_int_eq(dev.ops->convert(dev.ctx, m->params_memory, dt, tmp, LOOM_F32, n), LOOM_OK);
+  dev.ops->free(dev.ctx, tmp);
+}
+
+static void fill_normal(float *h, size_t n, float std, uint64_t seed) {
+  loom_rng rng;
+  loom__rng_seed(&rng, seed);
+  for (size_t j = 0; j < n; j++) h[j] = std * loom__rng_normal(&rng);
+}
+
+typedef struct result {
+  float loss;
+  float *grads; /* fp32 on the host (16-bit storage widened) */
+  size_t n;
+  size_t params_bytes, grads_bytes, other_bytes;
+} result;
+
+/* One forward and backward of stage [first, end) (0, 0: the whole model) from zeroed
+ * gradients, parameters = `values` (already 16-bit values), the stage's input activation and
+ * output gradient (when the stage lacks the embedding / head) from fixed seeds. */
+static result run(gpt_config c, const float *values) {
+  char err[256];
+  gpt_model m;
+  ck_assert_msg(gpt_init(&m, &c, &dev, err, sizeof err) == LOOM_OK, "gpt_init: %s", err);
+  set_params(&m, values);
+  gpt_zero_grad(&m);
+  int32_t in[B * T], tg[B * T];
+  loom_rng rng;
+  loom__rng_seed(&rng, 5);
+  for (int i = 0; i < B * T; i++) in[i] = (int32_t)(loom__rng_u64(&rng) % (uint64_t)c.vocab_size);
+  for (int i = 0; i < B * T; i++) tg[i] = (int32_t)(loom__rng_u64(&rng) % (uint64_t)c.vocab_size);
+  const size_t NC = (size_t)B * T * c.n_embd;
+  float *act = host_floats(NC);
+  ck_assert_int_eq(gpt_slot_ensure(&m, 0, B, T), LOOM_OK);
+  if (m.first_unit > 0) { /* 16-bit values, as a real boundary activation */
+    fill_normal(act, NC, 1.0f, 11);
+    round_host(act, (loom_dtype)c.dtype, NC);
+    dev.ops->from_host(dev.ctx, gpt_stage_buffer(&m, 0, GPT_BUF_INPUT), act, NC * sizeof(float));
+  }
+  result r = {0};
+  ck_assert_int_eq(gpt_stage_forward(&m, 0, in, tg, B, T, NULL, &r.loss), LOOM_OK);
+  if (m.last_unit < m.n_units - 1) {
+    fill_normal(act, NC, 0.01f, 12);
+    round_host(act, (loom_dtype)c.dtype, NC);
+    dev.ops->from_host(dev.ctx, gpt_stage_buffer(&m, 0, GPT_BUF_GRAD_OUTPUT), act,
+                       NC * sizeof(float));
+  }
+  free(act);
+  ck_assert_int_eq(gpt_stage_backward(&m, 0, 1.0f / (B * T), NULL), LOOM_OK);
+  r.n = m.num_parameters;
+  r.grads = widen(m.grads_memory, (loom_dtype)c.grad_dtype, r.n);
+  r.params_bytes = dev.bytes_now[LOOM_MEM_PARAMS];
+  r.grads_bytes = dev.bytes_now[LOOM_MEM_GRADS];
+  r.other_bytes = dev.bytes_now[LOOM_MEM_OTHER];
+  gpt_free(&m);
+  return r;
+}
+
+/* 16-bit storage vs the ABI 1.3 layout with the same 16-bit values, for stage [first, end). */
+static void storage_vs_fp32_buffers(loom_dtype dt, int first, int end, const char *what) {
+  gpt_config c = base;
+  c.dtype = dt;
+  c.pp_first = first;
+  c.pp_end = end;
+  /* the stage's parameter count: from a table-only model */
+  gpt_model t;
+  char err[256];
+  ck_assert_int_eq(gpt_init_ex(&t, &c, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, err,
+                               sizeof err), LOOM_OK);
+  size_t n = t.num_parameters;
+  gpt_free(&t);
+  float *values = host_floats(n);
+  fill_normal(values, n, 0.3f, 7); /* O(1) weights: init's zero biases would hide terms */
+  round_host(values, dt, n);
+
+  result ref = run(c, values); /* fp32 buffers, 16-bit values (the 1.3 layout) */
+  c.param_dtype = c.grad_dtype = dt;
+  result got = run(c, values);
+  ck_assert_uint_eq(got.n, ref.n);
+  ck_assert_msg(memcmp(&got.loss, &ref.loss, sizeof(float)) == 0, "%s: loss %.9g vs %.9g", what,
+                got.loss, ref.loss);
+  round_host(ref.grads, dt, ref.n); /* the fp32 gradient rounded once */
+  size_t nonzero = 0;
+  for (size_t j = 0; j < n; j++) {
+    nonzero += got.grads[j] != 0.0f;
+    ck_assert_msg(memcmp(&got.grads[j], &ref.grads[j], sizeof(float)) == 0,
+                  "%s: gradient element %zu: %.9g, the fp32 gradient rounded is %.9g", what, j,
+                  got.grads[j], ref.grads[j]);
+  }
+  ck_assert_msg(nonzero > n / 2, "%s: only %zu of %zu gradient elements are non-zero", what,
+                nonzero, n);
+  /* 2 bytes per parameter for parameters and gradients; the 1.3 layout's 4 + the working
+   * copy; the fp32 unit buffers are temporary ones */
+  ck_assert_uint_eq(got.params_bytes, 2 * n);
+  ck_assert_uint_eq(got.grads_bytes, 2 * n);
+  ck_assert_uint_gt(ref.params_bytes, 4 * n);
+  ck_assert_uint_eq(ref.grads_bytes, 4 * n);
+  ck_assert_uint_gt(got.other_bytes, 0);
+  free(values);
+  free(got.grads);
+  free(ref.grads);
+}
+
+START_TEST(test_whole_model) {
+  storage_vs_fp32_buffers(LOOM_BF16, 0, 0, "bf16 whole model");
+  storage_vs_fp32_buffers(LOOM_F16, 0, 0, "fp16 whole model");
+}
+END_TEST
+
+START_TEST(test_first_stage) { /* units 0..1: wte's gradient from the embedding alone */
+  storage_vs_fp32_buffers(LOOM_BF16, 0, 2, "bf16 units 0..1");
+}
+END_TEST
+
+START_TEST(test_last_stage) { /* units 2..L+1 with the tied wte copy, flushed at the head */
+  storage_vs_fp32_buffers(LOOM_BF16, 2, base.n_layer + 2, "bf16 units 2..4");
+}
+END_TEST
+
+START_TEST(test_init_weights_rounded) {
+  char err[256];
+  gpt_model a, b;
+  gpt_config c = base;
+  c.dtype = LOOM_BF16;
+  ck_assert_int_eq(gpt_init(&a, &c, &dev, err, sizeof err), LOOM_OK);
+  c.param_dtype = LOOM_BF16;
+  ck_assert_int_eq(gpt_init(&b, &c, &dev, err, sizeof err), LOOM_OK);
+  ck_assert_int_eq(gpt_init_weights(&a, 42), LOOM_OK);
+  ck_assert_int_eq(gpt_init_weights(&b, 42), LOOM_OK);
+  size_t n = a.num_parameters;
+  float *want = widen(a.params_memory, LOOM_F32, n), *got = widen(b.params_memory, LOOM_BF16, n);
+  round_host(want, LOOM_BF16, n);
+  ck_assert_int_eq(memcmp(got, want, n * sizeof(float)), 0);
+  free(want);
+  free(got);
+  gpt_free(&a);
+  gpt_free(&b);
+}
+END_TEST
+
+static Suite *storage_suite(void) {
+  Suite *s = suite_create("storage16");
+  struct { const char *name; const TTest *fn; } cases[] = {
+      {"whole_model", test_whole_model},
+      {"first_stage", test_first_stage},
+      {"last_stage", test_last_stage},
+      {"init_weights_rounded", test_init_weights_rounded},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    TCase *tc = tcase_create(cases[i].name);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, cases[i].fn);
+    suite_add_tcase(s, tc);
+  }
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(storage_suite());
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
