@@ -213,6 +213,13 @@ typedef struct loom_host_api_v1 {
   /* Micro-batches per optimizer step (train.grad_accum_steps): what a schedule owner checks in
    * create (1F1B needs at least as many micro-batches as stages). */
   int (*n_micro)(loom_host *h);
+
+  /* ---- ABI 1.4 (check with LOOM_HOST_HAS) ---- */
+  /* The input token ids (int32, device memory, B*T of them in *n) of the micro-batch whose
+   * forward ran last on this rank; NULL and *n = 0 before any forward. Valid until the next
+   * forward. The embedding's gradient has nonzero rows only at these ids, so a data-parallel
+   * plugin can reduce those rows alone (ddp's split of the tied embedding's all-reduce). */
+  const int32_t *(*micro_tokens)(loom_host *h, size_t *n);
 } loom_host_api_v1;
 
 /* True when the host's table is large enough to hold `slot`. */
