@@ -24,8 +24,9 @@
 # script builds it with llm.c's own flags (-Ofast -fopenmp -march=native) in a scratch directory
 # where those paths hold a checkpoint of our shapes (random weights, llm.c's fp32 format, the
 # vocabulary padded to a multiple of 128 as llm.c pads it) and our random-token shard. For the
-# byte model a copy with B=8, T=128 substituted is built there too. Its "step k: ... (took X ms)"
-# lines are the step times (its validation and sampling are outside them).
+# byte model a copy with B=8, T=128 substituted is built there too; both copies skip its sampling
+# (untimed anyway). Its "step k: ... (took X ms)" lines are the step times. Needs a checkout from
+# after llm.c's padded vocabulary (llmc/ headers, checkpoint version 3, dev/data/ shards).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build steps=20 skip=5 torch_steps=12 rounds=1 out="" torch=1
@@ -123,7 +124,10 @@ llmc_prepare() {
   mkdir -p "$dir/dev/data/tinyshakespeare"
   ln -sf "$out/data/${model}_train.bin" "$dir/dev/data/tinyshakespeare/tiny_shakespeare_train.bin"
   ln -sf "$out/data/${model}_train.bin" "$dir/dev/data/tinyshakespeare/tiny_shakespeare_val.bin"
+  # the shapes, and no sampling every 20 steps (untimed; it needs gpt2_tokenizer.bin for its
+  # end-of-text token, which a checkpoint of our shapes has no use for)
   sed -e "s/int B = 4;/int B = $B;/" -e "s/int T = 64;/int T = $T;/" \
+    -e 's/if (step > 0 \&\& step % 20 == 0)/if (0)/' \
     "$LLMC_DIR/train_gpt2.c" > "$dir/train_gpt2.c"
   [ -d "$LLMC_DIR/llmc" ] && ln -sfn "$LLMC_DIR/llmc" "$dir/llmc"
   gcc -Ofast -Wno-unused-result -Wno-ignored-pragmas -Wno-unknown-attributes -march=native \
@@ -162,7 +166,10 @@ llmcrun() {
 
 llmc=0
 if [ -n "${LLMC_DIR:-}" ]; then
-  if [ -f "$LLMC_DIR/train_gpt2.c" ]; then
+  if [ -f "$LLMC_DIR/train_gpt2.c" ] && ! grep -q padded_vocab_size "$LLMC_DIR/train_gpt2.c"; then
+    echo "gpt2_vocab.sh: $LLMC_DIR/train_gpt2.c predates llm.c's padded vocabulary (checkpoint" \
+         "version 3, dev/data shards): update the checkout; no llm.c anchor" >&2
+  elif [ -f "$LLMC_DIR/train_gpt2.c" ]; then
     echo "== building llm.c's train_gpt2.c from $LLMC_DIR"
     llmc_prepare gpt2 && llmc_prepare byte && llmc=1
   else

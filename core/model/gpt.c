@@ -154,8 +154,8 @@ struct gpt_acts {
   float *residual3;                   /* (L,B,T,C) residual2 + MLP branch: the block's output,
                                          kept under every policy (the next block's input) */
   float *lnf, *lnf_mean, *lnf_rstd;   /* (B,T,C), (B,T), (B,T) */
-  float *logits;                      /* (B,T,V) logits; after a training forward (fused
-                                         classifier) or a backward: dlogits */
+  float *logits;                      /* (B,T,V) logits; dlogits after a training forward
+                                         (fused classifier) or a backward without it */
   float *losses;                      /* (B,T) only with targets */
   /* backward scratch, reused by every unit */
   float *dres;     /* (B,T,C) gradient of the residual stream at the current unit */
@@ -646,8 +646,10 @@ static int head_forward(gpt_model *m, int u) {
   return LOOM_OK;
 }
 
-/* dlogits into the logits buffer (unless the fused forward left them there), then the two
- * GEMMs of the tied head and ln_f's backward. */
+/* dlogits (unless the fused forward left them in the logits buffer), then the two GEMMs of the
+ * tied head and ln_f's backward. After a loss-only forward on a device with the fused classifier
+ * they go to the backward scratch, so the logits stay readable (gpt_logits_row); without it
+ * they overwrite the logits (probs occupy the scratch). */
 static void head_backward(gpt_model *m, int u, float dloss) {
   gpt_acts *a = m->acts;
   const int N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
@@ -660,16 +662,18 @@ static void head_backward(gpt_model *m, int u, float dloss) {
     if (dloss != a->dlogits_dloss) {
       OPS->scale(CTX, dlogits, dloss / a->dlogits_dloss, NV);
       store16(m, dlogits, NV);
+      a->dlogits_dloss = dloss;
     }
-  } else {
-    if (has_fused_classifier(m)) /* logits intact after a loss-only forward: in place now */
-      OPS->crossentropy_fused(CTX, a->losses, dlogits, a->logits, m->targets, dloss, N, V);
-    else /* probs from the forward in dscratch */
-      OPS->crossentropy_backward(CTX, dlogits, a->dscratch, m->targets, dloss, N, V);
+  } else if (has_fused_classifier(m)) {
+    dlogits = a->dscratch; /* the logits stay as the forward left them */
+    OPS->crossentropy_fused(CTX, a->losses, dlogits, a->logits, m->targets, dloss, N, V);
     store16(m, dlogits, NV);
+  } else { /* probs from the forward in dscratch */
+    OPS->crossentropy_backward(CTX, dlogits, a->dscratch, m->targets, dloss, N, V);
+    store16(m, dlogits, NV);
+    a->dlogits_ready = 1; /* a second backward of this forward reads them from here */
+    a->dlogits_dloss = dloss;
   }
-  a->dlogits_ready = 1; /* a second backward of the same forward reads the same dlogits */
-  a->dlogits_dloss = dloss;
   OPS->memset_zero(CTX, a->dln, NC * sizeof(float));
   OPS->matmul_backward(CTX, a->dln, wte->grad, NULL, dlogits, a->lnf, wte->work, N, C, V);
   store16(m, a->dln, NC);

@@ -273,8 +273,9 @@ void gpt_zero_grad(gpt_model *m);
  * then no longer readable (gpt_logits_row returns dlogits). Stays set until changed. */
 void gpt_set_train_dloss(gpt_model *m, float dloss);
 
-/* Copy row `row` (0 <= row < B*T) of the last forward's logits (V floats) to host memory
- * (after a backward, or a forward under gpt_set_train_dloss, the buffer holds dlogits). */
+/* Copy row `row` (0 <= row < B*T) of the last forward's logits (V floats) to host memory.
+ * After a forward under gpt_set_train_dloss on a device with the fused classifier, or after a
+ * backward on a device without it, the buffer holds dlogits instead. */
 void gpt_logits_row(const gpt_model *m, int row, float *host_out);
 
 #endif

@@ -373,7 +373,8 @@ END_TEST
  * (gpt_set_train_dloss: dlogits written in place during the forward), a loss-only forward
  * followed by backward (dlogits computed in backward), and a device without the slot (the
  * separate kernels, probs in the backward scratch). A backward with another dloss than the
- * forward's rescales (x2: exact). A loss-only forward keeps the logits readable. */
+ * forward's rescales (x2: exact). A loss-only forward, and the backward after it, keep the logits
+ * readable. */
 START_TEST(test_fused_classifier) {
   const int B = 2, T = 5;
   const gpt_config cfg = {.vocab_size = 37, .max_seq_len = 8, .n_layer = 1, .n_head = 2,
@@ -396,14 +397,14 @@ START_TEST(test_fused_classifier) {
   gpt_set_train_dloss(&model, 0.0f);
   ck_assert_int_eq(gpt_forward(&model, inp, tgt, B, T, NULL, &loss_eval), LOOM_OK);
   float *row_t = hmem(V * sizeof(float)), *row_n = hmem(V * sizeof(float));
-  gpt_logits_row(&model, 3, row_t);
   gpt_zero_grad(&model);
   ck_assert_int_eq(gpt_backward(&model, dloss, NULL), LOOM_OK);
+  gpt_logits_row(&model, 3, row_t); /* after the backward: still the logits */
   float *g_late = grads_host();
   ck_assert_int_eq(gpt_forward(&model, inp, NULL, B, T, NULL, NULL), LOOM_OK);
   gpt_logits_row(&model, 3, row_n);
   ck_assert_msg(memcmp(row_t, row_n, V * sizeof(float)) == 0,
-                "a loss-only forward must leave the logits readable");
+                "a loss-only forward and its backward must leave the logits readable");
   ck_assert_msg(loss_train == loss_eval, "loss %.9g vs %.9g", loss_train, loss_eval);
   ck_assert_msg(memcmp(g_fused, g_late, np * sizeof(float)) == 0,
                 "gradients: fused forward vs dlogits in backward differ");
