@@ -13,7 +13,8 @@
 #
 # 1. anchor: loom-sgemm-peak (single-thread OpenBLAS SGEMM) at the gpt2 model's shapes
 # 2. R interleaved rounds of: loom gpt2 1 rank (micro 4), ddp / zero1 / zero2 on 2 ranks (micro
-#    2 each: the same global batch), loom byte 1 rank (micro 8) and ddp 2 ranks (micro 4);
+#    2 each: the same global batch; ddp also without the embedding's split all-reduce, to show
+#    what the split hides), loom byte 1 rank (micro 8) and ddp 2 ranks (micro 4);
 #    PyTorch (bench/torch_gpt.py, Debian's python3-torch, 1 thread per rank, DDP over gloo) of
 #    both models on 1 and 2 ranks; llm.c (when LLMC_DIR is set) of both models on 1 thread
 # 3. the anchor again, then the table and the ratios (bench/gpt2_vocab_report.py).
@@ -187,6 +188,7 @@ echo "== runs: loom $steps steps (first $skip skipped), PyTorch $torch_steps (fi
 for r in $(seq 1 "$rounds"); do
   loom gpt2-loom-1r gpt2 1 4 "$r"
   loom gpt2-ddp-2r gpt2 2 2 "$r"
+  loom gpt2-ddp-nosplit-2r gpt2 2 2 "$r" --set 'parallel[0].split_embedding=false'
   loom gpt2-zero1-2r gpt2 2 2 "$r" --set 'parallel=[{"plugin": "zero1"}]'
   loom gpt2-zero2-2r gpt2 2 2 "$r" --set 'parallel=[{"plugin": "zero2"}]'
   loom byte-loom-1r byte 1 8 "$r"

@@ -22,6 +22,7 @@ MODELS = {  # name: (V, T, L, C, global tokens per step)
 }
 CONFIGS = [  # (name, model, implementation, ranks)
     ("gpt2-loom-1r", "gpt2", "loom", 1), ("gpt2-ddp-2r", "gpt2", "loom ddp", 2),
+    ("gpt2-ddp-nosplit-2r", "gpt2", "loom ddp, wte unsplit", 2),
     ("gpt2-zero1-2r", "gpt2", "loom zero1", 2), ("gpt2-zero2-2r", "gpt2", "loom zero2", 2),
     ("gpt2-torch-1r", "gpt2", "PyTorch", 1), ("gpt2-torch-2r", "gpt2", "PyTorch DDP", 2),
     ("gpt2-llmc-1r", "gpt2", "llm.c", 1),
@@ -120,6 +121,7 @@ def main():
     print("| ratio (tokens/s) | fast phase | median |")
     print("|---|---|---|")
     ratio("gpt2 ddp 2 ranks / loom 1 rank", "gpt2-ddp-2r", "gpt2-loom-1r", 1.6)
+    ratio("gpt2 ddp: split wte all-reduce / unsplit", "gpt2-ddp-2r", "gpt2-ddp-nosplit-2r")
     ratio("gpt2 zero1 2 ranks / loom 1 rank", "gpt2-zero1-2r", "gpt2-loom-1r", 1.8)
     ratio("gpt2 zero2 2 ranks / loom 1 rank", "gpt2-zero2-2r", "gpt2-loom-1r", 1.8)
     ratio("gpt2 PyTorch DDP 2 ranks / PyTorch 1 rank", "gpt2-torch-2r", "gpt2-torch-1r")
