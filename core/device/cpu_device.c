@@ -255,6 +255,7 @@ static const loom_device_v1 cpu_device = {
     .crossentropy_backward = loom__cpu_crossentropy_backward,
     .round_to = loom__cpu_round_to,
     .convert = loom__cpu_convert,
+    .crossentropy_fused = loom__cpu_crossentropy_fused,
 };
 
 const loom_device_v1 *loom__cpu_device(void) { return &cpu_device; }

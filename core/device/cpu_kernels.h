@@ -1,6 +1,7 @@
-/* Internal to the CPU backend: the kernels defined in cpu_layers.c and cpu_attention.c that
- * cpu_device.c puts into its loom_device_v1 table. Signatures (and their documentation) are the
- * table's own, see loom/device_v1.h; `ctx` is unused by the kernels.
+/* Internal to the CPU backend: the kernels defined in cpu_layers.c, cpu_attention.c,
+ * cpu_gelu.c and cpu_crossentropy.c that cpu_device.c puts into its loom_device_v1 table.
+ * Signatures (and their documentation) are the table's own, see loom/device_v1.h; `ctx` is
+ * unused by the kernels.
  *
  * Legend: B = batch, T = time, C = channels, NH = heads, HS = head size, V = vocab, N = B*T rows,
  * OC = output channels. */
@@ -50,6 +51,8 @@ void loom__cpu_crossentropy_forward(void *ctx, float *losses, float *probs, cons
 void loom__cpu_exp_sub(float *out, const float *in, size_t n, float sub);
 void loom__cpu_crossentropy_backward(void *ctx, float *dlogits, const float *probs,
                                      const int32_t *targets, float dloss, int N, int V);
+void loom__cpu_crossentropy_fused(void *ctx, float *losses, float *dlogits, const float *logits,
+                                  const int32_t *targets, float dloss, int N, int V);
 
 /* 16-bit storage (cpu_convert.c): device_v1's round_to and convert, and the scalar element
  * conversions they are built from (round to nearest even; exposed for the unit tests). */

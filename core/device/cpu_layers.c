@@ -1,7 +1,7 @@
-/* CPU kernels of the GPT layers other than attention and GELU (cpu_attention.c, cpu_gelu.c):
- * encoder, layernorm, matmul (OpenBLAS sgemm), residual, softmax cross-entropy. Argument order
- * and semantics are those of loom/device_v1.h (llm.c's): outputs, saved stats, inputs, weights,
- * dims.
+/* CPU kernels of the GPT layers other than attention, GELU and the cross-entropy
+ * (cpu_attention.c, cpu_gelu.c, cpu_crossentropy.c): encoder, layernorm, matmul (OpenBLAS
+ * sgemm), residual. Argument order and semantics are those of loom/device_v1.h (llm.c's):
+ * outputs, saved stats, inputs, weights, dims.
  *
  * Legend: B = batch, T = time, C = channels, N = B*T rows, OC = output channels, V = vocab.
  *
@@ -199,45 +199,4 @@ void loom__cpu_residual_forward(void *ctx, float *out, const float *a, const flo
   for (ptrdiff_t i = 0; i < len; i++) out[i] = a[i] + b[i];
 }
 
-/* ---- softmax cross-entropy ---- */
-
-void loom__cpu_crossentropy_forward(void *ctx, float *losses, float *probs, const float *logits,
-                                    const int32_t *targets, int N, int V) {
-  (void)ctx;
-#pragma omp parallel for schedule(static) if ((size_t)N * V > LOOM_CPU_PAR_MIN)
-  for (int n = 0; n < N; n++) {
-    const float *l = logits + (size_t)n * V;
-    float *p = probs + (size_t)n * V;
-    float maxv = -INFINITY;
-#pragma omp simd reduction(max : maxv)
-    for (int v = 0; v < V; v++) maxv = l[v] > maxv ? l[v] : maxv;
-    loom__cpu_exp_sub(p, l, (size_t)V, maxv);
-    double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-    for (int v = 0; v < V; v++) sum += p[v];
-    float inv = (float)(1.0 / sum);
-#pragma omp simd
-    for (int v = 0; v < V; v++) p[v] *= inv;
-    int32_t t = targets[n];
-    /* -log softmax computed as logsumexp - logit: exact even when probs[t] underflows */
-    losses[n] = t < 0 ? 0.0f : (float)(log(sum) - (double)(l[t] - maxv));
-  }
-}
-
-void loom__cpu_crossentropy_backward(void *ctx, float *dlogits, const float *probs,
-                                     const int32_t *targets, float dloss, int N, int V) {
-  (void)ctx;
-#pragma omp parallel for schedule(static) if ((size_t)N * V > LOOM_CPU_PAR_MIN)
-  for (int n = 0; n < N; n++) {
-    const float *p = probs + (size_t)n * V;
-    float *d = dlogits + (size_t)n * V;
-    int32_t t = targets[n];
-    if (t < 0) {
-      memset(d, 0, (size_t)V * sizeof(float));
-      continue;
-    }
-#pragma omp simd
-    for (int v = 0; v < V; v++) d[v] = p[v] * dloss;
-    d[t] = (p[t] - 1.0f) * dloss;
-  }
-}
+/* ---- softmax cross-entropy: cpu_crossentropy.c ---- */

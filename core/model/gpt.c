@@ -154,18 +154,21 @@ struct gpt_acts {
   float *residual3;                   /* (L,B,T,C) residual2 + MLP branch: the block's output,
                                          kept under every policy (the next block's input) */
   float *lnf, *lnf_mean, *lnf_rstd;   /* (B,T,C), (B,T), (B,T) */
-  float *logits;                      /* (B,T,V) */
-  float *probs;                       /* (B,T,V) only with targets */
+  float *logits;                      /* (B,T,V) logits; dlogits after a training forward
+                                         (fused classifier) or a backward without it */
   float *losses;                      /* (B,T) only with targets */
   /* backward scratch, reused by every unit */
   float *dres;     /* (B,T,C) gradient of the residual stream at the current unit */
   float *dln;      /* (B,T,C) gradient of a layernorm output (ln_1, ln_2, ln_f) */
-  float *dscratch; /* head: dlogits (B,T,V); block: dfch_gelu, dfch (B,T,4C), dqkv (B,T,3C),
-                      datty (B,T,C), datt (B,NH,T,T) -- see block_scratch() */
+  float *dscratch; /* head without the fused classifier: probs (B,T,V); block: dfch_gelu, dfch
+                      (B,T,4C), dqkv (B,T,3C), datty (B,T,C), datt (B,NH,T,T) -- see
+                      block_scratch() */
   float *losses_host; /* host (B,T): losses copied back for the mean */
   size_t pool_floats; /* capacity of pool */
   size_t tokens_cap;  /* capacity of m->inputs, m->targets, losses_host (B*T entries) */
   int forward_done;   /* the last forward ran every unit */
+  int dlogits_ready;  /* logits holds dlogits for dloss = dlogits_dloss (fused forward) */
+  float dlogits_dloss;
 };
 
 /* The activations of one block, wherever they live (the slot's pool or the recompute
@@ -260,8 +263,7 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   CARVE(lnf, H * N * C);
   CARVE(lnf_mean, H * N);
   CARVE(lnf_rstd, H * N);
-  CARVE(logits, N * V);
-  CARVE(probs, N * V);
+  CARVE(logits, N * V); /* no probs buffer: the fused classifier writes dlogits in place */
   CARVE(losses, H * N);
   CARVE(dres, N * C);
   CARVE(dln, N * C);
@@ -273,7 +275,7 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
 /* acts_layout's sizes are size_t products of config values (L*B*NH*T*T can exceed 2^64 for
  * absurd configs and would wrap to a small pool). An upper bound of the layout's total, in
  * double: per block row 16C + NH*T + 8 floats (ln, qkv, attention, MLP, residuals, stats), two
- * more blocks' worth for the embedding, head and scratch, 3 N*V for logits, probs and dlogits,
+ * more blocks' worth for the embedding, head and scratch, 3 N*V (more than logits and scratch),
  * 64 per tensor for alignment. Below 2^52 floats every product in acts_layout is exact. */
 static int acts_size_fits(const gpt_config *c, int B, int T) {
   double N = (double)B * T, C = c->n_embd, NH = c->n_head, L = cfg_blocks(c);
@@ -692,9 +694,21 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   return LOOM_OK;
 }
 
+/* 1 if the device has the fused classifier (device ABI 1.4; NULL or an older table: the separate
+ * crossentropy_forward / crossentropy_backward kernels, probs in the backward scratch). */
+static int has_fused_classifier(const gpt_model *m) {
+  return OPS->hdr.struct_size > offsetof(loom_device_v1, crossentropy_fused) &&
+         OPS->crossentropy_fused;
+}
+
+/* ln_f, the tied logits and the loss. A training forward (gpt_set_train_dloss: dloss known
+ * before the forward) on a device with the fused classifier also writes dlogits in place over
+ * the logits, so the (B,T,V) buffer is written once by the GEMM and read once by backward's two
+ * GEMMs, and no probs buffer exists (llm.c's fused_classifier). */
 static int head_forward(gpt_model *m, int u) {
   gpt_acts *a = m->acts;
   const int N = m->B * m->T, C = m->cfg.n_embd, V = gpt_vocab_rows(&m->cfg);
+  const size_t NV = (size_t)N * V;
   const gpt_param *wte = gpt_head_wte(m); /* tied: the head reads unit 0's wte (or its copy) */
   OPS->layernorm_forward(CTX, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(m, m->cfg.n_layer),
                          W(GPT_LNF_W), W(GPT_LNF_B), N, C);
@@ -702,9 +716,21 @@ static int head_forward(gpt_model *m, int u) {
   /* a padded vocabulary's extra columns get -inf (logits_mask): probability 0, so the loss,
    * dlogits (probs - one-hot: 0 there) and every gradient are the unpadded model's */
   OPS->matmul_forward(CTX, a->logits, a->lnf, wte->work, m->logits_mask, N, C, V);
-  store16(m, a->logits, (size_t)N * V); /* the loss is then computed in fp32 from these */
+  store16(m, a->logits, NV); /* the loss is then computed in fp32 from these */
+  a->dlogits_ready = 0;
   if (!m->has_targets) return LOOM_OK;
-  OPS->crossentropy_forward(CTX, a->losses, a->probs, a->logits, m->targets, N, V);
+  if (has_fused_classifier(m)) {
+    float *dlogits = m->train_dloss != 0.0f ? a->logits : NULL; /* NULL: the loss only */
+    OPS->crossentropy_fused(CTX, a->losses, dlogits, a->logits, m->targets, m->train_dloss, N,
+                            V);
+    if (dlogits) {
+      store16(m, dlogits, NV); /* as the separate path's store of dlogits */
+      a->dlogits_ready = 1;
+      a->dlogits_dloss = m->train_dloss;
+    }
+  } else {
+    OPS->crossentropy_forward(CTX, a->losses, a->dscratch, a->logits, m->targets, N, V);
+  }
   OPS->to_host(CTX, a->losses_host, a->losses, (size_t)N * sizeof(float));
   double sum = 0.0;
   for (int i = 0; i < N; i++) sum += a->losses_host[i];
@@ -712,14 +738,34 @@ static int head_forward(gpt_model *m, int u) {
   return LOOM_OK;
 }
 
+/* dlogits (unless the fused forward left them in the logits buffer), then the two GEMMs of the
+ * tied head and ln_f's backward. After a loss-only forward on a device with the fused classifier
+ * they go to the backward scratch, so the logits stay readable (gpt_logits_row); without it
+ * they overwrite the logits (probs occupy the scratch). */
 static void head_backward(gpt_model *m, int u, float dloss) {
   gpt_acts *a = m->acts;
   const int N = m->B * m->T, C = m->cfg.n_embd, V = gpt_vocab_rows(&m->cfg);
-  const size_t NC = (size_t)N * C;
+  const size_t NC = (size_t)N * C, NV = (size_t)N * V;
   const gpt_param *wte = gpt_head_wte(m);
-  float *dlogits = a->dscratch; /* (B,T,V) */
-  OPS->crossentropy_backward(CTX, dlogits, a->probs, m->targets, dloss, N, V);
-  store16(m, dlogits, (size_t)N * V);
+  float *dlogits = a->logits; /* (B,T,V) */
+  if (a->dlogits_ready) {
+    /* a caller that changed its mind about dloss since the forward: dlogits are linear in it
+     * (rounds once more; the trainer passes the forward's dloss, so this does not run) */
+    if (dloss != a->dlogits_dloss) {
+      OPS->scale(CTX, dlogits, dloss / a->dlogits_dloss, NV);
+      store16(m, dlogits, NV);
+      a->dlogits_dloss = dloss;
+    }
+  } else if (has_fused_classifier(m)) {
+    dlogits = a->dscratch; /* the logits stay as the forward left them */
+    OPS->crossentropy_fused(CTX, a->losses, dlogits, a->logits, m->targets, dloss, N, V);
+    store16(m, dlogits, NV);
+  } else { /* probs from the forward in dscratch */
+    OPS->crossentropy_backward(CTX, dlogits, a->dscratch, m->targets, dloss, N, V);
+    store16(m, dlogits, NV);
+    a->dlogits_ready = 1; /* a second backward of this forward reads them from here */
+    a->dlogits_dloss = dloss;
+  }
   OPS->memset_zero(CTX, a->dln, NC * sizeof(float));
   OPS->matmul_backward(CTX, a->dln, wte->gacc, NULL, dlogits, a->lnf, wte->work, N, C, V);
   store16(m, a->dln, NC);
@@ -1280,6 +1326,8 @@ int gpt_forward(gpt_model *m, const int32_t *inputs_host, const int32_t *targets
 int gpt_backward(gpt_model *m, float dloss, const gpt_hooks *hooks) {
   return gpt_stage_backward(m, 0, dloss, hooks);
 }
+
+void gpt_set_train_dloss(gpt_model *m, float dloss) { m->train_dloss = dloss; }
 
 void gpt_zero_grad(gpt_model *m) {
   if (m->grads_memory) /* else a plugin owns gradient storage and clears it */

@@ -398,6 +398,12 @@ static int host_init_params_range(loom_host *h, uint64_t begin, uint64_t n, floa
 
 static int host_n_micro(loom_host *h) { return h->rt->cfg->train.grad_accum_steps; }
 
+static const int32_t *host_micro_tokens(loom_host *h, size_t *n) {
+  const gpt_model *m = &h->rt->model;
+  *n = m->inputs ? (size_t)m->B * (size_t)m->T : 0;
+  return m->inputs;
+}
+
 static const loom_host_api_v1 host_api = {
   .struct_size = sizeof(loom_host_api_v1),
   .abi_major = LOOM_ABI_MAJOR,
@@ -434,6 +440,7 @@ static const loom_host_api_v1 host_api = {
   .opt_object = host_opt_object,
   .n_micro = host_n_micro,
   .adamw_range_mixed = host_adamw_range_mixed,
+  .micro_tokens = host_micro_tokens,
 };
 
 const loom_host_api_v1 *loom__host_api(void) { return &host_api; }

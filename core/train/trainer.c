@@ -589,6 +589,7 @@ static int pp_forward_only(loom_trainer *tr, const int32_t *inputs, const int32_
 
 int loom__model_forward(loom_trainer *tr, const int32_t *inputs, const int32_t *targets, int B,
                         int T, float *loss) {
+  gpt_set_train_dloss(&tr->rt.model, 0.0f); /* no backward follows: keep the logits */
   if (tr->rt.mesh.pp > 1) return pp_forward_only(tr, inputs, targets, B, T, loss);
   gpt_hooks hooks = loom__forward_hooks(tr);
   int rc = gpt_forward(&tr->rt.model, inputs, targets, B, T, &hooks, loss);
@@ -610,6 +611,8 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
   /* mean over the global batch: each position's loss weighs 1/(B*T*accum) here; the data-
    * parallel average (sum / dp) is the gradient-sync plugin's job */
   float dloss = loss_scale / ((float)tr->B * (float)tr->T * (float)tr->accum);
+  /* known before forward: the fused classifier writes dlogits during the forward */
+  gpt_set_train_dloss(&rt->model, dloss);
   if (rt->schedule_owner >= 0 && pp_run_step(tr, dloss, &loss_sum) != 0) return -1;
   for (int micro = 0; rt->schedule_owner < 0 && micro < tr->accum; micro++) {
     loom_loader_fill(&tr->train, tr->B, rt->mesh.dp, micro, rt->mesh.dp_rank, tr->inputs,
@@ -623,6 +626,7 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
     if (rc != LOOM_OK) return pass_failed(tr, "backward", rc);
     CALL_HOOKS(tr, end_backward, "end_backward", micro, tr->accum);
   }
+  gpt_set_train_dloss(&rt->model, 0.0f); /* evaluation and sampling forwards keep logits */
   double stats[1] = {loss_sum};
   if (pp_sum(tr, stats, 1) != 0) return -1; /* the loss is the last stage's */
   if (dp_sum(tr, stats, 1) != 0) return -1;

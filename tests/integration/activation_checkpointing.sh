@@ -95,7 +95,7 @@ def model_bytes(est, stage, policy, every):
         else:
             pool += kept + (0 if ck(l) else att)
     if head:
-        pool += 4 * s * b * h + 8 * s * b + 2 * 4 * s * b * V + 4 * s * b  # ln_f, logits, probs
+        pool += 4 * s * b * h + 8 * s * b + 4 * s * b * V + 4 * s * b  # ln_f, logits, losses
     block_scratch = 4 * s * b * (4 * h // t * 2 + 3 * h // t + h // t) + att
     pool += 2 * 4 * s * b * h + max(4 * s * b * V if head else 0, block_scratch if blocks else 0)
     recompute = 0

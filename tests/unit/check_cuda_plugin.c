@@ -57,7 +57,7 @@ START_TEST(every_slot_set) {
       SLOT(matmul_forward), SLOT(matmul_backward), SLOT(attention_forward),
       SLOT(attention_backward), SLOT(gelu_forward), SLOT(gelu_backward), SLOT(residual_forward),
       SLOT(crossentropy_forward), SLOT(crossentropy_backward), SLOT(round_to), SLOT(convert),
-      SLOT(create_ex), SLOT(native_stream), SLOT(set_compute_dtype),
+      SLOT(create_ex), SLOT(native_stream), SLOT(set_compute_dtype), SLOT(crossentropy_fused),
   };
 #undef SLOT
   /* the list covers the whole table: one pointer per slot after the header */

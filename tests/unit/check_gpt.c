@@ -370,6 +370,79 @@ START_TEST(test_old_device_abi) {
 }
 END_TEST
 
+/* The fused classifier (device ABI 1.4 crossentropy_fused) runs the separate kernels'
+ * operations in the same order, so every path must give the same bits: the training forward
+ * (gpt_set_train_dloss: dlogits written in place during the forward), a loss-only forward
+ * followed by backward (dlogits computed in backward), and a device without the slot (the
+ * separate kernels, probs in the backward scratch). A backward with another dloss than the
+ * forward's rescales (x2: exact). A loss-only forward, and the backward after it, keep the logits
+ * readable. */
+START_TEST(test_fused_classifier) {
+  const int B = 2, T = 5;
+  const gpt_config cfg = {.vocab_size = 37, .max_seq_len = 8, .n_layer = 1, .n_head = 2,
+                          .n_embd = 8};
+  init_model(&cfg);
+  randomize_params(0.5f);
+  int32_t *inp = rand_tokens((size_t)B * T, cfg.vocab_size);
+  int32_t *tgt = rand_tokens((size_t)B * T, cfg.vocab_size);
+  const float dloss = 1.0f / (B * T);
+  const size_t np = model.num_parameters, V = (size_t)cfg.vocab_size;
+  float *w = params_host();
+  float loss_train, loss_eval;
+  /* 1. training forward: dlogits in place during the forward */
+  gpt_set_train_dloss(&model, dloss);
+  gpt_zero_grad(&model);
+  ck_assert_int_eq(gpt_forward(&model, inp, tgt, B, T, NULL, &loss_train), LOOM_OK);
+  ck_assert_int_eq(gpt_backward(&model, dloss, NULL), LOOM_OK);
+  float *g_fused = grads_host();
+  /* 2. loss-only forward (logits kept), dlogits in backward */
+  gpt_set_train_dloss(&model, 0.0f);
+  ck_assert_int_eq(gpt_forward(&model, inp, tgt, B, T, NULL, &loss_eval), LOOM_OK);
+  float *row_t = hmem(V * sizeof(float)), *row_n = hmem(V * sizeof(float));
+  gpt_zero_grad(&model);
+  ck_assert_int_eq(gpt_backward(&model, dloss, NULL), LOOM_OK);
+  gpt_logits_row(&model, 3, row_t); /* after the backward: still the logits */
+  float *g_late = grads_host();
+  ck_assert_int_eq(gpt_forward(&model, inp, NULL, B, T, NULL, NULL), LOOM_OK);
+  gpt_logits_row(&model, 3, row_n);
+  ck_assert_msg(memcmp(row_t, row_n, V * sizeof(float)) == 0,
+                "a loss-only forward and its backward must leave the logits readable");
+  ck_assert_msg(loss_train == loss_eval, "loss %.9g vs %.9g", loss_train, loss_eval);
+  ck_assert_msg(memcmp(g_fused, g_late, np * sizeof(float)) == 0,
+                "gradients: fused forward vs dlogits in backward differ");
+  /* 3. backward with twice the forward's dloss: rescaled, exactly 2x */
+  gpt_set_train_dloss(&model, dloss);
+  gpt_zero_grad(&model);
+  ck_assert_int_eq(gpt_forward(&model, inp, tgt, B, T, NULL, NULL), LOOM_OK);
+  ck_assert_int_eq(gpt_backward(&model, 2.0f * dloss, NULL), LOOM_OK);
+  float *g_twice = grads_host();
+  for (size_t i = 0; i < np; i++)
+    ck_assert_msg(g_twice[i] == 2.0f * g_fused[i], "element %zu: %.9g vs 2 x %.9g", i,
+                  g_twice[i], g_fused[i]);
+  gpt_free(&model);
+  /* 4. a device without the slot: the separate kernels */
+  loom_device_v1 plain = *loom__cpu_device();
+  plain.crossentropy_fused = NULL;
+  loom_dev d2;
+  char err[256] = "";
+  ck_assert_int_eq(loom__dev_open(&d2, &plain, "{}", 0, err, sizeof err), LOOM_OK);
+  gpt_model m2;
+  ck_assert_int_eq(gpt_init(&m2, &cfg, &d2, err, sizeof err), LOOM_OK);
+  d2.ops->from_host(d2.ctx, m2.params_memory, w, np * sizeof(float));
+  gpt_set_train_dloss(&m2, dloss);
+  float loss_plain;
+  ck_assert_int_eq(gpt_forward(&m2, inp, tgt, B, T, NULL, &loss_plain), LOOM_OK);
+  ck_assert_int_eq(gpt_backward(&m2, dloss, NULL), LOOM_OK);
+  float *g_plain = hmem(np * sizeof(float));
+  d2.ops->to_host(d2.ctx, g_plain, m2.grads_memory, np * sizeof(float));
+  ck_assert_msg(loss_plain == loss_train, "loss %.9g vs %.9g", loss_plain, loss_train);
+  ck_assert_msg(memcmp(g_plain, g_fused, np * sizeof(float)) == 0,
+                "gradients: fused classifier vs separate kernels differ");
+  gpt_free(&m2);
+  loom__dev_close(&d2);
+}
+END_TEST
+
 /* ---- init ---- */
 
 START_TEST(test_init_stats) {
@@ -653,6 +726,7 @@ static Suite *gpt_suite(void) {
       {"param_table", test_param_table},
       {"config_validation", test_config_validation},
       {"old_device_abi", test_old_device_abi},
+      {"fused_classifier", test_fused_classifier},
       {"init_stats", test_init_stats},
       {"hooks", test_hooks},
       {"logits_causality", test_logits_and_causality},

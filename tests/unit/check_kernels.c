@@ -533,6 +533,49 @@ START_TEST(test_crossentropy) {
 }
 END_TEST
 
+/* The fused classifier (crossentropy_fused) against the separate kernels: the same operations
+ * in the same order, so the losses and dlogits must be the same bits (not merely close), in
+ * place and into another buffer, and the loss-only call must leave the logits untouched. Shapes:
+ * tails of the 8-lane exp (V = 7, 1001) and a GPT-2-sized row (V = 50257), an ignored row. */
+START_TEST(test_crossentropy_fused) {
+  ck_assert_ptr_nonnull(ops->crossentropy_fused);
+  const int shapes[][2] = {{6, 7}, {5, 1001}, {3, 50257}};
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+    const int N = shapes[k][0], V = shapes[k][1];
+    const size_t NV = (size_t)N * V;
+    const float dloss = 0.37f / (float)N;
+    float *logits_h = hrand(NV, 0, 3);
+    int32_t *tg = rand_tokens(N, V);
+    tg[1] = -1; /* ignored row */
+    int32_t *dtg = dcopy(tg, N * sizeof(int32_t));
+    float *logits = dup_f(logits_h, NV), *probs = dbuf(NV), *ref_d = dbuf(NV);
+    float *ref_l = dbuf(N), *l_sep = dbuf(N), *l_in = dbuf(N), *l_only = dbuf(N);
+    ops->crossentropy_forward(ctx, ref_l, probs, logits, dtg, N, V);
+    ops->crossentropy_backward(ctx, ref_d, probs, dtg, dloss, N, V);
+    float *want_l = down(ref_l, N), *want_d = down(ref_d, NV);
+    /* loss only: logits untouched */
+    ops->crossentropy_fused(ctx, l_only, NULL, logits, dtg, dloss, N, V);
+    ck_assert_msg(memcmp(down(logits, NV), logits_h, NV * sizeof(float)) == 0,
+                  "V=%d: loss-only fused call wrote the logits", V);
+    ck_assert_msg(memcmp(down(l_only, N), want_l, N * sizeof(float)) == 0,
+                  "V=%d: loss-only fused losses differ from crossentropy_forward", V);
+    /* into a separate buffer (assigned: old contents must not matter) */
+    float *d = dup_f(hrand(NV, 5, 1), NV);
+    ops->crossentropy_fused(ctx, l_sep, d, logits, dtg, dloss, N, V);
+    ck_assert_msg(memcmp(down(l_sep, N), want_l, N * sizeof(float)) == 0, "V=%d: losses", V);
+    ck_assert_msg(memcmp(down(d, NV), want_d, NV * sizeof(float)) == 0,
+                  "V=%d: fused dlogits differ from crossentropy_backward's", V);
+    /* in place over the logits (the training forward) */
+    ops->crossentropy_fused(ctx, l_in, logits, logits, dtg, dloss, N, V);
+    ck_assert_msg(memcmp(down(l_in, N), want_l, N * sizeof(float)) == 0, "V=%d: losses", V);
+    ck_assert_msg(memcmp(down(logits, NV), want_d, NV * sizeof(float)) == 0,
+                  "V=%d: in-place fused dlogits differ from crossentropy_backward's", V);
+    printf("crossentropy_fused N=%d V=%d: losses and dlogits bitwise equal to the separate "
+           "kernels (separate buffer, in place, loss only)\n", N, V);
+  }
+}
+END_TEST
+
 /* ---- AdamW ---- */
 
 START_TEST(test_adamw) {
@@ -788,6 +831,8 @@ static Suite *kernels_suite(void) {
       {"matmul_bias", test_matmul_bias}, {"matmul_nobias", test_matmul_nobias},
       {"attention", test_attention},   {"gelu", test_gelu},
       {"residual", test_residual},     {"crossentropy", test_crossentropy},
+      {"crossentropy_fused", test_crossentropy_fused},
+      {"crossentropy_fused", test_crossentropy_fused},
       {"adamw", test_adamw},           {"vector_ops", test_vector_ops},
       {"sum_squares", test_sum_squares}, {"all_finite", test_all_finite},
       {"determinism", test_determinism_threads}, {"table", test_table},

@@ -599,6 +599,15 @@ static void cuda_crossentropy_backward(void *ctx, float *dlogits, const float *p
   launched(c, "crossentropy_backward");
 }
 
+static void cuda_crossentropy_fused(void *ctx, float *losses, float *dlogits,
+                                    const float *logits, const int32_t *targets, float dloss,
+                                    int N, int V) {
+  cuda_ctx *c = enter(ctx);
+  if (!c) return;
+  cuda_launch_crossentropy_fused(c->stream, losses, dlogits, logits, targets, dloss, N, V);
+  launched(c, "crossentropy_fused");
+}
+
 /* ---- 16-bit storage ---- */
 
 static void cuda_round_to(void *ctx, float *x, loom_dtype dtype, size_t n) {
@@ -660,4 +669,5 @@ LOOM_EXPORT const loom_device_v1 loom_plugin_v1 = {
     .create_ex = cuda_create_ex,
     .native_stream = cuda_native_stream,
     .set_compute_dtype = cuda_set_compute_dtype,
+    .crossentropy_fused = cuda_crossentropy_fused,
 };

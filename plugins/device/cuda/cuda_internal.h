@@ -171,6 +171,9 @@ void cuda_launch_crossentropy_forward(cudaStream_t s, float *losses, float *prob
                                       const float *logits, const int32_t *targets, int N, int V);
 void cuda_launch_crossentropy_backward(cudaStream_t s, float *dlogits, const float *probs,
                                        const int32_t *targets, float dloss, int N, int V);
+void cuda_launch_crossentropy_fused(cudaStream_t s, float *losses, float *dlogits,
+                                    const float *logits, const int32_t *targets, float dloss,
+                                    int N, int V);
 /* x = round-trip through bf16 / fp16 (round to nearest even, NaN kept quiet: loom/half_v1.h) */
 void cuda_launch_round_to(cudaStream_t s, float *x, loom_dtype dtype, size_t n);
 void cuda_launch_pack16(cudaStream_t s, uint16_t *dst, const float *src, loom_dtype dtype,

@@ -488,6 +488,41 @@ extern "C" void cuda_launch_crossentropy_backward(cudaStream_t s, float *dlogits
                                                                       dloss, V, n);
 }
 
+/* The fused classifier (device ABI 1.4): crossentropy_forward's row pass and
+ * crossentropy_backward's formula with the same operations in the same order, without a probs
+ * buffer; dlogits may be logits (each thread reads element v before it writes element v; the
+ * target's logit is read for the loss before any write). dlogits NULL: the loss only. */
+__global__ void crossentropy_fused_kernel(float *losses, float *dlogits, const float *logits,
+                                          const int32_t *targets, float dloss, int V) {
+  __shared__ double shd[CE_THREADS];
+  __shared__ float shf[CE_THREADS];
+  size_t n = blockIdx.x;
+  const float *l = logits + n * V;
+  float maxv = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) maxv = fmaxf(maxv, l[v]);
+  maxv = block_reduce<float, true>(maxv, shf);
+  double sum = 0.0;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(l[v] - maxv);
+  sum = block_reduce<double, false>(sum, shd);
+  int32_t t = targets[n];
+  if (threadIdx.x == 0) losses[n] = t < 0 ? 0.0f : (float)(log(sum) - (double)(l[t] - maxv));
+  if (!dlogits) return;
+  __syncthreads(); /* l[t] is read before the in-place writes below */
+  float inv = (float)(1.0 / sum);
+  float *d = dlogits + n * V;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    float p = expf(l[v] - maxv) * inv;
+    d[v] = t < 0 ? 0.0f : (v == t ? (p - 1.0f) * dloss : p * dloss);
+  }
+}
+extern "C" void cuda_launch_crossentropy_fused(cudaStream_t s, float *losses, float *dlogits,
+                                               const float *logits, const int32_t *targets,
+                                               float dloss, int N, int V) {
+  if (N > 0)
+    crossentropy_fused_kernel<<<(unsigned)N, CE_THREADS, 0, s>>>(losses, dlogits, logits,
+                                                                  targets, dloss, V);
+}
+
 /* ---- 16-bit rounding and packing, bit for bit loom/half_v1.h ---- */
 
 /* NaN: half_v1.h keeps the payload's top bits and sets the quiet bit, where the hardware

@@ -132,6 +132,18 @@ typedef struct loom_device_v1 {
    * may run its GEMMs on `dt` operands with fp32 accumulation (exact conversion of its inputs).
    * LOOM_F32: plain fp32 (a backend may still offer TF32 as an explicit option). */
   void (*set_compute_dtype)(void *ctx, loom_dtype dt);
+
+  /* ---- ABI 1.4: the fused classifier (llm.c's fused_classifier); NULL: the host runs
+   * crossentropy_forward and crossentropy_backward instead ---- */
+  /* Softmax cross-entropy over logits (N,V) in one pass per row, without a probs buffer:
+   * losses (N) = -log softmax(logits)[target]; when dlogits is not NULL, also dlogits (N,V) =
+   * (softmax(logits) - onehot(target)) * dloss, assigned (=), with the same operations in the
+   * same order as crossentropy_forward followed by crossentropy_backward (so the same bits).
+   * dlogits may be logits itself (written in place: the training forward, whose dloss is known
+   * before the forward runs); NULL: the loss only (evaluation), logits untouched. Rows whose
+   * target is < 0 get loss 0 and a zero dlogits row. */
+  void (*crossentropy_fused)(void *ctx, float *losses, float *dlogits, const float *logits,
+                             const int32_t *targets, float dloss, int N, int V);
 } loom_device_v1;
 
 #ifdef __cplusplus

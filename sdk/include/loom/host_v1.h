@@ -251,6 +251,11 @@ typedef struct loom_host_api_v1 {
   int (*adamw_range_mixed)(loom_host *h, const loom_step_args_v1 *a, uint64_t begin, uint64_t n,
                            float *master, const void *grad, loom_dtype grad_dtype, float *m,
                            float *v, void *param, loom_dtype param_dtype);
+  /* The input token ids (int32, device memory, B*T of them in *n) of the micro-batch whose
+   * forward ran last on this rank; NULL and *n = 0 before any forward. Valid until the next
+   * forward. The embedding's gradient has nonzero rows only at these ids, so a data-parallel
+   * plugin can reduce those rows alone (ddp's split of the tied embedding's all-reduce). */
+  const int32_t *(*micro_tokens)(loom_host *h, size_t *n);
 } loom_host_api_v1;
 
 /* True when the host's table is large enough to hold `slot`. */
