@@ -15,6 +15,11 @@
 # exact) or from the estimate at all, when the activations differ from the estimate, or when
 # any rank's peak in any category exceeds the estimate.
 #
+# Plus ddp's split embedding all-reduce (on where wte holds at least half of the parameters): the
+# tiny model with vocab 4096 on 2 fp32 ranks, its comm buffers measured = estimate = N*B*T*(4+8C)
+# on every rank, and each step's traffic = the dense all-reduce + the ids' all-gather + whole
+# token rows, within the estimate's bound.
+#
 # Shape (one function per strategy, each adding runs to RUNS as NAME:STRATEGY:N:PRECISION:ACCUM,
 # and one formula per strategy in the Python below): strategy_ddp here; the ZeRO strategies add
 # strategy_zero1 .. strategy_zero3 (and their FORMULA entries) the same way.
@@ -138,6 +143,21 @@ for r in runs:
                 bad.append(f"comm of {what} {v} != N*B*T*(4+8C) = {want}")
         print(f"    {name}: split embedding comm {meas['comm']} measured = "
               f"{est['bytes']['comm']} estimate = {want} formula")
+        # traffic, rank 0 per step: the dense all-reduce 2(N-1)/N*4Psi, the ids' all-gather
+        # (N-1)*4BT, and 2(N-1)/N*4C per distinct token row of the step's batch (data-dependent,
+        # at most min(N*B*T, V): the estimate's bound)
+        dense = 2 * (n - 1) * 4 * psi_of(V_SPLIT) // n
+        ids, row = (n - 1) * 4 * B_MICRO * SEQ, 2 * (n - 1) * 4 * C // n
+        rows = []
+        for x in (x for x in recs if "loss" in x):
+            extra = x["comm_bytes"] - dense - ids
+            rows.append(extra // row)
+            if extra <= 0 or extra % row or x["comm_bytes"] > est["comm_bytes_per_step"]:
+                bad.append(f"step {x['step']}: comm_bytes {x['comm_bytes']} is not dense "
+                           f"{dense} + ids {ids} + k rows of {row} within the estimate "
+                           f"{est['comm_bytes_per_step']}")
+        print(f"    {name}: traffic = dense + ids + {min(rows)}..{max(rows)} distinct rows "
+              f"<= estimate {est['comm_bytes_per_step']} (bound {split.get('rows')} rows)")
     if mx is None:
         bad.append("metrics have no mem_peak_bytes_max")
     else:
