@@ -124,7 +124,10 @@ int loom_device_conformance_main(int argc, char **argv) {
     }
     if (LOOM_DEVICE_HAS(s.ops, set_compute_dtype)) s.ops->set_compute_dtype(s.ctx, s.dtype);
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-      if (!quick || shapes[i].B * shapes[i].T * shapes[i].C <= 8192) dc_check_gpt(&s, &shapes[i]);
+      if (!quick || shapes[i].B * shapes[i].T * shapes[i].C <= 8192) {
+        dc_check_gpt(&s, &shapes[i]);
+        dc_check_fused_classifier(&s, &shapes[i]);
+      }
     if (pass == 0) {
       dc_check_vectors(&s, 4096);
       if (!quick) dc_check_vectors(&s, 100003);

@@ -1,7 +1,7 @@
 /* Internal to the device conformance suite (`loom conformance --device`): the suite's state,
  * the shapes, and the helpers its checks share (device_suite.c). device_conformance.c runs
- * the suite; device_checks_gpt.c checks the GPT kernels at one shape, device_checks_vector.c
- * the memory, vector and 16-bit slots. */
+ * the suite; device_checks_gpt.c checks the GPT kernels at one shape, device_checks_classifier.c
+ * the fused classifier, device_checks_vector.c the memory, vector and 16-bit slots. */
 #ifndef LOOM_CORE_DEVICE_SUITE_H
 #define LOOM_CORE_DEVICE_SUITE_H
 
@@ -55,6 +55,9 @@ int dc_have(dc_suite *s, const char *name, const void *slot);
 
 /* The GPT kernels at one shape (device_checks_gpt.c). */
 void dc_check_gpt(dc_suite *s, const dc_shape *sh);
+/* The fused classifier (ABI 1.4 crossentropy_fused) at one shape: against the reference and
+ * bitwise against the separate kernels; SKIP where the slot is NULL (device_checks_classifier.c). */
+void dc_check_fused_classifier(dc_suite *s, const dc_shape *sh);
 /* Memory, vector kernels, AdamW and 16-bit storage at length n (device_checks_vector.c). */
 void dc_check_vectors(dc_suite *s, size_t n);
 

@@ -123,6 +123,28 @@ static uint64_t grad_bucket_set_max(const gpt_model *m, uint64_t cap, uint64_t N
   return peak;
 }
 
+/* ddp's split of the tied embedding's all-reduce (plugins/parallel/ddp/ddp.c, split_possible):
+ * the rows its buffers hold (N*B*T: every rank's token ids of a micro-batch), or 0 where ddp
+ * does not split. It splits with overlap on, more than one data-parallel rank, fp32 gradients
+ * and communication, no tensor or pipeline split, wte unpadded (V rows), and "split_embedding"
+ * true, or "auto" (the default) with wte at least half of the parameters. Its buffers, all
+ * LOOM_MEM_COMM, allocated at the first synchronising backward and kept: ids_dev (N*B*T int32),
+ * rows_kept and rows_enc (N*B*T rows of C floats each). */
+static uint64_t ddp_split_rows(const loom_config *cfg, const loom_estimate *e,
+                               const gpt_model *m) {
+  int i = 0;
+  while (i < e->n_plugins && strcmp(e->plugins[i].name, "ddp") != 0) i++;
+  if (i == e->n_plugins || e->stage != 0 || e->world <= 1 || e->tp > 1 || e->pp > 1) return 0;
+  if (e->sync16 || e->grad16) return 0; /* 16-bit gradients or communication */
+  const json_t *o = cfg->parallel[i].options;
+  if (o && json_is_false(json_object_get(o, "overlap"))) return 0;
+  const uint64_t wte = (uint64_t)gpt_vocab_rows(&m->cfg) * (uint64_t)m->cfg.n_embd;
+  if (gpt_vocab_rows(&m->cfg) != m->cfg.vocab_size || m->first_unit != 0) return 0;
+  const json_t *split = o ? json_object_get(o, "split_embedding") : NULL;
+  if (json_is_false(split) || (!json_is_true(split) && 2 * wte < e->psi)) return 0;
+  return (uint64_t)e->world * (uint64_t)e->micro_batch * (uint64_t)e->seq_len;
+}
+
 static void append(char *buf, size_t n, const char *s) {
   size_t k = strlen(buf);
   if (k < n) snprintf(buf + k, n - k, "%s", s);
@@ -275,6 +297,12 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     e->bytes[LOOM_MEM_COMM] += 2 * 4 * (shard < 8192 ? (shard ? shard : 1) : 8192);
     append(e->formula[LOOM_MEM_COMM], 64, " + fp32 scratch");
   }
+  /* ddp's split embedding all-reduce (ddp.c): every rank's token ids and two row buffers */
+  e->split_rows = ddp_split_rows(cfg, e, m);
+  if (e->split_rows) {
+    e->bytes[LOOM_MEM_COMM] += e->split_rows * (4 + 8 * (uint64_t)e->n_embd);
+    append(e->formula[LOOM_MEM_COMM], 64, " + split wte N*B*T*(4+8C)");
+  }
   /* tensor parallel's f/g packed to 16 bits (tensor_parallel.c): one (B,T,C) region */
   json_t *tcdt = role_option(cfg, e, LOOM_PAR_CAP_SPLIT_LAYERS, "communication_data_type");
   if (e->tp > 1 && e->dtype != LOOM_F32 &&
@@ -329,6 +357,17 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   } else {
     e->comm_bytes = 2 * (N - 1) * (4 * psi) / N;
     snprintf(e->comm_formula, sizeof e->comm_formula, "2(N-1)/N*4Psi");
+  }
+  /* the split embedding, once per step (the synchronising micro-step): an all-gather of the
+   * token ids (4*B*T from each rank) and the all-reduce of the distinct rows they touch, at
+   * most min(N*B*T, V) rows of C fp32; wte's full all-reduce stays counted in 4Psi above */
+  if (e->split_rows) {
+    const uint64_t V = (uint64_t)m->cfg.vocab_size, BT = e->split_rows / N;
+    const uint64_t rows = e->split_rows < V ? e->split_rows : V;
+    e->split_comm_bytes = (N - 1) * 4 * BT + 2 * (N - 1) * 4 * rows * (uint64_t)e->n_embd / N;
+    e->comm_bytes += e->split_comm_bytes;
+    append(e->comm_formula, sizeof e->comm_formula,
+           " + (N-1)*4BT ids + <= 2(N-1)/N*4C*min(NBT,V) rows");
   }
 }
 
@@ -654,6 +693,12 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
             "accum = %llu bytes per step, included in the communication below\n", tp,
             e->pp > 1 ? " (the stage's blocks)" : "",
             e->ckpt_policy == GPT_CKPT_FULL ? " + 1 per recomputed block" : "", (unsigned long long)e->tp_comm_bytes);
+  if (e->split_rows)
+    fprintf(out, "ddp splits the tied embedding's all-reduce: %llu token rows held (N*B*T*(4+8C) = "
+            "%llu bytes, comm), ids all-gather + touched rows <= %llu bytes per step, included "
+            "below\n", (unsigned long long)e->split_rows,
+            (unsigned long long)(e->split_rows * (4 + 8 * (uint64_t)e->n_embd)),
+            (unsigned long long)e->split_comm_bytes);
   fprintf(out, "model: Psi = %llu parameters (n_layer %d, n_head %d, n_embd %d, vocab %d, "
           "context %d); per rank: micro-batch %d x %d tokens, accum %d\n",
           (unsigned long long)e->psi_model, e->n_layer, e->n_head, e->n_embd, e->vocab_size,
@@ -773,6 +818,11 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
     json_object_set_new(doc, "model_states_paper", json_integer((json_int_t)e->paper_states));
     json_object_set_new(doc, "paper_formula", json_string(e->paper_formula));
     json_object_set_new(doc, "working_bytes", json_integer((json_int_t)e->working));
+    json_object_set_new(
+        doc, "split_embedding",
+        json_pack("{s:b, s:I, s:I, s:I}", "on", e->split_rows > 0, "rows", (json_int_t)e->split_rows,
+                  "bytes", (json_int_t)(e->split_rows * (4 + 8 * (uint64_t)e->n_embd)),
+                  "comm_bytes_per_step", (json_int_t)e->split_comm_bytes));
     json_t *stages = json_array();
     for (int s = 0; s < (e->pp > 1 ? e->pp : 1); s++) {
       const loom_estimate_stage *st = &e->stages[s];

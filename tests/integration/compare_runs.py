@@ -32,7 +32,22 @@ rows summed into every weight gradient). Derivation and measurements: docs/toler
              steps), so 12x margin
 
 configs/tiny.json (n_fwd 1344, n_bwd 1312 + N, N = 512): loss 3.1e-5, grad norm 1.0e-4, params
-4.0e-5 at 30 steps. Without a config in the manifest: 3e-5, 1e-4, 1e-4. A real bug is orders of
+4.0e-5 at 30 steps.
+
+16-bit runs (run B's precision plugin bf16 or fp16; u16 = 2^-8 or 2^-11, the format's unit
+roundoff) are bounded by 16-bit rounding, which dwarfs fp32's: two layouts round the same values
+to 16 bits at different places (a gradient summed on the wire, in a reduce-scatter or as tensor
+parallel's partial sums, then stored in 16 bits), each re-rounding within u16 of the element:
+
+  loss, grad norm  2 u16: the gradient rounded at two places where the other layout rounds once
+                   (the loss moves only through the parameters those gradients update)
+  m, v             (--state) 2 x the grad norm's, as in fp32
+  params           2 u16 * S / 10 after S steps: Adam normalises the update, so each step's
+                   differs by ~2 u16 of an lr-sized step and they compound over the steps
+
+bf16: 7.8e-3 for loss and grad norm, 1.6e-2 for the parameters at 20 steps; measured worst on
+configs/tiny.json (tests/integration/equivalence_bf16.sh, 20 steps, strategies against 1 rank):
+1.5e-3 on the metrics, 3.6e-3 on the parameters. Without a config in the manifest: 3e-5, 1e-4, 1e-4. A real bug is orders of
 magnitude above these: a missing 1/dp doubles the grad norm (1.0 relative), a dropped micro-batch
 moves the first step's grad norm by ~0.5."""
 import argparse
@@ -278,6 +293,12 @@ def derived_tolerances(ckpt_dir):
         fwd, bwd = gpt_reductions(model, T, N)
     except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
         return fallback, "fixed defaults: no config in the reference checkpoint"
+    u16 = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}.get(
+        (cfg.get("precision") or {}).get("plugin"))
+    if u16:
+        name = cfg["precision"]["plugin"]
+        return ({"loss": 2 * u16, "grad_norm": 2 * u16, "params": 2 * u16 * max(steps, 10) / 10},
+                f"derived: {name}, u16 = 2^{int(math.log2(u16))}, {steps} steps")
     rho_f = 2 * LAMBDA * math.sqrt(fwd + N) * FP32_U
     rho = 2 * LAMBDA * math.sqrt(fwd + bwd) * FP32_U
     return ({"loss": rho_f, "grad_norm": 2.5 * rho, "params": rho * max(steps, 1) / 30},

@@ -55,6 +55,13 @@ grep -q 'tagged_device: set_compute_dtype(bf16)' "$WORK/bf16_ddp2_tagged/out.log
   die "bf16 run: the device was not told the compute dtype"
 grep -q 'tagged_device: set_compute_dtype(fp32)' "$WORK/ddp2_tagged/out.log" ||
   die "fp32 run: the device was not told the compute dtype"
+# the model took the fused classifier (ABI 1.4 crossentropy_fused) on the tagged device, in
+# training (dlogits in place over the logits) and in evaluation (the loss only): the bitwise
+# comparisons above then prove that path free of host dereferences
+for mode in 'dlogits' 'loss only'; do
+  grep -q "tagged_device: crossentropy_fused($mode)" "$WORK/single_tagged/out.log" ||
+    die "the tagged device's crossentropy_fused ($mode) was never called"
+done
 # checkpoint on the tagged device at step 4, a new process resumes there on the tagged device:
 # the continuation equals the straight CPU run bitwise
 run 2 straight_tagged $S --set "device.type=\"$TAGGED\"" \

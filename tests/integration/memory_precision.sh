@@ -15,6 +15,11 @@
 # exact) or from the estimate at all, when the activations differ from the estimate, or when
 # any rank's peak in any category exceeds the estimate.
 #
+# Plus ddp's split embedding all-reduce (on where wte holds at least half of the parameters): the
+# tiny model with vocab 4096 on 2 fp32 ranks, its comm buffers measured = estimate = N*B*T*(4+8C)
+# on every rank, and each step's traffic = the dense all-reduce + the ids' all-gather + whole
+# token rows, within the estimate's bound.
+#
 # Shape (one function per strategy, each adding runs to RUNS as NAME:STRATEGY:N:PRECISION:ACCUM,
 # and one formula per strategy in the Python below): strategy_ddp here; the ZeRO strategies add
 # strategy_zero1 .. strategy_zero3 (and their FORMULA entries) the same way.
@@ -47,7 +52,16 @@ strategy_ddp() {
   mem_run ddp_bf16_acc2_n2 ddp 2 bf16 2 '[{"plugin":"ddp"}]'
 }
 
+# ddp's split embedding all-reduce (ddp.c): on by default ("auto") where wte holds at least half
+# of the parameters, as with a GPT-2 vocabulary; here the tiny model with vocab 4096 (wte 131072
+# of 158592 parameters). Its buffers (every rank's token ids and two row buffers, N*B*T*(4+8C)
+# bytes) are comm: measured = estimate, on every rank.
+strategy_ddp_split() {
+  mem_run ddp_split_fp32_n2 ddp_split 2 fp32 1 '[{"plugin":"ddp"}]' --set model.vocab_size=4096
+}
+
 strategy_ddp
+strategy_ddp_split
 
 /usr/bin/python3 - "$WORK" "$LOOM_SRC/configs/tiny.json" "${RUNS[@]}" <<'EOF'
 import json, sys
@@ -57,17 +71,27 @@ cfg = json.load(open(cfg_path))["model"]
 C, V, T, L = cfg["n_embd"], cfg["vocab_size"], cfg["context_length"], cfg["n_layer"]
 # the GPT-2 parameter count, independently of loom: wte, wpe; per block ln1, qkv, proj, ln2,
 # fc, fc-proj (weights and biases); ln_f
-psi = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+def psi_of(V):
+    return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
 
 
-def ddp(prec, n, accum):
+psi = psi_of(V)
+V_SPLIT = 4096  # strategy_ddp_split's vocabulary
+B_MICRO, SEQ = 2, json.load(open(cfg_path))["train"]["seq_len"]  # mem_run's micro-batch
+
+
+def ddp(prec, n, accum, psi=psi):
     """DDP, every rank the whole model (ZeRO paper §3): fp32 4+4+8, mixed 2+2+12."""
     if prec == "fp32":
         return {"params": 4 * psi, "grads": 4 * psi, "optim": 8 * psi}
     return {"params": 2 * psi, "grads": (2 if accum == 1 else 4) * psi, "optim": 12 * psi}
 
 
-FORMULA = {"ddp": ddp}
+def ddp_split(prec, n, accum):
+    return ddp(prec, n, accum, psi_of(V_SPLIT))
+
+
+FORMULA = {"ddp": ddp, "ddp_split": ddp_split}
 CATS = ("params", "grads", "optim")
 
 
@@ -106,6 +130,34 @@ for r in runs:
     if est.get("param_storage") != want_p or est.get("grad_storage") != want_g:
         bad.append(f"estimate storage {est.get('param_storage')}/{est.get('grad_storage')}, "
                    f"expected {want_p}/{want_g}")
+    if strat == "ddp_split":
+        # the split's buffers, from ddp.c independently of estimate.c: ids (N*B*T int32) and
+        # two row buffers (N*B*T x C fp32); fp32 ddp reduces in place, so they are all of comm
+        want = n * B_MICRO * SEQ * (4 + 8 * C)
+        split = est.get("split_embedding", {})
+        if not split.get("on"):
+            bad.append("the estimate says ddp does not split wte")
+        for what, v in (("rank 0", meas["comm"]), ("the largest rank", (mx or {}).get("comm")),
+                        ("estimate", est["bytes"]["comm"])):
+            if v != want:
+                bad.append(f"comm of {what} {v} != N*B*T*(4+8C) = {want}")
+        print(f"    {name}: split embedding comm {meas['comm']} measured = "
+              f"{est['bytes']['comm']} estimate = {want} formula")
+        # traffic, rank 0 per step: the dense all-reduce 2(N-1)/N*4Psi, the ids' all-gather
+        # (N-1)*4BT, and 2(N-1)/N*4C per distinct token row of the step's batch (data-dependent,
+        # at most min(N*B*T, V): the estimate's bound)
+        dense = 2 * (n - 1) * 4 * psi_of(V_SPLIT) // n
+        ids, row = (n - 1) * 4 * B_MICRO * SEQ, 2 * (n - 1) * 4 * C // n
+        rows = []
+        for x in (x for x in recs if "loss" in x):
+            extra = x["comm_bytes"] - dense - ids
+            rows.append(extra // row)
+            if extra <= 0 or extra % row or x["comm_bytes"] > est["comm_bytes_per_step"]:
+                bad.append(f"step {x['step']}: comm_bytes {x['comm_bytes']} is not dense "
+                           f"{dense} + ids {ids} + k rows of {row} within the estimate "
+                           f"{est['comm_bytes_per_step']}")
+        print(f"    {name}: traffic = dense + ids + {min(rows)}..{max(rows)} distinct rows "
+              f"<= estimate {est['comm_bytes_per_step']} (bound {split.get('rows')} rows)")
     if mx is None:
         bad.append("metrics have no mem_peak_bytes_max")
     else:
@@ -114,7 +166,7 @@ for r in runs:
                 bad.append(f"{k}: the largest rank's peak {mx[k]} exceeds the estimate "
                            f"{est['bytes'][k]}")
     print(f"{name:<18}{n:>2} {meas['params']:>8}{meas['grads']:>8}{meas['optim']:>8} "
-          f"{m_states:>8}{f_states:>9}{m_states / psi:>6.2f}{e_states:>9}"
+          f"{m_states:>8}{f_states:>9}{m_states / (psi_of(V_SPLIT) if strat == 'ddp_split' else psi):>6.2f}{e_states:>9}"
           f"{rel(m_states, f_states):>7.2%}  {want_p}/{want_g}")
     for b in bad:
         print(f"    FAIL {name}: {b}")
