@@ -17,8 +17,11 @@
 #     the log says "wte split"), refused with a warning under 16-bit communication (grad_accum 2)
 #     and under 16-bit gradient storage (grad_accum 1, communication fp32); all three equal the split-off run within
 #     the bf16 tolerance (same sums, other association of fp32 additions: far below a bf16
-#     rounding). Before the merge fix ddp required wte to have exactly vocab_size rows, so a
-#     padded vocabulary silently never split.
+#     rounding), as do the padded model under tp2 and zero3 and the unpadded model, and fp16
+#     with the split padded vs unpadded. Before the merge fix ddp required wte to have exactly vocab_size rows, so a
+#     padded vocabulary silently never split; and the seed drew the padded rows (shifting every
+#     later tensor's values), so padded and unpadded runs differed by 0.19 in the loss (measured
+#     now: 0, both in bf16 and fp16).
 #  4. init_from under bf16 with 16-bit storage: the fp32 master starts from the file too (the
 #     merge left the host's master seeded, so the first update replaced the file's model by
 #     the seed's). 3 steps from an exported 6-step fp32 run: bf16 on 1 rank equals fp32 on 1
@@ -75,6 +78,22 @@ done
 echo "== fp16 zero2 vs fp16 ddp2, both with an overflow at step 3: bitwise"
 compare fp16_zero2 fp16_ddp2 --bitwise --state
 
+# curves_close A B: per-step loss and grad norm within 1e-2 relative (models of other sizes:
+# compare_runs.py's parameter check does not apply; the padded rows' gradients are zero, so the
+# grad norm is the unpadded model's)
+curves_close() {
+  /usr/bin/python3 - "$WORK/$1/metrics.jsonl" "$WORK/$2/metrics.jsonl" <<'PY' || die "$1 vs $2"
+import json, sys
+def curve(p):
+    return {r["step"]: r for r in map(json.loads, open(p)) if "loss" in r and "grad_norm" in r}
+a, b = curve(sys.argv[1]), curve(sys.argv[2])
+assert a.keys() == b.keys() and a, f"steps differ: {sorted(a)} vs {sorted(b)}"
+worst = max(abs(a[s][k] - b[s][k]) / abs(b[s][k]) for s in b for k in ("loss", "grad_norm"))
+print(f"per-step loss and grad norm over {len(b)} steps: worst rel diff {worst:.3g}; tolerance 0.01")
+sys.exit(0 if worst <= 1e-2 else 1)
+PY
+}
+
 # ---- 3. padded vocabulary, bf16, ddp's split embedding all-reduce ----
 PV='--set model.padded_vocab_size=320 --set train.steps=6 --set train.eval_interval=0'
 pv_run() { # NAME ACCUM COMM SPLIT
@@ -93,11 +112,32 @@ grep -q "split_embedding is true but communication is 16-bit" "$WORK/pv_bf16comm
   die "16-bit communication: the refused split is not reported"
 grep -q "split_embedding is true but gradients are not stored in fp32" \
   "$WORK/pv_store16/out.log" || die "16-bit gradient storage: the refused split is not reported"
-for r in pv_split pv_bf16comm pv_store16; do
+# the padded model under tensor parallel 2 and zero3 dp2 (bf16), and the unpadded model: the
+# padded rows' -inf logits must survive the 16-bit stores and the fused classifier (a lost mask
+# would add 64 logits near 0 to each softmax, ~0.2 on the loss: 20x the tolerance)
+LOOM_DEBUG=1 run 2 pv_tp2 $PV --set "$BF" --set train.micro_batch_size=8 --set "parallel=$TP2"
+LOOM_DEBUG=1 run 2 pv_zero3 $PV --set "$BF" --set train.micro_batch_size=4 --set "parallel=$ZERO3"
+run 2 unpadded --set train.steps=6 --set train.eval_interval=0 --set "$BF" \
+  --set train.micro_batch_size=2 --set train.grad_accum_steps=2 \
+  --set 'parallel=[{"plugin":"ddp","communication_data_type":"fp32","split_embedding":false}]'
+for r in pv_split pv_bf16comm pv_store16 pv_tp2 pv_zero3; do
   grep -q "wte split" "$WORK/$r/out.log" && [ $r != pv_split ] && die "$r: wte was split"
   echo "== $r vs pv_off (padded vocabulary, bf16)"
   compare $r pv_off --rtol 1e-2
 done
+curves_close unpadded pv_off
+# fp16 (11-bit mantissa: its roundings are 8x finer than bf16's, so bf16's 1e-2 holds) with the
+# split on, padded vs unpadded
+F16='precision={"plugin":"fp16","initial_scale_power":8}'
+for v in 320 256; do
+  LOOM_DEBUG=1 run 2 fp16_split_$v --set model.padded_vocab_size=$v --set train.steps=6 \
+    --set train.eval_interval=0 --set "$F16" --set train.micro_batch_size=2 \
+    --set train.grad_accum_steps=2 \
+    --set 'parallel=[{"plugin":"ddp","communication_data_type":"fp32","split_embedding":true}]'
+  grep -q "wte split" "$WORK/fp16_split_$v/out.log" || die "fp16, padded $v: wte was not split"
+done
+echo "== fp16 with the split: padded 320 vs unpadded"
+curves_close fp16_split_320 fp16_split_256
 
 # ---- 4. init_from under bf16 storage ----
 run 1 src --set 'parallel=[]' --set train.steps=6 --set train.eval_interval=0
