@@ -130,6 +130,13 @@ llmc_prepare() {
   sed -e "s/int B = 4;/int B = $B;/" -e "s/int T = 64;/int T = $T;/" \
     -e 's/if (step > 0 \&\& step % 20 == 0)/if (0)/' \
     "$LLMC_DIR/train_gpt2.c" > "$dir/train_gpt2.c"
+  # a main() that differs from the one patched above would train another shape, or sample with
+  # no tokenizer (an unset end-of-text token): refuse it rather than time the wrong thing
+  grep -q "int B = $B;" "$dir/train_gpt2.c" && grep -q "int T = $T;" "$dir/train_gpt2.c" \
+    && grep -q 'if (0)' "$dir/train_gpt2.c" \
+    || { echo "gpt2_vocab.sh: $LLMC_DIR/train_gpt2.c: main() lacks 'int B = 4;', 'int T = 64;'" \
+              "or the sampling every 20 steps that this script patches: no llm.c anchor" >&2
+         return 1; }
   [ -d "$LLMC_DIR/llmc" ] && ln -sfn "$LLMC_DIR/llmc" "$dir/llmc"
   gcc -Ofast -Wno-unused-result -Wno-ignored-pragmas -Wno-unknown-attributes -march=native \
     -fopenmp -DOMP "$dir/train_gpt2.c" -lm -lgomp -o "$dir/train_gpt2" > "$dir/build.log" 2>&1 \
@@ -167,9 +174,10 @@ llmcrun() {
 
 llmc=0
 if [ -n "${LLMC_DIR:-}" ]; then
-  if [ -f "$LLMC_DIR/train_gpt2.c" ] && ! grep -q padded_vocab_size "$LLMC_DIR/train_gpt2.c"; then
-    echo "gpt2_vocab.sh: $LLMC_DIR/train_gpt2.c predates llm.c's padded vocabulary (checkpoint" \
-         "version 3, dev/data shards): update the checkout; no llm.c anchor" >&2
+  if [ -f "$LLMC_DIR/train_gpt2.c" ] && ! { grep -q padded_vocab_size "$LLMC_DIR/train_gpt2.c" &&
+      grep -q dev/data/tinyshakespeare/tiny_shakespeare_train.bin "$LLMC_DIR/train_gpt2.c"; }; then
+    echo "gpt2_vocab.sh: $LLMC_DIR/train_gpt2.c predates llm.c's padded vocabulary or its dev/data" \
+         "shards (checkpoint version 3, shard magic 20240520): update the checkout; no llm.c anchor" >&2
   elif [ -f "$LLMC_DIR/train_gpt2.c" ]; then
     echo "== building llm.c's train_gpt2.c from $LLMC_DIR"
     llmc_prepare gpt2 && llmc_prepare byte && llmc=1
