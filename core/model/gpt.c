@@ -205,6 +205,13 @@ static void kept_before(const gpt_config *c, int block0, int la, size_t *full, s
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; } /* 16 floats = 64 bytes */
 
+/* 1 if the blocks' saved values are stored in 2 bytes per element (gpt_config.acts_f32). */
+static int acts16(const gpt_config *c) { return c->dtype != LOOM_F32 && !c->acts_f32; }
+
+/* Floats of pool space for n saved values: n fp32, or n 16-bit elements (n/2 floats) when
+ * the config stores them in 16 bits. */
+static size_t saved_floats(const gpt_config *c, size_t n) { return acts16(c) ? (n + 1) / 2 : n; }
+
 typedef struct block_scratch {
   float *dfch_gelu, *dfch, *dqkv, *datty, *datt;
 } block_scratch;
@@ -246,18 +253,18 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
     off += round16(count);                    \
   } while (0)
   CARVE(encoded, N * C);
-  CARVE(ln1, Lf * N * C);
+  CARVE(ln1, saved_floats(c, Lf * N * C));
   CARVE(ln1_mean, Lf * N);
   CARVE(ln1_rstd, Lf * N);
-  CARVE(qkv, Lf * N * 3 * Cl);
-  CARVE(atty, Lf * N * Cl);
+  CARVE(qkv, saved_floats(c, Lf * N * 3 * Cl));
+  CARVE(atty, saved_floats(c, Lf * N * Cl));
   CARVE(att, La * B * NHl * T * T);
-  CARVE(residual2, Lf * N * C);
-  CARVE(ln2, Lf * N * C);
+  CARVE(residual2, saved_floats(c, Lf * N * C));
+  CARVE(ln2, saved_floats(c, Lf * N * C));
   CARVE(ln2_mean, Lf * N);
   CARVE(ln2_rstd, Lf * N);
-  CARVE(fch, Lf * N * 4 * Cl);
-  CARVE(fch_gelu, Lf * N * 4 * Cl);
+  CARVE(fch, saved_floats(c, Lf * N * 4 * Cl));
+  CARVE(fch_gelu, saved_floats(c, Lf * N * 4 * Cl));
   CARVE(residual3, L * N * C);
   size_t H = V ? 1 : 0;
   CARVE(lnf, H * N * C);
@@ -299,26 +306,28 @@ static size_t recompute_layout(block_acts *b, float *base, const gpt_config *c, 
   memset(b, 0, sizeof *b);
   size_t nb = (size_t)cfg_blocks(c), any = 0;
   for (size_t i = 0; i < nb; i++) any |= (size_t)block_checkpointed(c, cfg_block0(c) + (int)i);
-  if (!any) return 0;
+  if (!any && !(acts16(c) && nb)) return 0;
   size_t N = (size_t)B * T, C = (size_t)c->n_embd, Cl = C / (size_t)cfg_tp(c), off = 0;
   size_t NHl = (size_t)(c->n_head / cfg_tp(c));
-  int full = c->ckpt_policy == GPT_CKPT_FULL;
+  /* 16-bit saved values: every block's kernels work on fp32 copies here (the stats stay in
+   * the pool, only a full recompute puts them here) */
+  int full = c->ckpt_policy == GPT_CKPT_FULL && any;
 #define CARVE(field, count)                   \
   do {                                        \
     b->field = base ? base + off : NULL;      \
     off += round16(count);                    \
   } while (0)
-  CARVE(att, (size_t)B * NHl * T * T);
-  if (full) {
+  if (any) CARVE(att, (size_t)B * NHl * T * T);
+  if (full || acts16(c)) {
     CARVE(ln1, N * C);
-    CARVE(ln1_mean, N);
-    CARVE(ln1_rstd, N);
+    if (full) CARVE(ln1_mean, N);
+    if (full) CARVE(ln1_rstd, N);
     CARVE(qkv, N * 3 * Cl);
     CARVE(atty, N * Cl);
     CARVE(res2, N * C);
     CARVE(ln2, N * C);
-    CARVE(ln2_mean, N);
-    CARVE(ln2_rstd, N);
+    if (full) CARVE(ln2_mean, N);
+    if (full) CARVE(ln2_rstd, N);
     CARVE(fch, N * 4 * Cl);
     CARVE(fch_gelu, N * 4 * Cl);
   }
@@ -560,6 +569,15 @@ static void block_acts_at(const gpt_model *m, int l, block_acts *b) {
   }
   size_t kf, ka;
   kept_before(c, cfg_block0(c), la, &kf, &ka);
+  if (acts16(c)) { /* the values: fp32 copies in the scratch (block_saved16 holds them) */
+    *b = scratch;
+    b->ln1_mean = a->ln1_mean + kf * N;
+    b->ln1_rstd = a->ln1_rstd + kf * N;
+    b->att = block_checkpointed(c, l) ? scratch.att : a->att + ka * NHTT;
+    b->ln2_mean = a->ln2_mean + kf * N;
+    b->ln2_rstd = a->ln2_rstd + kf * N;
+    return;
+  }
   b->ln1 = a->ln1 + kf * NC;
   b->ln1_mean = a->ln1_mean + kf * N;
   b->ln1_rstd = a->ln1_rstd + kf * N;
@@ -572,6 +590,32 @@ static void block_acts_at(const gpt_model *m, int l, block_acts *b) {
   b->ln2_rstd = a->ln2_rstd + kf * N;
   b->fch = a->fch + kf * NCl * 4;
   b->fch_gelu = a->fch_gelu + kf * NCl * 4;
+}
+
+/* 16-bit saved values: move block l's seven saved tensors between their 2-byte storage in
+ * the slot's pool and the fp32 scratch the kernels use (block_acts_at). pack = 1 narrows (the
+ * scratch already holds 16-bit values, rounded by store16, so the conversion is exact);
+ * pack = 0 widens (exact). Only for a block that keeps its tensors under acts16. */
+static void block_saved16(gpt_model *m, int l, int pack) {
+  const gpt_config *c = &m->cfg;
+  const loom_dtype dt = (loom_dtype)c->dtype;
+  const size_t N = (size_t)m->B * m->T, NC = N * c->n_embd, NCl = NC / cfg_tp(c);
+  size_t kf, ka;
+  kept_before(c, cfg_block0(c), l - cfg_block0(c), &kf, &ka);
+  gpt_acts *a = m->acts;
+  block_acts b;
+  block_acts_at(m, l, &b);
+  struct { float *f32; float *base; size_t n; } t[] = {
+      {b.ln1, a->ln1, NC},       {b.qkv, a->qkv, NCl * 3},   {b.atty, a->atty, NCl},
+      {b.res2, a->residual2, NC}, {b.ln2, a->ln2, NC},       {b.fch, a->fch, NCl * 4},
+      {b.fch_gelu, a->fch_gelu, NCl * 4}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    uint16_t *h = (uint16_t *)t[i].base + kf * t[i].n; /* block kf of (Lf, n) 16-bit */
+    if (pack)
+      OPS->convert(CTX, h, dt, t[i].f32, LOOM_F32, t[i].n);
+    else
+      OPS->convert(CTX, t[i].f32, LOOM_F32, h, dt, t[i].n);
+  }
 }
 
 /* One block. Under tensor parallel (tp > 1) this rank computes NH/tp heads and 4C/tp hidden
@@ -625,6 +669,7 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   if ((rc = region(m, h, GPT_REGION_G, 0, res3, NC)) != LOOM_OK) return rc;
   OPS->residual_forward(CTX, res3, res3, b.res2, NC);
   store16(m, res3, NC);
+  if (acts16(&m->cfg) && !block_full_ckpt(&m->cfg, l)) block_saved16(m, l, 1);
   return LOOM_OK;
 }
 
@@ -649,6 +694,7 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   block_acts_at(m, l, &b);
   int rc;
   if (block_full_ckpt(&m->cfg, l) && (rc = block_forward(m, u, h, 1)) != LOOM_OK) return rc;
+  if (acts16(&m->cfg) && !block_full_ckpt(&m->cfg, l)) block_saved16(m, l, 0);
 
   /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); d(fcproj out) = dres */
   if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;

@@ -79,6 +79,12 @@ typedef struct gpt_config {
    * the loss and every gradient (their wte rows' included) are those of the unpadded model, and
    * sampling never picks them. */
   int padded_vocab_size;
+  /* Saved activations under bf16/fp16 (dtype != F32): 0 (the default) stores each block's
+   * saved values (ln_1, qkv, attention output, residual2, ln_2, mlp.fc, GELU) as 2 bytes per
+   * element, widened into one block's fp32 scratch (gpt_model.recompute) for the kernels;
+   * 1 keeps them as fp32 buffers holding the same 16-bit values (the layout before 16-bit
+   * activation storage; tests compare the two bit for bit). Ignored in fp32. */
+  int acts_f32;
 } gpt_config;
 
 /* Activation checkpointing policies (Chen et al. 2016; Korthikanti et al. 2022, §5):
