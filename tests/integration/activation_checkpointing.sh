@@ -16,7 +16,8 @@
 # all-reduce per block than without checkpointing.
 # bf16 (ddp and pp 2 1f1b, every policy): the saved activations are 2 bytes per element, so the
 # same checks hold with the 16-bit terms (checkpointed runs bitwise those without; peak = the
-# estimate to the byte; the per-layer model with 2-byte values and one block's fp32 scratch).
+# estimate to the byte; the per-layer model with 2-byte values and one (B,T,4C/tp) fp32
+# widening buffer per rank).
 . "$(dirname "$0")/lib.sh"
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
@@ -85,7 +86,8 @@ def model_bytes(est, stage, policy, every):
     """Rank 0's activation bytes by the per-layer model: each micro-batch in flight holds the
     stage's input (B,T,C), its blocks' saved tensors, the head's, and backward's scratch; one
     recompute scratch per rank. s = T, b = B, h = C, a = NH, t = tp, V = vocab (fp32; under
-    bf16 the block's saved values are 2 bytes each and one block's values an fp32 scratch)."""
+    bf16 the block's saved values are 2 bytes each, its forward computes them in the backward
+    scratch, and one (B,T,4C/t) fp32 buffer per rank widens them for backward)."""
     m = est["model"]
     s, b, h, a, V = m["seq_len"], m["micro_batch_size"], m["n_embd"], m["n_head"], m["vocab_size"]
     t = est["tp"]
@@ -108,12 +110,14 @@ def model_bytes(est, stage, policy, every):
     if head:
         pool += 4 * s * b * h + 8 * s * b + 4 * s * b * V + 4 * s * b  # ln_f, logits, losses
     block_scratch = 4 * s * b * (4 * h // t * 2 + 3 * h // t + h // t) + att
-    pool += 2 * 4 * s * b * h + max(4 * s * b * V if head else 0, block_scratch if blocks else 0)
+    fwd16 = 4 * s * b * (2 * h + 8 * h // t) if half and blocks else 0
+    pool += 2 * 4 * s * b * h + max(4 * s * b * V if head else 0, block_scratch if blocks else 0,
+                                    fwd16)
     recompute = 0
     if any(ck(l) for l in blocks):
         recompute = att + (values + 16 * s * b if policy == "full" else 0)
     if half and blocks and not (policy == "full" and any(ck(l) for l in blocks)):
-        recompute += values
+        recompute += 4 * s * b * 4 * h // t
     return pool * stage["in_flight"] + recompute
 
 
