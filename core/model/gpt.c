@@ -140,7 +140,9 @@ static gpt_param *param(const gpt_model *m, int u, gpt_param_role role) {
  * (LOOM_MEM_ACTIVATIONS) carved into the tensors below, each 64-byte aligned. Under activation
  * checkpointing the per-block arrays hold only the blocks that keep them (Lf = blocks not under
  * GPT_CKPT_FULL, La = blocks not checkpointed at all, for att); a checkpointed block's other
- * tensors live in the model's shared recompute scratch (see block_acts_at). */
+ * tensors live in the model's shared recompute scratch (see block_acts_at). Under bf16/fp16
+ * (acts16) ln1, qkv, atty, residual2, ln2, fch and fch_gelu hold 2-byte elements (uint16_t
+ * behind the float pointer; see "16-bit saved values"). */
 struct gpt_acts {
   float *pool;
   float *encoded;                     /* (B,T,C) wte[inp] + wpe */
