@@ -1212,6 +1212,15 @@ static void put(const gpt_model *m, void *dst, loom_dtype dtype, float *stage, s
   OPS->convert(CTX, (char *)dst + at * loom_dtype_size(dtype), dtype, stage, LOOM_F32, count);
 }
 
+/* Rows of p drawn from the RNG: wte's first vocab_size rows only. A padded vocabulary's extra
+ * rows are zero and draw nothing (as llm.c's padded files hold them), so a padded model starts
+ * from the unpadded model's weights with the same seed: the padding changes the GEMM's shape,
+ * never the model. */
+static int64_t drawn_rows(const gpt_model *m, const gpt_param *p) {
+  return p->role == GPT_WTE && p->shape[0] > m->cfg.vocab_size ? m->cfg.vocab_size
+                                                                : p->shape[0];
+}
+
 static void init_range(const gpt_model *m, uint64_t seed, size_t begin, size_t n, void *dst,
                        loom_dtype dtype, float *stage) {
   loom_rng rng;
@@ -1227,7 +1236,7 @@ static void init_range(const gpt_model *m, uint64_t seed, size_t begin, size_t n
     gpt_init_kind kind = param_spec[p->role].init;
     int draws = kind == INIT_NORMAL || kind == INIT_RESID;
     if (!p->present) { /* another pipeline stage's: replay its draws */
-      size_t k = (size_t)p->shape[0] * (size_t)(p->ndim == 2 ? p->shape[1] : 1);
+      size_t k = (size_t)drawn_rows(m, p) * (size_t)(p->ndim == 2 ? p->shape[1] : 1);
       for (size_t j = 0; draws && j < k; j++) (void)loom__rng_normal(&rng);
       continue;
     }
@@ -1237,11 +1246,12 @@ static void init_range(const gpt_model *m, uint64_t seed, size_t begin, size_t n
     /* every rank draws the GLOBAL tensor in the single-rank order and keeps its slice, so a
      * tensor-parallel run starts from exactly the single-rank weights */
     const int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
+    const int64_t real_rows = drawn_rows(m, p);
     int done = 0;
     for (int64_t r = 0; r < rows && !done; r++) {
       for (int64_t c = 0; c < cols; c++) {
         float x;
-        switch (kind) {
+        switch (r < real_rows ? kind : INIT_ZERO) { /* padded rows: zero, no draw */
           case INIT_NORMAL: x = std * loom__rng_normal(&rng); break;
           case INIT_RESID: x = std_resid * loom__rng_normal(&rng); break;
           case INIT_ONE: x = 1.0f; break;
@@ -1270,8 +1280,9 @@ static void init_range(const gpt_model *m, uint64_t seed, size_t begin, size_t n
     loom__rng_seed(&rng, seed);
     staged = 0;
     staged_at = p->offset > begin ? p->offset : begin;
+    const size_t real = (size_t)drawn_rows(m, p) * (size_t)p->shape[1];
     for (size_t j = 0; j < p->numel; j++) {
-      float x = std * loom__rng_normal(&rng);
+      float x = j < real ? std * loom__rng_normal(&rng) : 0.0f; /* padded rows: zero */
       size_t e = p->offset + j;
       if (e < begin) continue;
       if (e >= end) break;

@@ -186,8 +186,17 @@ static int setup_master(loom_trainer *tr) {
                                rt->optimizer_owner >= 0 ? LOOM_MEM_HOST : LOOM_MEM_OPTIM);
   if (!rt->master) return fail(tr, "out of memory (fp32 master weights, %llu parameters)",
                                (unsigned long long)p->count);
-  gpt_init_weights_range(&rt->model, tr->cfg.train.seed, p->begin, p->count, rt->master);
   p->master = rt->master;
+  /* init_from: the master takes the file's fp32 values (the 16-bit parameters are their
+   * rounding); seeding it instead would replace the file's model after the first update */
+  if (rt->init_file) {
+    char e[512];
+    if (loom__model_file_fill(rt->init_file, &rt->model, p->begin, p->count, rt->master, e,
+                              sizeof e) != 0)
+      return fail(tr, "%s: init_from.path (fp32 master weights): %s", tr->cfg.path, e);
+    return 0;
+  }
+  gpt_init_weights_range(&rt->model, tr->cfg.train.seed, p->begin, p->count, rt->master);
   return 0;
 }
 
@@ -264,13 +273,14 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                                       .params = rt->model.params_memory,
                                       .grads = rt->model.grads_memory, .sharded = 0};
   int setup_rc = loom__plugins_setup(rt, e, sizeof e);
-  loom__model_file_close(rt->init_file); /* every parameter is initialised after setup */
-  rt->init_file = NULL;
   if (setup_rc != 0) return fail(tr, "%s", e);
   if ((rt->shard_params || rt->shard_grads) && rt->partition_owner < 0)
     return fail(tr, "%s: parallel: a plugin owns parameter or gradient storage but none "
                 "published the optimizer partition (set_partition in setup)", cfg->path);
-  if (setup_master(tr) != 0) return -1;
+  int master_rc = setup_master(tr);
+  loom__model_file_close(rt->init_file); /* every parameter and the master are initialised */
+  rt->init_file = NULL;
+  if (master_rc != 0) return -1;
   if (rt->optimizer_owner < 0) {
     size_t bytes = rt->partition.count * sizeof(float);
     rt->optim_m = loom__dev_alloc(&rt->dev, bytes, LOOM_MEM_OPTIM);

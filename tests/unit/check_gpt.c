@@ -717,6 +717,50 @@ START_TEST(test_padded_vocab) {
 }
 END_TEST
 
+/* The seed's initialisation of a padded model is the unpadded model's: wte's first V rows and
+ * every other tensor bitwise equal (the padded rows draw nothing from the RNG), the padded rows
+ * zero, as llm.c's padded files hold them. Drawing them would shift every later tensor's values
+ * (a padded run would start from another model than the unpadded run with the same seed), and
+ * so would a tied wte copy drawn over all Vp rows. Checked whole and over ranges that start and
+ * end inside the padded rows (ZeRO-3's init_params_range). */
+START_TEST(test_padded_vocab_init) {
+  const int V = tiny.vocab_size, Vp = 32, C = tiny.n_embd;
+  init_model(&tiny);
+  ck_assert_int_eq(gpt_init_weights(&model, 11), LOOM_OK);
+  float *p0 = params_host();
+  size_t off0[64];
+  int n_params = model.n_params;
+  for (int i = 0; i < n_params; i++) off0[i] = model.params[i].offset;
+  gpt_free(&model);
+  gpt_config padded = tiny;
+  padded.padded_vocab_size = Vp;
+  init_model(&padded);
+  ck_assert_int_eq(gpt_init_weights(&model, 11), LOOM_OK);
+  float *p1 = params_host();
+  for (int i = 0; i < n_params; i++) {
+    const gpt_param *q = &model.params[i];
+    size_t real = q->role == GPT_WTE ? (size_t)V * C : q->numel;
+    ck_assert_msg(memcmp(p1 + q->offset, p0 + off0[i], real * sizeof(float)) == 0,
+                  "%s: the padded model's initial values differ from the unpadded model's",
+                  q->name);
+    for (size_t j = real; j < q->numel; j++)
+      ck_assert_msg(p1[q->offset + j] == 0.0f, "%s[%zu]: padded row initialised to %.9g",
+                    q->name, j, (double)p1[q->offset + j]);
+  }
+  /* ranges: [k, k + 100) for k across wte's padded rows, equal to the whole init's values */
+  size_t n = 100, wte_end = (size_t)Vp * C;
+  float *dst = loom__dev_alloc(&dev, n * sizeof(float), LOOM_MEM_OTHER);
+  float *h = hmem(n * sizeof(float));
+  ck_assert_ptr_nonnull(dst);
+  for (size_t k = (size_t)V * C - 50; k + n <= wte_end + 200; k += 37) {
+    gpt_init_weights_range(&model, 11, k, n, dst);
+    dev.ops->to_host(dev.ctx, h, dst, n * sizeof(float));
+    ck_assert_msg(memcmp(h, p1 + k, n * sizeof(float)) == 0, "range [%zu, +%zu) differs", k, n);
+  }
+  loom__dev_free(&dev, dst);
+}
+END_TEST
+
 static Suite *gpt_suite(void) {
   Suite *s = suite_create("gpt");
   struct { const char *name; const TTest *fn; } cases[] = {
@@ -732,6 +776,7 @@ static Suite *gpt_suite(void) {
       {"logits_causality", test_logits_and_causality},
       {"invalid_usage", test_invalid_usage},
       {"padded_vocab", test_padded_vocab},
+      {"padded_vocab_init", test_padded_vocab_init},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     TCase *tc = tcase_create(cases[i].name);

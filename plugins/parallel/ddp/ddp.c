@@ -141,31 +141,54 @@ static void ddp_destroy(void *ctx) {
   free(d);
 }
 
-/* Buckets from the last tensor backwards, closing one when it reaches the size; a tensor is
- * never split, so a bucket is ready exactly when the unit of its lowest tensor is done. */
-/* 1 if the tied embedding's all-reduce can be split (see the top of the file): overlap on, a
- * data-parallel group, fp32 gradients and communication, the whole model on this rank (no tensor or pipeline
- * split), tensor 0 is "wte" and the host says which tokens a micro-batch holds. */
-static int split_possible(const ddp *d, loom_dtype dt) {
+/* NULL if the tied embedding's all-reduce can be split (see the top of the file): overlap on, a
+ * data-parallel group, fp32 gradients and communication, the whole model on this rank (no
+ * tensor or pipeline split), tensor 0 is "wte" (vocab_size rows, or more: a padded vocabulary's
+ * extra rows are never a token's, so the encoder never touches them) and the host says which
+ * tokens a micro-batch holds; else why not. */
+static const char *split_blocker(const ddp *d, loom_dtype dt) {
   const loom_model_v1 *m = d->model;
-  if (!d->overlap || d->dp <= 1 || (dt != LOOM_F32 && !d->force_fp32)) return 0;
-  if (!LOOM_HOST_HAS(d->api, micro_tokens)) return 0;
+  if (!d->overlap) return "overlap is off";
+  if (d->dp <= 1) return "no data-parallel group";
+  if (dt != LOOM_F32 && !d->force_fp32) return "communication is 16-bit";
+  if (!LOOM_HOST_HAS(d->api, micro_tokens)) return "the host has no micro_tokens (ABI < 1.4)";
   if (d->api->size(d->host, LOOM_AXIS_TP) != 1 || d->api->size(d->host, LOOM_AXIS_PP) != 1)
-    return 0;
-  if (m->n_tensors < 2 || !m->grads || LOOM_MODEL_GRAD_DTYPE(m) != LOOM_F32) return 0;
+    return "the model is split by tensor or pipeline parallelism";
+  if (m->n_tensors < 2 || !m->grads || LOOM_MODEL_GRAD_DTYPE(m) != LOOM_F32)
+    return "gradients are not stored in fp32";
   const loom_tensor_v1 *t = LOOM_TENSOR_AT(m, 0);
   if (strcmp(t->name, "wte") != 0 || t->unit != 0 || t->offset != 0 || t->ndim != 2 ||
-      t->numel != (uint64_t)m->vocab_size * (uint64_t)m->n_embd)
-    return 0;
-  return d->split_mode == 1 || (d->split_mode == -1 && 2 * t->numel >= m->numel);
+      t->shape[0] < m->vocab_size || t->shape[1] != m->n_embd ||
+      t->numel != (uint64_t)t->shape[0] * (uint64_t)m->n_embd)
+    return "tensor 0 is not the (vocabulary x n_embd) token embedding";
+  return NULL;
 }
+
+/* 1 if the split is on: possible, and asked for (true) or worth it ("auto": wte holds at least
+ * half of the parameters). An explicit true that cannot be honoured is logged, not an error:
+ * the result is the same sum, only the overlap differs. */
+static int split_decide(ddp *d, loom_dtype dt) {
+  const char *why = split_blocker(d, dt);
+  if (why) {
+    if (d->split_mode == 1)
+      d->api->log(d->host, LOOM_LOG_WARN, "ddp: split_embedding is true but %s: wte is reduced "
+                  "in its bucket", why);
+    return 0;
+  }
+  const loom_model_v1 *m = d->model;
+  return d->split_mode == 1 ||
+         (d->split_mode == -1 && 2 * LOOM_TENSOR_AT(m, 0)->numel >= m->numel);
+}
+
+/* Buckets from the last tensor backwards, closing one when it reaches the size; a tensor is
+ * never split, so a bucket is ready exactly when the unit of its lowest tensor is done. */
 
 static int ddp_setup(void *ctx) {
   ddp *d = ctx;
   d->model = d->api->model(d->host);
   const loom_model_v1 *m = d->model;
   loom_dtype dt = LOOM_MODEL_COMPUTE_DTYPE(m);
-  d->split = split_possible(d, dt);
+  d->split = split_decide(d, dt);
   if (d->split) {
     d->head_unit = m->n_units - 1;
     d->wte_numel = LOOM_TENSOR_AT(m, 0)->numel;
