@@ -1036,9 +1036,10 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
     return LOOM_INVALID_CONFIG;
   }
   /* a backend built against device ABI 1.2 or older has no 16-bit stores (dev NULL: a table
-   * only, for planning) */
+   * only, for planning); convert (same ABI 1.3 block) packs and widens the saved activations */
   if (cfg->dtype != LOOM_F32 && dev &&
-      (dev->ops->hdr.struct_size <= offsetof(loom_device_v1, round_to) || !dev->ops->round_to)) {
+      (dev->ops->hdr.struct_size <= offsetof(loom_device_v1, convert) || !dev->ops->round_to ||
+       !dev->ops->convert)) {
     if (err)
       snprintf(err, errlen, "device '%s' (ABI %d.%d) has no round_to: bf16/fp16 precision needs "
                "a device built against ABI 1.3 or newer", dev->ops->hdr.name,
