@@ -140,7 +140,9 @@ static gpt_param *param(const gpt_model *m, int u, gpt_param_role role) {
  * (LOOM_MEM_ACTIVATIONS) carved into the tensors below, each 64-byte aligned. Under activation
  * checkpointing the per-block arrays hold only the blocks that keep them (Lf = blocks not under
  * GPT_CKPT_FULL, La = blocks not checkpointed at all, for att); a checkpointed block's other
- * tensors live in the model's shared recompute scratch (see block_acts_at). */
+ * tensors live in the model's shared recompute scratch (see block_acts_at). Under bf16/fp16
+ * (acts16) ln1, qkv, atty, residual2, ln2, fch and fch_gelu hold 2-byte elements (uint16_t
+ * behind the float pointer; see "16-bit saved values"). */
 struct gpt_acts {
   float *pool;
   float *encoded;                     /* (B,T,C) wte[inp] + wpe */
@@ -205,6 +207,13 @@ static void kept_before(const gpt_config *c, int block0, int la, size_t *full, s
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; } /* 16 floats = 64 bytes */
 
+/* 1 if the blocks' saved values are stored in 2 bytes per element (gpt_config.acts_f32). */
+static int acts16(const gpt_config *c) { return c->dtype != LOOM_F32 && !c->acts_f32; }
+
+/* Floats of pool space for n saved values: n fp32, or n 16-bit elements (n/2 floats) when
+ * the config stores them in 16 bits. */
+static size_t saved_floats(const gpt_config *c, size_t n) { return acts16(c) ? (n + 1) / 2 : n; }
+
 typedef struct block_scratch {
   float *dfch_gelu, *dfch, *dqkv, *datty, *datt;
 } block_scratch;
@@ -240,24 +249,28 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   block_scratch bs;
   size_t scratch = L ? block_scratch_layout(&bs, NULL, c, B, T) : 0;
   if (round16(N * V) > scratch) scratch = round16(N * V);
+  /* 16-bit saved values: a block's forward computes in fp32 in this (then free) scratch,
+   * block_forward16_views: ln1 / atty / ln2, qkv / fch, fch_gelu, residual2 */
+  size_t fwd16 = 2 * round16(N * C) + 2 * round16(N * 4 * Cl);
+  if (acts16(c) && L && fwd16 > scratch) scratch = fwd16;
 #define CARVE(field, count)                   \
   do {                                        \
     a->field = base ? base + off : NULL;      \
     off += round16(count);                    \
   } while (0)
   CARVE(encoded, N * C);
-  CARVE(ln1, Lf * N * C);
+  CARVE(ln1, saved_floats(c, Lf * N * C));
   CARVE(ln1_mean, Lf * N);
   CARVE(ln1_rstd, Lf * N);
-  CARVE(qkv, Lf * N * 3 * Cl);
-  CARVE(atty, Lf * N * Cl);
+  CARVE(qkv, saved_floats(c, Lf * N * 3 * Cl));
+  CARVE(atty, saved_floats(c, Lf * N * Cl));
   CARVE(att, La * B * NHl * T * T);
-  CARVE(residual2, Lf * N * C);
-  CARVE(ln2, Lf * N * C);
+  CARVE(residual2, saved_floats(c, Lf * N * C));
+  CARVE(ln2, saved_floats(c, Lf * N * C));
   CARVE(ln2_mean, Lf * N);
   CARVE(ln2_rstd, Lf * N);
-  CARVE(fch, Lf * N * 4 * Cl);
-  CARVE(fch_gelu, Lf * N * 4 * Cl);
+  CARVE(fch, saved_floats(c, Lf * N * 4 * Cl));
+  CARVE(fch_gelu, saved_floats(c, Lf * N * 4 * Cl));
   CARVE(residual3, L * N * C);
   size_t H = V ? 1 : 0;
   CARVE(lnf, H * N * C);
@@ -299,16 +312,16 @@ static size_t recompute_layout(block_acts *b, float *base, const gpt_config *c, 
   memset(b, 0, sizeof *b);
   size_t nb = (size_t)cfg_blocks(c), any = 0;
   for (size_t i = 0; i < nb; i++) any |= (size_t)block_checkpointed(c, cfg_block0(c) + (int)i);
-  if (!any) return 0;
+  if (!any && !(acts16(c) && nb)) return 0; /* acts16: the widening buffer below */
   size_t N = (size_t)B * T, C = (size_t)c->n_embd, Cl = C / (size_t)cfg_tp(c), off = 0;
   size_t NHl = (size_t)(c->n_head / cfg_tp(c));
-  int full = c->ckpt_policy == GPT_CKPT_FULL;
+  int full = c->ckpt_policy == GPT_CKPT_FULL && any;
 #define CARVE(field, count)                   \
   do {                                        \
     b->field = base ? base + off : NULL;      \
     off += round16(count);                    \
   } while (0)
-  CARVE(att, (size_t)B * NHl * T * T);
+  if (any) CARVE(att, (size_t)B * NHl * T * T);
   if (full) {
     CARVE(ln1, N * C);
     CARVE(ln1_mean, N);
@@ -321,6 +334,10 @@ static size_t recompute_layout(block_acts *b, float *base, const gpt_config *c, 
     CARVE(ln2_rstd, N);
     CARVE(fch, N * 4 * Cl);
     CARVE(fch_gelu, N * 4 * Cl);
+  } else if (acts16(c)) {
+    /* 16-bit saved values: backward widens each one here just before the kernel that reads
+     * it (the largest is (B,T,4C/tp)); under full checkpointing the block's fch serves */
+    CARVE(fch, N * 4 * Cl);
   }
 #undef CARVE
   return off;
@@ -560,6 +577,16 @@ static void block_acts_at(const gpt_model *m, int l, block_acts *b) {
   }
   size_t kf, ka;
   kept_before(c, cfg_block0(c), la, &kf, &ka);
+  if (acts16(c)) { /* the values are widened one at a time into one buffer (load16) */
+    *b = scratch;
+    b->ln1 = b->qkv = b->atty = b->res2 = b->ln2 = b->fch_gelu = scratch.fch;
+    b->ln1_mean = a->ln1_mean + kf * N;
+    b->ln1_rstd = a->ln1_rstd + kf * N;
+    b->att = block_checkpointed(c, l) ? scratch.att : a->att + ka * NHTT;
+    b->ln2_mean = a->ln2_mean + kf * N;
+    b->ln2_rstd = a->ln2_rstd + kf * N;
+    return;
+  }
   b->ln1 = a->ln1 + kf * NC;
   b->ln1_mean = a->ln1_mean + kf * N;
   b->ln1_rstd = a->ln1_rstd + kf * N;
@@ -572,6 +599,74 @@ static void block_acts_at(const gpt_model *m, int l, block_acts *b) {
   b->ln2_rstd = a->ln2_rstd + kf * N;
   b->fch = a->fch + kf * NCl * 4;
   b->fch_gelu = a->fch_gelu + kf * NCl * 4;
+}
+
+/* ---- 16-bit saved values (acts16) ----
+ * A block that keeps its tensors stores its seven saved values in 2 bytes per element in the
+ * slot's pool. Its forward computes them in fp32 in the slot's backward scratch (free during
+ * the forward: block_forward16_views) and packs each one right after its 16-bit rounding
+ * (save16: exact, the value is already representable); its backward widens each one (exact)
+ * into the model's shared buffer just before the kernel that reads it (load16). A fully
+ * checkpointed block keeps none of them (its recompute scratch is fp32). */
+enum { SAVED_LN1, SAVED_QKV, SAVED_ATTY, SAVED_RES2, SAVED_LN2, SAVED_FCH, SAVED_FCH_GELU };
+
+static int keeps16(const gpt_model *m, int l) {
+  return acts16(&m->cfg) && !block_full_ckpt(&m->cfg, l);
+}
+
+/* Block l's 16-bit copy of saved tensor `which`, and its element count. */
+static uint16_t *saved16_at(const gpt_model *m, int l, int which, size_t *n) {
+  const gpt_config *c = &m->cfg;
+  const size_t NC = (size_t)m->B * m->T * c->n_embd, NCl = NC / cfg_tp(c);
+  gpt_acts *a = m->acts;
+  float *base = NULL;
+  switch (which) {
+    case SAVED_LN1: base = a->ln1, *n = NC; break;
+    case SAVED_QKV: base = a->qkv, *n = NCl * 3; break;
+    case SAVED_ATTY: base = a->atty, *n = NCl; break;
+    case SAVED_RES2: base = a->residual2, *n = NC; break;
+    case SAVED_LN2: base = a->ln2, *n = NC; break;
+    case SAVED_FCH: base = a->fch, *n = NCl * 4; break;
+    default: base = a->fch_gelu, *n = NCl * 4; break;
+  }
+  size_t kf, ka;
+  kept_before(c, cfg_block0(c), l - cfg_block0(c), &kf, &ka);
+  return (uint16_t *)base + kf * *n; /* block kf of the (Lf, n) 16-bit array */
+}
+
+/* After store16 rounded x: keep it in 16 bits (no-op unless block l keeps 16-bit values). */
+static void save16(gpt_model *m, int l, int which, const float *x) {
+  if (!keeps16(m, l)) return;
+  size_t n;
+  uint16_t *h = saved16_at(m, l, which, &n);
+  OPS->convert(CTX, h, (loom_dtype)m->cfg.dtype, x, LOOM_F32, n);
+}
+
+/* Before a backward kernel reads saved tensor `which` at x: widen it there from its 16-bit
+ * copy (no-op unless block l keeps 16-bit values). Returns x. */
+static const float *load16(gpt_model *m, int l, int which, float *x) {
+  if (!keeps16(m, l)) return x;
+  size_t n;
+  const uint16_t *h = saved16_at(m, l, which, &n);
+  OPS->convert(CTX, x, LOOM_F32, h, (loom_dtype)m->cfg.dtype, n);
+  return x;
+}
+
+/* The fp32 places a 16-bit-keeping block's forward computes in, carved from the slot's
+ * backward scratch (acts_layout sizes it): ln1, atty and ln2 share one (B,T,C) buffer, qkv
+ * and fch one (B,T,4C/tp), fch_gelu its own, residual2 its own — each value is packed before
+ * its buffer is written again. */
+static void block_forward16_views(const gpt_model *m, block_acts *b) {
+  const size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.n_embd;
+  const size_t Cl = C / (size_t)cfg_tp(&m->cfg);
+  float *x = m->acts->dscratch;
+  b->ln1 = b->atty = b->ln2 = x;
+  x += round16(N * C);
+  b->qkv = b->fch = x;
+  x += round16(N * 4 * Cl);
+  b->fch_gelu = x;
+  x += round16(N * 4 * Cl);
+  b->res2 = x;
 }
 
 /* One block. Under tensor parallel (tp > 1) this rank computes NH/tp heads and 4C/tp hidden
@@ -591,6 +686,7 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   const float *res_in = block_input(m, l);
   block_acts b;
   block_acts_at(m, l, &b);
+  if (keeps16(m, l)) block_forward16_views(m, &b);
   float *res3 = m->acts->residual3 + la * NC;
   int rc;
 
@@ -599,25 +695,32 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   OPS->layernorm_forward(CTX, b.ln1, b.ln1_mean, b.ln1_rstd, res_in, W(GPT_LN1_W), W(GPT_LN1_B),
                          N, C);
   store16(m, b.ln1, NC);
+  save16(m, l, SAVED_LN1, b.ln1);
   if ((rc = region(m, h, GPT_REGION_F, 0, b.ln1, NC)) != LOOM_OK) return rc;
   OPS->matmul_forward(CTX, b.qkv, b.ln1, W(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * Cl);
   store16(m, b.qkv, NCl * 3);
+  save16(m, l, SAVED_QKV, b.qkv);
   OPS->attention_forward(CTX, b.atty, b.att, b.qkv, B, T, NH, HS);
   store16(m, b.atty, NCl);
+  save16(m, l, SAVED_ATTY, b.atty);
   OPS->matmul_forward(CTX, b.res2, b.atty, W(GPT_ATTPROJ_W), rank0 ? W(GPT_ATTPROJ_B) : NULL, N,
                       Cl, C);
   store16(m, b.res2, NC);
   if ((rc = region(m, h, GPT_REGION_G, 0, b.res2, NC)) != LOOM_OK) return rc;
   OPS->residual_forward(CTX, b.res2, b.res2, res_in, NC);
   store16(m, b.res2, NC);
+  save16(m, l, SAVED_RES2, b.res2);
   OPS->layernorm_forward(CTX, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, W(GPT_LN2_W), W(GPT_LN2_B),
                          N, C);
   store16(m, b.ln2, NC);
+  save16(m, l, SAVED_LN2, b.ln2);
   if ((rc = region(m, h, GPT_REGION_F, 0, b.ln2, NC)) != LOOM_OK) return rc;
   OPS->matmul_forward(CTX, b.fch, b.ln2, W(GPT_FC_W), W(GPT_FC_B), N, C, 4 * Cl);
   store16(m, b.fch, NCl * 4);
+  save16(m, l, SAVED_FCH, b.fch);
   OPS->gelu_forward(CTX, b.fch_gelu, b.fch, NCl * 4);
   store16(m, b.fch_gelu, NCl * 4);
+  save16(m, l, SAVED_FCH_GELU, b.fch_gelu);
   if (recompute) return LOOM_OK;
   OPS->matmul_forward(CTX, res3, b.fch_gelu, W(GPT_FCPROJ_W), rank0 ? W(GPT_FCPROJ_B) : NULL, N,
                       4 * Cl, C);
@@ -653,37 +756,43 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); d(fcproj out) = dres */
   if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
   OPS->memset_zero(CTX, s.dfch_gelu, NCl * 4 * sizeof(float));
-  OPS->matmul_backward(CTX, s.dfch_gelu, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), dres, b.fch_gelu,
+  OPS->matmul_backward(CTX, s.dfch_gelu, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), dres,
+                       load16(m, l, SAVED_FCH_GELU, b.fch_gelu),
                        W(GPT_FCPROJ_W), N, 4 * Cl, C);
   store16(m, s.dfch_gelu, NCl * 4);
   OPS->memset_zero(CTX, s.dfch, NCl * 4 * sizeof(float));
-  OPS->gelu_backward(CTX, s.dfch, b.fch, s.dfch_gelu, NCl * 4);
+  OPS->gelu_backward(CTX, s.dfch, load16(m, l, SAVED_FCH, b.fch), s.dfch_gelu, NCl * 4);
   store16(m, s.dfch, NCl * 4);
   OPS->memset_zero(CTX, dln, NC * sizeof(float));
-  OPS->matmul_backward(CTX, dln, G(GPT_FC_W), G(GPT_FC_B), s.dfch, b.ln2, W(GPT_FC_W), N, C,
+  OPS->matmul_backward(CTX, dln, G(GPT_FC_W), G(GPT_FC_B), s.dfch,
+                       load16(m, l, SAVED_LN2, b.ln2), W(GPT_FC_W), N, C,
                        4 * Cl);
   store16(m, dln, NC);
   if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
   store16(m, dln, NC); /* the tp sum of 16-bit partials, stored in 16 bits again */
   /* dres becomes d(res2): the skip path (already in dres) plus the branch */
-  OPS->layernorm_backward(CTX, dres, G(GPT_LN2_W), G(GPT_LN2_B), dln, b.res2, W(GPT_LN2_W),
+  OPS->layernorm_backward(CTX, dres, G(GPT_LN2_W), G(GPT_LN2_B), dln,
+                          load16(m, l, SAVED_RES2, b.res2), W(GPT_LN2_W),
                           b.ln2_mean, b.ln2_rstd, N, C);
   store16(m, dres, NC);
   /* attention branch: res2 = res_in + proj(attn(qkv(ln1(res_in)))) */
   if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
   OPS->memset_zero(CTX, s.datty, NCl * sizeof(float));
-  OPS->matmul_backward(CTX, s.datty, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dres, b.atty,
+  OPS->matmul_backward(CTX, s.datty, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dres,
+                       load16(m, l, SAVED_ATTY, b.atty),
                        W(GPT_ATTPROJ_W), N, Cl, C);
   store16(m, s.datty, NCl);
   /* selective: the probabilities again from the saved q, k (the attention output it also
    * writes goes to dfch_gelu, free by now: the saved atty stays untouched) */
+  load16(m, l, SAVED_QKV, b.qkv); /* read by the selective recompute and attention_backward */
   if (block_checkpointed(&m->cfg, l) && !block_full_ckpt(&m->cfg, l))
     OPS->attention_forward(CTX, s.dfch_gelu, b.att, b.qkv, B, T, NH, HS);
   OPS->memset_zero(CTX, s.dqkv, NCl * 3 * sizeof(float));
   OPS->attention_backward(CTX, s.dqkv, s.datt, s.datty, b.qkv, b.att, B, T, NH, HS);
   store16(m, s.dqkv, NCl * 3);
   OPS->memset_zero(CTX, dln, NC * sizeof(float));
-  OPS->matmul_backward(CTX, dln, G(GPT_QKV_W), G(GPT_QKV_B), s.dqkv, b.ln1, W(GPT_QKV_W), N, C,
+  OPS->matmul_backward(CTX, dln, G(GPT_QKV_W), G(GPT_QKV_B), s.dqkv,
+                       load16(m, l, SAVED_LN1, b.ln1), W(GPT_QKV_W), N, C,
                        3 * Cl);
   store16(m, dln, NC);
   if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
@@ -927,9 +1036,10 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
     return LOOM_INVALID_CONFIG;
   }
   /* a backend built against device ABI 1.2 or older has no 16-bit stores (dev NULL: a table
-   * only, for planning) */
+   * only, for planning); convert (same ABI 1.3 block) packs and widens the saved activations */
   if (cfg->dtype != LOOM_F32 && dev &&
-      (dev->ops->hdr.struct_size <= offsetof(loom_device_v1, round_to) || !dev->ops->round_to)) {
+      (dev->ops->hdr.struct_size <= offsetof(loom_device_v1, convert) || !dev->ops->round_to ||
+       !dev->ops->convert)) {
     if (err)
       snprintf(err, errlen, "device '%s' (ABI %d.%d) has no round_to: bf16/fp16 precision needs "
                "a device built against ABI 1.3 or newer", dev->ops->hdr.name,

@@ -79,6 +79,12 @@ typedef struct gpt_config {
    * the loss and every gradient (their wte rows' included) are those of the unpadded model, and
    * sampling never picks them. */
   int padded_vocab_size;
+  /* Saved activations under bf16/fp16 (dtype != F32): 0 (the default) stores each block's
+   * saved values (ln_1, qkv, attention output, residual2, ln_2, mlp.fc, GELU) as 2 bytes per
+   * element, widened into one block's fp32 scratch (gpt_model.recompute) for the kernels;
+   * 1 keeps them as fp32 buffers holding the same 16-bit values (the layout before 16-bit
+   * activation storage; tests compare the two bit for bit). Ignored in fp32. */
+  int acts_f32;
 } gpt_config;
 
 /* Activation checkpointing policies (Chen et al. 2016; Korthikanti et al. 2022, §5):
@@ -193,7 +199,8 @@ typedef struct gpt_model {
   gpt_slot *slots;
   int n_slots, cur_slot;
   /* activation checkpointing: one block's recomputed activations, shared by every block and
-   * slot (LOOM_MEM_ACTIVATIONS; NULL under GPT_CKPT_NONE) */
+   * slot; under bf16/fp16 also the (B,T,4C/tp) buffer that widens a block's 16-bit saved values
+   * for backward (LOOM_MEM_ACTIVATIONS; NULL in fp32 under GPT_CKPT_NONE) */
   float *recompute;
   size_t recompute_floats;
   /* mixed precision: one unit's 16-bit working weights as fp32 (gpt_work_category; NULL in
@@ -244,7 +251,9 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
 /* Bytes of the recompute scratch (LOOM_MEM_ACTIVATIONS) that activation checkpointing adds once
  * per model, whatever the number of micro-batches in flight: one block's activations under
  * GPT_CKPT_FULL, one block's attention probabilities under GPT_CKPT_SELECTIVE, 0 without
- * checkpointing or blocks. Same saturation as gpt_activation_bytes. */
+ * checkpointing or blocks; under bf16/fp16 storage of the saved activations (acts_f32 0) plus a
+ * (B,T,4C/tp) fp32 widening buffer unless GPT_CKPT_FULL's block holds one. Same saturation as
+ * gpt_activation_bytes. */
 size_t gpt_recompute_bytes(const gpt_config *cfg, int B, int T);
 
 /* Bytes of the 16-bit working weights (gpt_work_category) a model with cfg.dtype bf16/fp16

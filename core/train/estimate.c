@@ -651,12 +651,18 @@ static const char *policy_name(int policy) {
  *   none       sbh(16 + 48/t) + 16sb + 4as^2b/t
  *   selective  sbh(16 + 48/t) + 16sb              (the probabilities are recomputed)
  *   full       4sbh                               (the block's output, the next block's input)
- * A rank with checkpointing holds one recompute scratch on top (act_recompute). */
+ * Under bf16/fp16 the saved values (both LayerNorm outputs, the residual after attention, q k v,
+ * the attention output, fc and gelu(fc)) are 2 bytes per element: sbh(10 + 24/t) + 16sb in
+ * place of sbh(16 + 48/t) + 16sb (the block's output, the stats and the probabilities stay
+ * fp32), and every rank holds one block's values in fp32 as the kernels' scratch.
+ * A rank with checkpointing (or 16-bit activations) holds one recompute scratch on top
+ * (act_recompute). */
 static uint64_t block_act_bytes(const loom_estimate *e, int policy) {
   const uint64_t s = (uint64_t)e->seq_len, b = (uint64_t)e->micro_batch, h = (uint64_t)e->n_embd,
                  a = (uint64_t)e->n_head, t = (uint64_t)(e->tp > 1 ? e->tp : 1);
   if (policy == GPT_CKPT_FULL) return 4 * s * b * h;
-  uint64_t kept = s * b * h * 16 + s * b * h * 48 / t + 16 * s * b;
+  uint64_t kept = e->dtype != LOOM_F32 ? s * b * h * 10 + s * b * h * 24 / t + 16 * s * b
+                                       : s * b * h * 16 + s * b * h * 48 / t + 16 * s * b;
   return policy == GPT_CKPT_SELECTIVE ? kept : kept + 4 * a * s * s * b / t;
 }
 

@@ -14,6 +14,10 @@
 # must order none > selective > full. Under tp 2, full recompute runs the attention's g
 # all-reduce again: rank 0's measured bytes per step must equal the estimate's, one more
 # all-reduce per block than without checkpointing.
+# bf16 (ddp and pp 2 1f1b, every policy): the saved activations are 2 bytes per element, so the
+# same checks hold with the 16-bit terms (checkpointed runs bitwise those without; peak = the
+# estimate to the byte; the per-layer model with 2-byte values and one (B,T,4C/tp) fp32
+# widening buffer per rank).
 . "$(dirname "$0")/lib.sh"
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
@@ -30,7 +34,9 @@ declare -A PAR=(
   [tp2]='[{"plugin":"tensor_parallel","size":2}]|2|8|1'
   [pp2]="[$PP]|2|2|4"
   [pp2gpipe]='[{"plugin":"pipeline","size":2,"schedule":"gpipe"}]|2|2|4'
-)  # parallel | ranks | micro-batch | accumulation: 8 sequences per step everywhere
+  [ddpbf16]='[{"plugin":"ddp"}]|2|4|1|bf16'
+  [pp2bf16]="[$PP]|2|2|4|bf16"
+)  # parallel | ranks | micro-batch | accumulation | precision: 8 sequences per step everywhere
 POLICIES=(none full selective every2)
 policy_json() {
   case $1 in
@@ -39,15 +45,16 @@ policy_json() {
   esac
 }
 RUNS=()
-for strat in ddp zero3 zero2off tp2 pp2 pp2gpipe; do
-  IFS='|' read -r par n micro accum <<<"${PAR[$strat]}"
+for strat in ddp zero3 zero2off tp2 pp2 pp2gpipe ddpbf16 pp2bf16; do
+  IFS='|' read -r par n micro accum prec <<<"${PAR[$strat]}"
   for pol in "${POLICIES[@]}"; do
-    [ "$pol" = every2 ] && [ "$strat" != ddp ] && [ "$strat" != pp2 ] && continue
+    [ "$pol" = every2 ] && [ "${strat%bf16}" != ddp ] && [ "${strat%bf16}" != pp2 ] && continue
     [ "$pol" = selective ] && { [ "$strat" = zero2off ] || [ "$strat" = pp2gpipe ]; } && continue
     name=${strat}_$pol
     args=("${MODEL[@]}" --set "parallel=$par" --set train.micro_batch_size="$micro"
           --set train.grad_accum_steps="$accum"
           --set "activation_checkpointing=$(policy_json "$pol")")
+    [ -n "$prec" ] && args+=(--set "precision={\"plugin\":\"$prec\"}")
     run "$n" "$name" "${args[@]}"
     "$LOOM" estimate "$LOOM_SRC/configs/tiny.json" --world "$n" --json "${args[@]}" \
       --set checkpoint=null >"$WORK/$name/estimate.json" || die "loom estimate failed for $name"
@@ -78,12 +85,18 @@ def last_step(path):
 def model_bytes(est, stage, policy, every):
     """Rank 0's activation bytes by the per-layer model: each micro-batch in flight holds the
     stage's input (B,T,C), its blocks' saved tensors, the head's, and backward's scratch; one
-    recompute scratch per rank. s = T, b = B, h = C, a = NH, t = tp, V = vocab (fp32)."""
+    recompute scratch per rank. s = T, b = B, h = C, a = NH, t = tp, V = vocab (fp32; under
+    bf16 the block's saved values are 2 bytes each, its forward computes them in the backward
+    scratch, and one (B,T,4C/t) fp32 buffer per rank widens them for backward)."""
     m = est["model"]
     s, b, h, a, V = m["seq_len"], m["micro_batch_size"], m["n_embd"], m["n_head"], m["vocab_size"]
     t = est["tp"]
+    half = est["precision"] != "fp32"
     kept = s * b * h * 16 + s * b * h * 48 // t + 16 * s * b   # ln1/ln2 out, residuals, q k v,
     att = 4 * a * s * s * b // t                                 # attn out, fc, gelu; probs
+    values = 4 * s * b * (3 * h + 12 * h // t)                   # ln1, res2, ln2; qkv, atty, fc, gelu
+    if half:
+        kept -= values // 2
     first, last = stage["first_unit"], stage["last_unit"]
     blocks = [u - 1 for u in range(first, last + 1) if 1 <= u <= m["n_layer"]]
     head = last == m["n_layer"] + 1
@@ -97,10 +110,14 @@ def model_bytes(est, stage, policy, every):
     if head:
         pool += 4 * s * b * h + 8 * s * b + 4 * s * b * V + 4 * s * b  # ln_f, logits, losses
     block_scratch = 4 * s * b * (4 * h // t * 2 + 3 * h // t + h // t) + att
-    pool += 2 * 4 * s * b * h + max(4 * s * b * V if head else 0, block_scratch if blocks else 0)
+    fwd16 = 4 * s * b * (2 * h + 8 * h // t) if half and blocks else 0
+    pool += 2 * 4 * s * b * h + max(4 * s * b * V if head else 0, block_scratch if blocks else 0,
+                                    fwd16)
     recompute = 0
     if any(ck(l) for l in blocks):
-        recompute = att + (kept - 4 * s * b * h if policy == "full" else 0)
+        recompute = att + (values + 16 * s * b if policy == "full" else 0)
+    if half and blocks and not (policy == "full" and any(ck(l) for l in blocks)):
+        recompute += 4 * s * b * 4 * h // t
     return pool * stage["in_flight"] + recompute
 
 
@@ -109,6 +126,8 @@ def block_model(est):
     m = est["model"]
     s, b, h, a, t = m["seq_len"], m["micro_batch_size"], m["n_embd"], m["n_head"], est["tp"]
     kept = s * b * h * 16 + s * b * h * 48 // t + 16 * s * b
+    if est["precision"] != "fp32":
+        kept -= 2 * s * b * (3 * h + 12 * h // t)
     return {"none": kept + 4 * a * s * s * b // t, "selective": kept, "full": 4 * s * b * h}
 
 
@@ -142,7 +161,7 @@ for name in runs:
     if ac["block_bytes"] != block_model(est):
         print(f"FAIL {name}: estimate's per-block bytes {ac['block_bytes']} != {block_model(est)}")
         fails += 1
-for strat in ("ddp", "zero3", "tp2", "pp2"):
+for strat in ("ddp", "zero3", "tp2", "pp2", "ddpbf16", "pp2bf16"):
     p = {pol: peaks[f"{strat}_{pol}"] for pol in ("none", "selective", "full")}
     ok = p["none"] > p["selective"] > p["full"]
     print(f"{strat}: activation peak none {p['none']} > selective {p['selective']} > full "
@@ -159,5 +178,5 @@ if tp_full["tp_comm_bytes"] - tp_none["tp_comm_bytes"] != extra:
 sys.exit(1 if fails else 0)
 PYEOF
 [ $? = 0 ] || die "activation memory or traffic does not match"
-echo "activation checkpointing: bitwise equal to none under ddp, zero3, tp2 and pp2 1f1b;" \
+echo "activation checkpointing: bitwise equal to none under ddp, zero3, tp2 and pp2 1f1b (and bf16 ddp, pp2);" \
      "activation peaks match the estimate"

@@ -145,6 +145,19 @@ static const struct { const char *name; int policy, every; } variants[] = {
 
 static void bitwise_all(gpt_config c, int slots, const char *shape) {
   run_result ref = run(&c, slots);
+  if (c.dtype != LOOM_F32) {
+    /* the reference is the layout before 16-bit activation storage (fp32 buffers holding the
+     * same 16-bit values, no checkpointing); 16-bit storage without checkpointing first */
+    gpt_config old = c;
+    old.acts_f32 = 1;
+    free(ref.grads);
+    ref = run(&old, slots);
+    run_result r = run(&c, slots);
+    char what[96];
+    snprintf(what, sizeof what, "%s, 16-bit saved activations", shape);
+    assert_bitwise(what, &r, &ref);
+    free(r.grads);
+  }
   for (size_t i = 0; i < N_VARIANTS; i++) {
     gpt_config v = with_policy(c, variants[i].policy, variants[i].every);
     run_result r = run(&v, slots);
@@ -184,17 +197,56 @@ START_TEST(test_bitwise_pipeline_stage) {
 END_TEST
 
 /* Mixed precision composes: the 16-bit stores are deterministic roundings, so the recompute
- * rebuilds the same bf16 / fp16 values and the gradients stay bitwise those of no checkpointing
- * (whole model and a pipeline stage with two micro-batches in flight). */
+ * rebuilds the same bf16 / fp16 values, and packing them into 2-byte storage and widening them
+ * back is exact: with 16-bit saved activations, with and without every checkpointing policy, the
+ * losses and gradients are bitwise those of the fp32-buffer layout without checkpointing
+ * (gpt_config.acts_f32; whole model, tensor-parallel local shapes, and a pipeline stage with two
+ * micro-batches in flight). */
 START_TEST(test_bitwise_16bit) {
   const int dtypes[] = {LOOM_BF16, LOOM_F16};
   for (int i = 0; i < 2; i++) {
     gpt_config c = base;
     c.dtype = dtypes[i];
     bitwise_all(c, 1, dtypes[i] == LOOM_BF16 ? "bf16 whole model" : "fp16 whole model");
+    gpt_config t = c;
+    t.tp_size = 2;
+    t.tp_rank = 1;
+    bitwise_all(t, 1, dtypes[i] == LOOM_BF16 ? "bf16 tp 2 rank 1" : "fp16 tp 2 rank 1");
     c.pp_first = 2;
     bitwise_all(c, 2, dtypes[i] == LOOM_BF16 ? "bf16 stage units 2..4" : "fp16 stage units 2..4");
   }
+}
+END_TEST
+
+/* 16-bit saved activations: the measured peak is still the slots' pools plus one scratch for
+ * every policy (what `loom estimate` adds up), and the pool is smaller than the fp32-buffer
+ * layout's by exactly half of the seven saved tensors of every block that keeps them: per block
+ * N*(C + 3C + C + C + C + 4C + 4C) = 15NC values at 2 bytes instead of 4 (B*T*C = 384 is a
+ * multiple of 16, so the 64-byte alignment adds nothing; the forward's fp32 values fit the
+ * backward scratch). */
+START_TEST(test_memory_16bit) {
+  for (int slots = 1; slots <= 2; slots++) {
+    for (int policy = GPT_CKPT_NONE; policy <= GPT_CKPT_SELECTIVE; policy++) {
+      gpt_config c = with_policy(base, policy, 1);
+      c.dtype = LOOM_BF16;
+      run_result r = run(&c, slots);
+      ck_assert_msg(r.act_peak_bytes == r.act_bytes * (size_t)slots + r.recompute_bytes,
+                    "bf16 policy %d, %d slots: measured activation peak %zu != %zu x %d + %zu",
+                    policy, slots, r.act_peak_bytes, r.act_bytes, slots, r.recompute_bytes);
+      const size_t NC = (size_t)B * T * base.n_embd;
+      gpt_config old = c;
+      old.acts_f32 = 1;
+      /* the shared scratch: the fp32 layout's plus one (B,T,4C) widening buffer, which full
+       * checkpointing's recompute block already has */
+      ck_assert_uint_eq(r.recompute_bytes, gpt_recompute_bytes(&old, B, T) +
+                                               (policy == GPT_CKPT_FULL ? 0 : 4 * NC * 4));
+      size_t kept = policy == GPT_CKPT_FULL ? 0 : (size_t)base.n_layer;
+      ck_assert_uint_eq(gpt_activation_bytes(&old, B, T) - r.act_bytes, kept * 15 * NC * 2);
+      free(r.grads);
+    }
+  }
+  /* fp32 is unchanged: no scratch without checkpointing */
+  ck_assert_uint_eq(gpt_recompute_bytes(&base, B, T), 0);
 }
 END_TEST
 
@@ -244,6 +296,7 @@ static Suite *ckpt_suite(void) {
       {"bitwise_two_in_flight", test_bitwise_two_in_flight},
       {"bitwise_pipeline_stage", test_bitwise_pipeline_stage},
       {"bitwise_16bit", test_bitwise_16bit},
+      {"memory_16bit", test_memory_16bit},
       {"memory_drops", test_memory_drops},
       {"bad_policy", test_bad_policy},
   };
