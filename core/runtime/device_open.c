@@ -139,18 +139,25 @@ static int bounce(loom_runtime *rt) {
   return rt->dev.ops && !LOOM_DEVICE_HOST_ADDRESSABLE(rt->dev.ops);
 }
 
+/* The bounce buffer holding a copy of host_buf (bytes), or NULL with the error set. */
+static void *ctl_stage_in(loom_runtime *rt, const void *host_buf, size_t bytes) {
+  void *d = ctl_buffer(rt, bytes);
+  if (!d) {
+    snprintf(rt->comm_host.error, sizeof rt->comm_host.error,
+             "out of device memory (%zu bytes for control traffic)", bytes);
+    return NULL;
+  }
+  rt->dev.ops->from_host(rt->dev.ctx, d, host_buf, bytes);
+  return d;
+}
+
 int loom__ctl_all_reduce(loom_runtime *rt, loom_comm *comm, void *host_buf, size_t count,
                          loom_dtype dt, loom_red_op op) {
   const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
   if (!bounce(rt)) return c->all_reduce(rt->comm_ctx, comm, host_buf, count, dt, op, NULL);
   size_t bytes = count * loom_dtype_size(dt);
-  void *d = ctl_buffer(rt, bytes);
-  if (!d) {
-    snprintf(rt->comm_host.error, sizeof rt->comm_host.error,
-             "out of device memory (%zu bytes for control traffic)", bytes);
-    return LOOM_NOMEM;
-  }
-  rt->dev.ops->from_host(rt->dev.ctx, d, host_buf, bytes);
+  void *d = ctl_stage_in(rt, host_buf, bytes);
+  if (!d) return LOOM_NOMEM;
   int rc = c->all_reduce(rt->comm_ctx, comm, d, count, dt, op, NULL);
   if (rc == LOOM_OK) rt->dev.ops->to_host(rt->dev.ctx, host_buf, d, bytes);
   return rc;
@@ -161,13 +168,8 @@ int loom__ctl_broadcast(loom_runtime *rt, loom_comm *comm, void *host_buf, size_
   const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
   if (!bounce(rt)) return c->broadcast(rt->comm_ctx, comm, host_buf, count, dt, root, NULL);
   size_t bytes = count * loom_dtype_size(dt);
-  void *d = ctl_buffer(rt, bytes);
-  if (!d) {
-    snprintf(rt->comm_host.error, sizeof rt->comm_host.error,
-             "out of device memory (%zu bytes for control traffic)", bytes);
-    return LOOM_NOMEM;
-  }
-  rt->dev.ops->from_host(rt->dev.ctx, d, host_buf, bytes);
+  void *d = ctl_stage_in(rt, host_buf, bytes);
+  if (!d) return LOOM_NOMEM;
   int rc = c->broadcast(rt->comm_ctx, comm, d, count, dt, root, NULL);
   if (rc == LOOM_OK) rt->dev.ops->to_host(rt->dev.ctx, host_buf, d, bytes);
   return rc;
