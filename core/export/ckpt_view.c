@@ -242,9 +242,9 @@ void loom__ckpt_view_close(loom_ckpt_view *v) {
   memset(v, 0, sizeof *v);
 }
 
-/* All `count` elements of chunk ch (of item `item`) into dst, widened to fp32. */
-static int read_chunk(loom_ckpt_view *v, json_t *ch, const char *item, float *dst, char *err,
-                      size_t errlen) {
+/* Elements [first, first + n) of chunk ch (of item `item`) into dst, widened to fp32. */
+static int read_values(loom_ckpt_view *v, json_t *ch, const char *item, uint64_t first,
+                       size_t n, float *dst, char *err, size_t errlen) {
   loom_dtype dt = (loom_dtype)json_integer_value(json_object_get(ch, "dtype"));
   if (dt != LOOM_F32 && dt != LOOM_BF16 && dt != LOOM_F16) {
     loom__set_err(err, errlen, "%s: item '%s' has dtype %d: parameters are fp32, bf16 or fp16",
@@ -259,9 +259,8 @@ static int read_chunk(loom_ckpt_view *v, json_t *ch, const char *item, float *ds
     loom__set_err(err, errlen, "%s", e);
     return -1;
   }
-  const size_t n = (size_t)json_integer_value(json_object_get(ch, "count"));
-  const size_t bytes = n * loom_dtype_size(dt);
-  const uint64_t at = (uint64_t)json_integer_value(json_object_get(ch, "at"));
+  const size_t esz = loom_dtype_size(dt), bytes = n * esz;
+  const uint64_t at = (uint64_t)json_integer_value(json_object_get(ch, "at")) + first * esz;
   /* 16-bit values land in the upper half of dst's range and widen in place */
   char *to = (char *)dst + (dt == LOOM_F32 ? 0 : bytes);
   size_t got = 0;
@@ -280,6 +279,13 @@ static int read_chunk(loom_ckpt_view *v, json_t *ch, const char *item, float *ds
   return 0;
 }
 
+/* All `count` elements of chunk ch (of item `item`) into dst, widened to fp32. */
+static int read_chunk(loom_ckpt_view *v, json_t *ch, const char *item, float *dst, char *err,
+                      size_t errlen) {
+  const size_t n = (size_t)json_integer_value(json_object_get(ch, "count"));
+  return read_values(v, ch, item, 0, n, dst, err, errlen);
+}
+
 /* Elements [off, off+n) of item `item` into dst (fp32), from whichever chunks hold them. */
 static int read_item(loom_ckpt_view *v, const char *item, uint64_t off, uint64_t n, float *dst,
                      char *err, size_t errlen) {
@@ -293,39 +299,8 @@ static int read_item(loom_ckpt_view *v, const char *item, uint64_t off, uint64_t
       uint64_t cnt = (uint64_t)json_integer_value(json_object_get(ch, "count"));
       uint64_t a = lo > off ? lo : off, b = lo + cnt < off + n ? lo + cnt : off + n;
       if (a >= b) continue;
-      loom_dtype dt = (loom_dtype)json_integer_value(json_object_get(ch, "dtype"));
-      size_t esz = loom_dtype_size(dt);
-      if (dt != LOOM_F32 && dt != LOOM_BF16 && dt != LOOM_F16) {
-        loom__set_err(err, errlen, "%s: item '%s' has dtype %d: parameters are fp32, bf16 or "
-                      "fp16", v->dir, item, (int)dt);
+      if (read_values(v, ch, item, a - lo, (size_t)(b - a), dst + (a - off), err, errlen) != 0)
         return -1;
-      }
-      char p[PATH_MAX], e[1024];
-      snprintf(p, sizeof p, "%s/%s", v->dir, json_string_value(json_object_get(ch, "file")));
-      off_t size;
-      int fd = loom__open_regular(p, &size, e, sizeof e);
-      if (fd < 0) {
-        loom__set_err(err, errlen, "%s", e);
-        return -1;
-      }
-      uint64_t at = (uint64_t)json_integer_value(json_object_get(ch, "at")) + (a - lo) * esz;
-      size_t bytes = (size_t)(b - a) * esz;
-      /* 16-bit values land in the upper half of dst's range and widen in place */
-      char *to = (char *)(dst + (a - off)) + (dt == LOOM_F32 ? 0 : bytes);
-      size_t got = 0;
-      while (got < bytes) {
-        ssize_t r = pread(fd, to + got, bytes - got, (off_t)(at + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-      }
-      close(fd);
-      if (got != bytes) {
-        loom__set_err(err, errlen, "%s: truncated reading item '%s'", p, item);
-        return -1;
-      }
-      if (dt != LOOM_F32)
-        loom__widen_16(dt == LOOM_BF16, (const uint16_t *)to, dst + (a - off), (size_t)(b - a));
       covered += b - a;
     }
   }
