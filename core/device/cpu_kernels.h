@@ -17,8 +17,6 @@
  * costs more than the work, and on a loaded machine a descheduled team member stalls every
  * parallel region (tiny test models run thousands of them). */
 #define LOOM_CPU_PAR_MIN 16384
-/* Columns per task when a reduction runs down the rows of a (N, C) matrix (bias gradients). */
-#define LOOM_CPU_COL_BLOCK 32
 
 void loom__cpu_encoder_forward(void *ctx, float *out, const int32_t *inp, const float *wte,
                                const float *wpe, int B, int T, int C);

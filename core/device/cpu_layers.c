@@ -10,18 +10,32 @@
  *
  * Determinism: every reduction runs in a fixed order whatever the thread count. Row-wise work
  * (layernorm stats, softmax) is parallel over rows; sums down the rows (bias / layernorm weight
- * gradients, the embedding scatter) are parallel over blocks of LOOM_CPU_COL_BLOCK columns, each
- * block walking the rows in order, so no two threads ever add into the same element. The GEMMs
+ * gradients, the embedding scatter) split the columns into one contiguous range per thread
+ * (col_range), each thread walking the rows in order over its range, so no two threads ever add
+ * into the same element and every element sums its rows in row order, whatever the split. A
+ * thread reads its range of each row contiguously and keeps its slice of the sums in L1 (the
+ * earlier 32-column blocks read 128 bytes per row, a stride of up to 4 KiB apart, and walked
+ * the rows once per block: 3-4x slower at OC = 4C). The GEMMs
  * are OpenBLAS's: 0.3.21's sgemm rounds differently on 1 thread than on several (identical for
  * 2 vs 4), so gradients match bitwise across thread counts only when OpenBLAS's count does. */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stddef.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
 
 #define LN_EPS 1e-5f
+
+/* This thread's share [*c0, *c1) of C columns inside an OpenMP parallel region (all of them
+ * outside one): contiguous, a multiple of 16 columns (a cache line) except the last. */
+static void col_range(int C, int *c0, int *c1) {
+  const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+  const int per = ((C + nt - 1) / nt + 15) / 16 * 16;
+  *c0 = id * per < C ? id * per : C;
+  *c1 = *c0 + per < C ? *c0 + per : C;
+}
 
 /* ---- encoder ---- */
 
@@ -44,16 +58,15 @@ void loom__cpu_encoder_forward(void *ctx, float *out, const int32_t *inp, const 
 void loom__cpu_encoder_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
                                 const int32_t *inp, int B, int T, int C) {
   (void)ctx;
-  const int nblk = (C + LOOM_CPU_COL_BLOCK - 1) / LOOM_CPU_COL_BLOCK;
   const size_t BT = (size_t)B * T;
   /* dwte: a token may repeat, so split by columns and walk positions in order */
-#pragma omp parallel for schedule(static) if (BT * C > LOOM_CPU_PAR_MIN)
-  for (int blk = 0; blk < nblk; blk++) {
-    int c0 = blk * LOOM_CPU_COL_BLOCK;
-    int c1 = c0 + LOOM_CPU_COL_BLOCK < C ? c0 + LOOM_CPU_COL_BLOCK : C;
+#pragma omp parallel if (BT * C > LOOM_CPU_PAR_MIN)
+  {
+    int c0, c1;
+    col_range(C, &c0, &c1);
     for (size_t bt = 0; bt < BT; bt++) {
-      float *dw = dwte + (size_t)inp[bt] * C;
-      const float *d = dout + bt * C;
+      float *restrict dw = dwte + (size_t)inp[bt] * C;
+      const float *restrict d = dout + bt * C;
 #pragma omp simd
       for (int c = c0; c < c1; c++) dw[c] += d[c];
     }
@@ -99,27 +112,33 @@ void loom__cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd
   }
 }
 
-void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float *dbias,
-                                  const float *dout, const float *inp, const float *weight,
-                                  const float *mean, const float *rstd, int N, int C) {
-  (void)ctx;
-  /* dinp, row by row */
-#pragma omp parallel for schedule(static) if ((size_t)N * C > LOOM_CPU_PAR_MIN)
-  for (int n = 0; n < N; n++) {
-    const float *x = inp + (size_t)n * C;
-    const float *d = dout + (size_t)n * C;
-    float *di = dinp + (size_t)n * C;
-    const float m = mean[n], s = rstd[n];
-    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+/* One row of LayerNorm's backward: di += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * s,
+ * with dnorm = weight * d and norm = (x - m) * s. With dweight/dbias non-NULL it also adds the
+ * row's terms to them (norm * d, d), so one thread makes one pass over x and d. */
+static inline void ln_backward_row(float *restrict di, float *restrict dweight,
+                                   float *restrict dbias, const float *restrict d,
+                                   const float *restrict x, const float *restrict weight, float m,
+                                   float s, int C) {
+  float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
 #pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+  for (int c = 0; c < C; c++) {
+    float norm = (x[c] - m) * s;
+    float dnorm = weight[c] * d[c];
+    dnorm_mean += dnorm;
+    dnorm_norm_mean += dnorm * norm;
+  }
+  dnorm_mean /= (float)C;
+  dnorm_norm_mean /= (float)C;
+  if (dweight) {
+#pragma omp simd
     for (int c = 0; c < C; c++) {
       float norm = (x[c] - m) * s;
       float dnorm = weight[c] * d[c];
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * norm;
+      di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+      dweight[c] += norm * d[c];
+      dbias[c] += d[c];
     }
-    dnorm_mean /= (float)C;
-    dnorm_norm_mean /= (float)C;
+  } else {
 #pragma omp simd
     for (int c = 0; c < C; c++) {
       float norm = (x[c] - m) * s;
@@ -127,15 +146,32 @@ void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float 
       di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
     }
   }
-  /* dweight, dbias: sums down the rows, by column blocks */
-  const int nblk = (C + LOOM_CPU_COL_BLOCK - 1) / LOOM_CPU_COL_BLOCK;
-#pragma omp parallel for schedule(static) if ((size_t)N * C > LOOM_CPU_PAR_MIN)
-  for (int blk = 0; blk < nblk; blk++) {
-    int c0 = blk * LOOM_CPU_COL_BLOCK;
-    int c1 = c0 + LOOM_CPU_COL_BLOCK < C ? c0 + LOOM_CPU_COL_BLOCK : C;
+}
+
+void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  const float *mean, const float *rstd, int N, int C) {
+  (void)ctx;
+  const int parallel = (size_t)N * C > LOOM_CPU_PAR_MIN && omp_get_max_threads() > 1;
+  if (!parallel) { /* one pass: each row's dinp and its dweight/dbias terms together */
+    for (int n = 0; n < N; n++)
+      ln_backward_row(dinp + (size_t)n * C, dweight, dbias, dout + (size_t)n * C,
+                      inp + (size_t)n * C, weight, mean[n], rstd[n], C);
+    return;
+  }
+  /* several threads: dinp row by row, then dweight, dbias as sums down the rows (the same
+   * float operations in the same order per element as the one-pass loop) */
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    ln_backward_row(dinp + (size_t)n * C, NULL, NULL, dout + (size_t)n * C, inp + (size_t)n * C,
+                    weight, mean[n], rstd[n], C);
+#pragma omp parallel
+  {
+    int c0, c1;
+    col_range(C, &c0, &c1);
     for (int n = 0; n < N; n++) {
-      const float *x = inp + (size_t)n * C;
-      const float *d = dout + (size_t)n * C;
+      const float *restrict x = inp + (size_t)n * C;
+      const float *restrict d = dout + (size_t)n * C;
       const float m = mean[n], s = rstd[n];
 #pragma omp simd
       for (int c = c0; c < c1; c++) {
@@ -173,15 +209,15 @@ void loom__cpu_matmul_backward(void *ctx, float *dinp, float *dweight, float *db
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
                 dweight, C);
   if (dbias) {
-    const int nblk = (OC + LOOM_CPU_COL_BLOCK - 1) / LOOM_CPU_COL_BLOCK;
-#pragma omp parallel for schedule(static) if ((size_t)N * OC > LOOM_CPU_PAR_MIN)
-    for (int blk = 0; blk < nblk; blk++) {
-      int o0 = blk * LOOM_CPU_COL_BLOCK;
-      int o1 = o0 + LOOM_CPU_COL_BLOCK < OC ? o0 + LOOM_CPU_COL_BLOCK : OC;
+#pragma omp parallel if ((size_t)N * OC > LOOM_CPU_PAR_MIN)
+    {
+      int o0, o1;
+      col_range(OC, &o0, &o1);
+      float *restrict db = dbias;
       for (int n = 0; n < N; n++) {
-        const float *d = dout + (size_t)n * OC;
+        const float *restrict d = dout + (size_t)n * OC;
 #pragma omp simd
-        for (int o = o0; o < o1; o++) dbias[o] += d[o];
+        for (int o = o0; o < o1; o++) db[o] += d[o];
       }
     }
   }
