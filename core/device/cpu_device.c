@@ -1,6 +1,7 @@
 /* The built-in CPU device backend: its loom_device_v1 table, options, memory and the vector
- * kernels (scale, axpy, reductions, AdamW). The GPT kernels live in cpu_layers.c and
- * cpu_attention.c. Device pointers are host pointers (LOOM_DEVICE_CAP_HOST_ADDRESSABLE).
+ * kernels (scale, axpy, reductions). AdamW lives in cpu_adamw.c, the GPT kernels in
+ * cpu_layers.c, cpu_attention.c, cpu_gelu.c and cpu_crossentropy.c. Device pointers are host
+ * pointers (LOOM_DEVICE_CAP_HOST_ADDRESSABLE).
  *
  * Options (the config's "device" object): {"type": "cpu", "threads": N}. threads 0 or absent
  * keeps the OpenMP/OpenBLAS defaults; otherwise both are set to N (process-wide: OpenMP and
@@ -17,9 +18,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "cpu_kernels.h"
 #include "device.h"
@@ -154,66 +152,6 @@ static int cpu_all_finite(void *ctx, const float *x, size_t n) {
   return !bad;
 }
 
-/* AdamW on one range. A plain loop does not vectorise: sqrtf sets errno, and GCC's builtin
- * attributes ignore optimize("no-math-errno"). On x86-64 the loop runs 4 lanes at a time with
- * SSE's sqrtps (correctly rounded, as sqrtf) and otherwise the same float operations in the same
- * order, so the results are bitwise those of the scalar loop, which does the tail. */
-static void adamw_range(float *restrict param, const float *restrict grad, float *restrict m,
-                        float *restrict v, size_t n, float lr, float beta1, float beta2,
-                        float eps, float weight_decay, float grad_scale, float bc1, float bc2) {
-  size_t i = 0;
-#if defined(__SSE2__)
-  typedef float v4f __attribute__((vector_size(16)));
-#define ADAMW_V4(s) ((v4f){s, s, s, s})
-  const v4f vb1 = ADAMW_V4(beta1), vb2 = ADAMW_V4(beta2), v1b1 = ADAMW_V4(1.0f - beta1),
-            v1b2 = ADAMW_V4(1.0f - beta2), vgs = ADAMW_V4(grad_scale), vbc1 = ADAMW_V4(bc1),
-            vbc2 = ADAMW_V4(bc2), vlr = ADAMW_V4(lr), veps = ADAMW_V4(eps),
-            vwd = ADAMW_V4(weight_decay);
-#undef ADAMW_V4
-  for (; i + 4 <= n; i += 4) {
-    v4f gr, mo, vo, p;
-    memcpy(&gr, grad + i, sizeof gr);
-    memcpy(&mo, m + i, sizeof mo);
-    memcpy(&vo, v + i, sizeof vo);
-    memcpy(&p, param + i, sizeof p);
-    v4f g = gr * vgs;
-    v4f mi = vb1 * mo + v1b1 * g;
-    v4f vi = vb2 * vo + v1b2 * g * g;
-    v4f mhat = mi / vbc1, vhat = vi / vbc2;
-    p -= vlr * (mhat / ((v4f)_mm_sqrt_ps((__m128)vhat) + veps) + vwd * p);
-    memcpy(param + i, &p, sizeof p);
-    memcpy(m + i, &mi, sizeof mi);
-    memcpy(v + i, &vi, sizeof vi);
-  }
-#endif
-  for (; i < n; i++) {
-    float g = grad[i] * grad_scale;
-    float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    float mhat = mi / bc1, vhat = vi / bc2;
-    param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * param[i]);
-    m[i] = mi;
-    v[i] = vi;
-  }
-}
-
-#define ADAMW_BLOCK 8192
-
-static void cpu_adamw(void *ctx, float *param, const float *grad, float *m, float *v, size_t n,
-                      float lr, float beta1, float beta2, float eps, float weight_decay,
-                      float grad_scale, int t) {
-  (void)ctx;
-  const float bc1 = (float)(1.0 - pow((double)beta1, t)); /* bias corrections */
-  const float bc2 = (float)(1.0 - pow((double)beta2, t));
-  ptrdiff_t nblk = (ptrdiff_t)((n + ADAMW_BLOCK - 1) / ADAMW_BLOCK);
-#pragma omp parallel for schedule(static) if (n > LOOM_CPU_PAR_MIN)
-  for (ptrdiff_t b = 0; b < nblk; b++) {
-    size_t lo = (size_t)b * ADAMW_BLOCK, len = n - lo < ADAMW_BLOCK ? n - lo : ADAMW_BLOCK;
-    adamw_range(param + lo, grad + lo, m + lo, v + lo, len, lr, beta1, beta2, eps, weight_decay,
-                grad_scale, bc1, bc2);
-  }
-}
-
 static void cpu_to_host(void *ctx, void *host_dst, const void *src, size_t bytes) {
   cpu_copy(ctx, host_dst, src, bytes);
 }
@@ -239,7 +177,7 @@ static const loom_device_v1 cpu_device = {
     .axpy = cpu_axpy,
     .sum_squares = cpu_sum_squares,
     .all_finite = cpu_all_finite,
-    .adamw = cpu_adamw,
+    .adamw = loom__cpu_adamw,
     .encoder_forward = loom__cpu_encoder_forward,
     .encoder_backward = loom__cpu_encoder_backward,
     .layernorm_forward = loom__cpu_layernorm_forward,

@@ -41,6 +41,10 @@ void loom__cpu_attention_backward(void *ctx, float *dqkv, float *datt, const flo
 void loom__cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n);
 void loom__cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const float *dout,
                              size_t n);
+/* AdamW over n elements (cpu_adamw.c): vectorised, bitwise the scalar formula's result */
+void loom__cpu_adamw(void *ctx, float *param, const float *grad, float *m, float *v, size_t n,
+                     float lr, float beta1, float beta2, float eps, float weight_decay,
+                     float grad_scale, int t);
 void loom__cpu_residual_forward(void *ctx, float *out, const float *a, const float *b, size_t n);
 void loom__cpu_crossentropy_forward(void *ctx, float *losses, float *probs, const float *logits,
                                     const int32_t *targets, int N, int V);
