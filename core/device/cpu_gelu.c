@@ -50,18 +50,21 @@ INL vi isel(vi m, vi a, vi b) { return (a & m) | (b & ~m); }
 /* add k to the exponent field (glibc's SET_FLOAT_WORD(y, i + (k << 23))), two's complement */
 INL vf addexp(vf y, vi k) { return (vf)((vu)y + ((vu)k << 23)); }
 
-/* fdlibm expm1f for |a| < 27*ln2, a not NaN (the domain tanhf calls it on) */
+/* fdlibm expm1f for the arguments tanhf_v passes: a = 0, -2 < a < 0 or 2 <= a < 44 (not NaN).
+ * Two of glibc's branches cannot occur there and are left out: the reduction for
+ * 0.5 ln2 < |a| < 1.5 ln2 only sees negative a (hi = a + ln2_hi, lo = -ln2_lo, k = -1), and
+ * k = +1 never occurs (it needs 0 < a < 1.5 ln2). The exhaustive comparison with glibc's tanhf
+ * (LOOM_CPU_GELU_SELFTEST below) covers exactly this domain. */
 INL vf expm1f_v(vf a) {
   const float ln2_hi = 6.9313812256e-01f, ln2_lo = 9.0580006145e-06f, invln2 = 1.4426950216e+00f;
   const float Q1 = -3.3333335072e-02f, Q2 = 1.5873016091e-03f, Q3 = -7.9365076090e-05f,
               Q4 = 4.0082177293e-06f, Q5 = -2.0109921195e-07f;
   const vi hx = (vi)a & VI(0x7fffffff);
   const vi xneg = (vi)a >> 31;
-  /* argument reduction: |a| > 0.5 ln2; within it, |a| < 1.5 ln2 takes k = +-1 */
+  /* argument reduction: |a| > 0.5 ln2; within it, |a| < 1.5 ln2 takes k = -1 (a < 0 there) */
   const vi red = lt(VI(0x3eb17218), hx), near1 = lt(hx, VI(0x3F851592));
-  const vf hi1 = vsel(xneg, a + VF(ln2_hi), a - VF(ln2_hi));
-  const vf lo1 = vsel(xneg, VF(-ln2_lo), VF(ln2_lo));
-  const vi k1 = isel(xneg, VI(-1), VI(1));
+  const vf hi1 = a + VF(ln2_hi);
+  const vf lo1 = VF(-ln2_lo);
   const vf kraw = VF(invln2) * a + vsel(xneg, VF(-0.5f), VF(0.5f));
   const vi kg = __builtin_convertvector(kraw, vi); /* truncation, as C's float -> int */
   const vf tg = __builtin_convertvector(kg, vf);
@@ -70,7 +73,7 @@ INL vf expm1f_v(vf a) {
   const vf xr = hi - lo;
   const vf cr = (hi - xr) - lo;
   const vf x = vsel(red, xr, a), c = vsel(red, cr, VF(0.0f));
-  const vi k = isel(red, isel(near1, k1, kg), VI(0));
+  const vi k = isel(red, isel(near1, VI(-1), kg), VI(0));
   /* x is now in the primary range */
   const vf hfx = VF(0.5f) * x;
   const vf hxs = x * hfx;
@@ -83,16 +86,12 @@ INL vf expm1f_v(vf a) {
   e = (x * (e - c) - c);
   e -= hxs;
   const vf r_km1 = VF(0.5f) * (x - e) - VF(0.5f);
-  /* x < -0.25: x + 0.25 is exact there (and never -0), so its sign bit */
-  const vf r_kp1 = vsel((vi)(x + VF(0.25f)) >> 31, -VF(2.0f) * (e - (x + VF(0.5f))),
-                        VF(1.0f) + VF(2.0f) * (x - e));
   const vf r_far = addexp(VF(1.0f) - (e - x), k) - VF(1.0f); /* k <= -2 || k > 56 */
   const vf p2mk = (vf)((VI(0x7f) - k) << 23);                /* 2^-k */
   const vf r_mid = addexp((VF(1.0f) - p2mk) - (e - x), k);   /* 2 <= k < 23 */
   const vf r_hi = addexp((x - (e + p2mk)) + VF(1.0f), k);    /* 23 <= k <= 56 */
   vf r = vsel(lt(k, VI(23)), r_mid, r_hi);
   r = vsel(lt(k, VI(-1)) | lt(VI(56), k), r_far, r);
-  r = vsel(eq(k, VI(1)), r_kp1, r);
   r = vsel(eq(k, VI(-1)), r_km1, r);
   r = vsel(eq(k, VI(0)), r_k0, r);
   return vsel(lt(hx, VI(0x33000000)), a, r); /* |a| < 2^-25: a */
@@ -116,8 +115,9 @@ INL vf tanhf_v(vf x) {
   const vi neg = jx >> 31;
   z = vsel(neg, -z, z);
   z = vsel(lt(ix, VI(0x24000000)), x * (VF(1.0f) + x), z); /* |x| < 2^-55, 0 included */
-  /* +-inf: +-1; NaN: NaN */
-  const vf inf = VF(1.0f) / x + vsel(neg, VF(-1.0f), VF(1.0f));
+  /* +-inf: +-1; NaN: NaN (glibc's 1/x +- 1 without the division: for a NaN x both it and
+   * x + x give x quieted) */
+  const vf inf = vsel(lt(VI(0x7f800000), ix), x + x, vsel(neg, VF(-1.0f), VF(1.0f)));
   return vsel(~lt(ix, VI(0x7f800000)), inf, z);
 }
 
