@@ -95,14 +95,11 @@ static size_t adamw_sse2(float *restrict param, const float *restrict grad, floa
 typedef size_t (*adamw_vector_fn)(float *restrict, const float *restrict, float *restrict,
                                   float *restrict, size_t, const adamw_coef *);
 
-/* The widest loop this CPU runs (ASan builds keep the baseline: their instrumented intrinsics
- * are the same code anyway). */
+/* The widest loop this CPU runs. */
 static adamw_vector_fn adamw_pick(void) {
-#if !defined(__SANITIZE_ADDRESS__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) return adamw_avx512;
   if (__builtin_cpu_supports("avx")) return adamw_avx;
-#endif
   return adamw_sse2;
 }
 #endif
