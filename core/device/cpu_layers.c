@@ -15,7 +15,7 @@
  * into the same element and every element sums its rows in row order, whatever the split. A
  * thread reads its range of each row contiguously and keeps its slice of the sums in L1 (the
  * earlier 32-column blocks read 128 bytes per row, a stride of up to 4 KiB apart, and walked
- * the rows once per block: 3-4x slower at OC = 4C). The GEMMs
+ * the rows once per block: 2-3x slower at OC = 3C and 4C). The GEMMs
  * are OpenBLAS's: 0.3.21's sgemm rounds differently on 1 thread than on several (identical for
  * 2 vs 4), so gradients match bitwise across thread counts only when OpenBLAS's count does. */
 #include <cblas.h>
