@@ -121,6 +121,7 @@ static int check_identity(const loom_config *cfg, const loom_tokenizer *tok,
                           size_t errlen) {
   struct { const char *key; int saved, now; } keys[] = {
     {"model.vocab_size", m->model.vocab_size, cfg->model.vocab_size},
+    {"model.padded_vocab_size", m->model.padded_vocab_size, cfg->model.padded_vocab_size},
     {"model.context_length", m->model.context_length, cfg->model.context_length},
     {"model.n_layer", m->model.n_layer, cfg->model.n_layer},
     {"model.n_head", m->model.n_head, cfg->model.n_head},

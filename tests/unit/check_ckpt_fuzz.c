@@ -501,6 +501,46 @@ START_TEST(meta_mutations_never_crash) {
 }
 END_TEST
 
+/* model.padded_vocab_size: recorded, or (checkpoints before it) wte's rows in the tensor
+ * table, or unpadded; a value below vocab_size is refused by name. */
+static int padded_of(void (*edit)(json_t *meta), char *err, size_t errlen) {
+  char *text = valid_meta();
+  json_t *meta = json_loads(text, 0, NULL);
+  free(text);
+  edit(meta);
+  text = json_dumps(meta, 0);
+  json_decref(meta);
+  loom_ckpt_meta m;
+  int rc = loom__ckpt_meta_parse(text, &m, err, errlen);
+  free(text);
+  if (rc != 0) return -1;
+  int v = m.model.padded_vocab_size;
+  loom__ckpt_meta_free(&m);
+  return v;
+}
+static void no_edit(json_t *meta) { (void)meta; }
+static void record_320(json_t *meta) {
+  json_object_set_new(json_object_get(meta, "model"), "padded_vocab_size", json_integer(320));
+}
+static void record_100(json_t *meta) {
+  json_object_set_new(json_object_get(meta, "model"), "padded_vocab_size", json_integer(100));
+}
+static void old_table_320(json_t *meta) { /* a checkpoint before the key: its tensor table */
+  json_object_set_new(meta, "tensors",
+                      json_pack("[{s:s, s:[i, i]}, {s:s, s:[i, i]}]", "name", "wpe", "shape", 64,
+                                32, "name", "wte", "shape", 320, 32));
+}
+
+START_TEST(meta_padded_vocab_size) {
+  char err[512] = "";
+  ck_assert_int_eq(padded_of(no_edit, err, sizeof err), 256); /* absent, no table: unpadded */
+  ck_assert_int_eq(padded_of(record_320, err, sizeof err), 320);
+  ck_assert_int_eq(padded_of(old_table_320, err, sizeof err), 320);
+  ck_assert_int_eq(padded_of(record_100, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "model.padded_vocab_size: expected an integer in [256, "), "%s", err);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ckpt_fuzz");
   TCase *tc = tcase_create("fuzz");
@@ -513,6 +553,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, fifos_never_block);
   tcase_add_test(tc, newest_verified_checkpoint_wins);
   tcase_add_test(tc, meta_mutations_never_crash);
+  tcase_add_test(tc, meta_padded_vocab_size);
   suite_add_tcase(s, tc);
   return s;
 }
