@@ -4,12 +4,11 @@
  * load), never a crash, a hang or a sanitizer report; a changed byte anywhere must be reported
  * as corruption.
  *
- * The checkpoint plugin's source is compiled into this test with a small fake host (one rank,
- * host memory as "device" memory), so thousands of mutations run in-process in seconds. The
+ * The checkpoint plugin's source is compiled into this test with a small fake host
+ * (support/ckpt_fake_host.h: one rank, host memory as "device" memory), so thousands of mutations run in-process in seconds. The
  * generator is seeded with a fixed value: every run tries the same inputs. */
 #define _GNU_SOURCE
 #include <check.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,67 +19,9 @@
 #include "../../plugins/checkpoint/checkpoint/manifest.c"
 #include "../../plugins/checkpoint/checkpoint/slice.c"
 #include "train/ckpt_meta.h"
+#include "support/check_suite.h"
+#include "support/ckpt_fake_host.h"
 #include "support/test_dir.h"
-
-/* ---- the fake host: one rank, options from a struct, errors into a buffer ---- */
-struct loom_host {
-  char error[1024];
-  int warnings;
-};
-struct loom_options {
-  const char *dir;
-};
-
-static void h_log(loom_host *h, loom_log_level level, const char *fmt, ...) {
-  (void)fmt;
-  if (level <= LOOM_LOG_WARN) h->warnings++;
-}
-static void h_set_error(loom_host *h, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(h->error, sizeof h->error, fmt, ap);
-  va_end(ap);
-}
-static int h_opt_int(loom_host *h, const loom_options *o, const char *key, int64_t dflt,
-                     int64_t min, int64_t max, int64_t *out) {
-  (void)h, (void)o, (void)key, (void)min, (void)max;
-  *out = dflt;
-  return LOOM_OK;
-}
-static int h_opt_bool(loom_host *h, const loom_options *o, const char *key, int dflt, int *out) {
-  (void)h, (void)o, (void)key;
-  *out = dflt;
-  return LOOM_OK;
-}
-static int h_opt_string(loom_host *h, const loom_options *o, const char *key, const char *dflt,
-                        const char **out) {
-  (void)h, (void)dflt;
-  *out = strcmp(key, "dir") == 0 ? o->dir : dflt;
-  return LOOM_OK;
-}
-static int h_opt_check_keys(loom_host *h, const loom_options *o, const char *const *allowed) {
-  (void)h, (void)o, (void)allowed;
-  return LOOM_OK;
-}
-static int h_rank(loom_host *h, loom_axis a) { (void)h, (void)a; return 0; }
-static int h_size(loom_host *h, loom_axis a) { (void)h, (void)a; return 1; }
-static loom_comm *h_comm(loom_host *h, loom_axis a) { (void)h, (void)a; return NULL; }
-static void d_copy(void *ctx, void *dst, const void *src, size_t bytes) {
-  (void)ctx;
-  memcpy(dst, src, bytes);
-}
-static loom_device_v1 g_dev = {.to_host = d_copy, .from_host = d_copy};
-static const loom_device_v1 *h_device(loom_host *h, void **ctx) {
-  (void)h;
-  *ctx = NULL;
-  return &g_dev;
-}
-static const loom_host_api_v1 g_api = {
-  .struct_size = sizeof(loom_host_api_v1), .log = h_log, .set_error = h_set_error,
-  .opt_int = h_opt_int, .opt_bool = h_opt_bool, .opt_string = h_opt_string,
-  .opt_check_keys = h_opt_check_keys, .rank = h_rank, .size = h_size, .comm = h_comm,
-  .device = h_device,
-};
 
 /* ---- a checkpoint to mutate ---- */
 enum { N_PARAMS = 1000, N_HALF = 500, BLOB = 64, STEP = 5 };
@@ -105,12 +46,7 @@ static char *path_of(const char *name) {
   return p;
 }
 
-static void *create_ckpt(void) {
-  loom_options o = {.dir = g_dir};
-  void *ctx = NULL;
-  ck_assert_int_eq(loom_plugin_v1.create(&g_api, &g_host, &o, &ctx), LOOM_OK);
-  return ctx;
-}
+static void *create_ckpt(void) { return ckpt_fake_create(&loom_plugin_v1, &g_host, g_dir); }
 
 /* items: the whole params, and optim.m/v each as two chunks (what a 2-way ZeRO shard has) */
 static int make_items(loom_ckpt_item_v1 *it, float *p, float *m, float *v) {
@@ -559,9 +495,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return check_run_suite(suite(), CK_FORK_GETENV);
 }
