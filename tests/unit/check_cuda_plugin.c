@@ -81,7 +81,7 @@ START_TEST(exports_only_the_entry_symbol) {
 END_TEST
 
 /* ---- the kernels documented as bitwise the CPU device's (docs/architecture.md, "The CUDA
- * device": the CPU's expressions in its order, no FMA contraction) ---- */
+ * device and NCCL": the CPU's expressions in its order, no FMA contraction) ---- */
 
 typedef struct bench {
   const loom_device_v1 *dut; /* device under test */
