@@ -199,13 +199,14 @@ static int cmd_check(int argc, char **argv) {
   int world;
   int n = parse_args(argc, argv, &world, NULL, overrides, 64);
   if (n < 0) return 2;
-  char err[2048];
-  if (loom_preflight(argv[2], overrides, n, world, err, sizeof err) != 0) {
+  char err[2048], start[1400];
+  if (loom_preflight(argv[2], overrides, n, world, start, sizeof start, err, sizeof err) != 0) {
     loom__put_line(stderr, "loom: error: ", err);
     return 1;
   }
   if (world > 1) printf("%s: ok (on %d ranks)\n", argv[2], world);
   else printf("%s: ok\n", argv[2]);
+  if (start[0]) printf("loom: %s\n", start); /* train's start-up line: resume or init_from */
   return 0;
 }
 

@@ -121,6 +121,7 @@ static int check_identity(const loom_config *cfg, const loom_tokenizer *tok,
                           size_t errlen) {
   struct { const char *key; int saved, now; } keys[] = {
     {"model.vocab_size", m->model.vocab_size, cfg->model.vocab_size},
+    {"model.padded_vocab_size", m->model.padded_vocab_size, cfg->model.padded_vocab_size},
     {"model.context_length", m->model.context_length, cfg->model.context_length},
     {"model.n_layer", m->model.n_layer, cfg->model.n_layer},
     {"model.n_head", m->model.n_head, cfg->model.n_head},
@@ -155,8 +156,9 @@ int loom__ckpt_check_compat(const loom_runtime *rt, const loom_tokenizer *tok,
   return check_identity(rt->cfg, tok, fingerprint, m, err, errlen);
 }
 
-int loom__ckpt_preflight(loom_runtime *rt, const loom_tokenizer *tok, char *err,
-                         size_t errlen) {
+int loom__ckpt_preflight(loom_runtime *rt, const loom_tokenizer *tok, int *resume_step,
+                         char *err, size_t errlen) {
+  *resume_step = 0;
   if (!rt->has_checkpoint || !rt->checkpoint_ctx) return 0;
   const loom_config *cfg = rt->cfg;
   const loom_checkpoint_v1 *ck = &rt->checkpoint.u.checkpoint;
@@ -184,6 +186,7 @@ int loom__ckpt_preflight(loom_runtime *rt, const loom_tokenizer *tok, char *err,
     return -1;
   }
   if (step <= 0) return 0;
+  *resume_step = step;
   loom_ckpt_state_v1 st0 = {.struct_size = sizeof st0, .step = step};
   const char *mt = NULL;
   if (ck->load(rt->checkpoint_ctx, step, &st0, &mt) != LOOM_OK) {

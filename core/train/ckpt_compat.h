@@ -31,9 +31,10 @@ int loom__ckpt_check_compat(const loom_runtime *rt, const loom_tokenizer *tok,
  * its metadata as train does, then loom__ckpt_check_compat. The plugin instance is recreated
  * for one rank for this (the stand-in world has no communicators; the choice of the step and
  * the manifest are the same on every rank). Returns 0 (also with no checkpoint or no
- * checkpoint plugin), or -1 with "CONFIG: checkpoint.dir: ..." in err. What it cannot see:
- * a damaged tensor chunk, found when train loads it. */
-int loom__ckpt_preflight(loom_runtime *rt, const loom_tokenizer *tok, char *err,
-                         size_t errlen);
+ * checkpoint plugin), or -1 with "CONFIG: checkpoint.dir: ..." in err. *resume_step is the
+ * step train would resume from (0: none, the run starts at step 1). What it cannot see: a
+ * damaged tensor chunk, found when train loads it. */
+int loom__ckpt_preflight(loom_runtime *rt, const loom_tokenizer *tok, int *resume_step,
+                         char *err, size_t errlen);
 
 #endif

@@ -260,11 +260,12 @@ static json_t *meta_json(loom_trainer *tr) {
       "pp", rt->mesh.pp, "config", cfg->root, "tensors",
       rt->mesh.pp > 1 ? json_null() : tensors_json(rt), "seed", seed, "precision_plugin",
       cfg->precision.name);
-  json_object_set_new(meta, "model", json_pack("{s:i, s:i, s:i, s:i, s:i}", "vocab_size",
-                                               cfg->model.vocab_size, "context_length",
-                                               cfg->model.context_length, "n_layer",
-                                               cfg->model.n_layer, "n_head", cfg->model.n_head,
-                                               "n_embd", cfg->model.n_embd));
+  json_object_set_new(meta, "model",
+                      json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "vocab_size",
+                                cfg->model.vocab_size, "padded_vocab_size",
+                                cfg->model.padded_vocab_size, "context_length",
+                                cfg->model.context_length, "n_layer", cfg->model.n_layer,
+                                "n_head", cfg->model.n_head, "n_embd", cfg->model.n_embd));
   json_object_set_new(meta, "tokenizer", json_pack("{s:i, s:i, s:s}", "type", (int)tr->tok.type,
                                                    "vocab_size", tr->tok.vocab_size,
                                                    "fingerprint", tr->vocab_fingerprint));

@@ -124,6 +124,25 @@ static int parse_mesh(parser *p, json_t *r, loom_ckpt_meta *m) {
   return 0;
 }
 
+/* Checkpoints before model.padded_vocab_size was recorded: wte's rows in the tensor table they
+ * carry for tools (meta.tensors, or stage 0's under pp > 1); the unpadded vocab_size when
+ * there is none or it is not a sane row count. */
+static int padded_vocab_of_old(json_t *r, const loom_ckpt_meta *m) {
+  json_t *table = json_object_get(r, "tensors");
+  if (m->pp > 1) table = json_object_get(json_array_get(m->stages, 0), "tensors");
+  size_t i;
+  json_t *t;
+  json_array_foreach(table, i, t) {
+    if (!json_is_string(json_object_get(t, "name")) ||
+        strcmp(json_string_value(json_object_get(t, "name")), "wte") != 0)
+      continue;
+    json_t *rows = json_array_get(json_object_get(t, "shape"), 0);
+    json_int_t v = json_is_integer(rows) ? json_integer_value(rows) : 0;
+    return v >= m->model.vocab_size && v <= INT32_MAX ? (int)v : m->model.vocab_size;
+  }
+  return m->model.vocab_size;
+}
+
 static int parse_identity(parser *p, json_t *r, loom_ckpt_meta *m) {
   json_t *mo = object(p, r, "", "model"), *to;
   if (!mo) return -1;
@@ -137,7 +156,12 @@ static int parse_identity(parser *p, json_t *r, loom_ckpt_meta *m) {
       int_in(p, to, "tokenizer.", "vocab_size", 1, INT32_MAX, &m->tokenizer.vocab_size) ||
       str(p, to, "tokenizer.", "fingerprint", 16, &m->tokenizer.fingerprint))
     return -1;
-  return 0;
+  if (!json_object_get(mo, "padded_vocab_size")) {
+    m->model.padded_vocab_size = padded_vocab_of_old(r, m);
+    return 0;
+  }
+  return int_in(p, mo, "model.", "padded_vocab_size", m->model.vocab_size, INT32_MAX,
+                &m->model.padded_vocab_size);
 }
 
 static int parse_data(parser *p, json_t *r, loom_ckpt_meta *m) {

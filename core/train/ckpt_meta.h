@@ -4,7 +4,10 @@
  *
  * Format "loom-checkpoint-2" (JSON object):
  *   step, world_size, dp, tp, pp          ints; stages: [{first_unit, last_unit}] under pp > 1
- *   model {vocab_size, context_length, n_layer, n_head, n_embd}   the resolved model keys
+ *   model {vocab_size, padded_vocab_size, context_length, n_layer, n_head, n_embd}
+ *        the resolved model keys; padded_vocab_size (wte's rows, >= vocab_size) is absent in
+ *        checkpoints before it: then wte's rows in `tensors` (stage 0's under pp > 1), or
+ *        vocab_size (unpadded) where no table says
  *   tokenizer {type, vocab_size, fingerprint}   fingerprint: FNV-1a 64 of the vocabulary file's
  *                                               canonical JSON, 16 hex digits
  *   data {units: "tokens", pattern, seq_len, micro_batch_size, grad_accum_steps, global_batch,
@@ -34,7 +37,7 @@ typedef struct loom_ckpt_meta {
   json_t *root; /* owned; the borrowed pointers below live in it */
   int step, world_size, dp, tp, pp;
   json_t *stages; /* pp > 1: array of pp objects with int first_unit, last_unit; else NULL */
-  struct { int vocab_size, context_length, n_layer, n_head, n_embd; } model;
+  struct { int vocab_size, padded_vocab_size, context_length, n_layer, n_head, n_embd; } model;
   struct { int type, vocab_size; const char *fingerprint; } tokenizer;
   struct {
     const char *pattern, *shard;

@@ -123,23 +123,36 @@ static uint64_t grad_bucket_set_max(const gpt_model *m, uint64_t cap, uint64_t N
   return peak;
 }
 
-/* ddp's split of the tied embedding's all-reduce (plugins/parallel/ddp/ddp.c, split_possible):
- * the rows its buffers hold (N*B*T: every rank's token ids of a micro-batch), or 0 where ddp
- * does not split. It splits with overlap on, more than one data-parallel rank, fp32 gradients
- * and communication, no tensor or pipeline split, wte unpadded (V rows), and "split_embedding"
- * true, or "auto" (the default) with wte at least half of the parameters. Its buffers, all
- * LOOM_MEM_COMM, allocated at the first synchronising backward and kept: ids_dev (N*B*T int32),
- * rows_kept and rows_enc (N*B*T rows of C floats each). */
-static uint64_t ddp_split_rows(const loom_config *cfg, const loom_estimate *e,
-                               const gpt_model *m) {
-  int i = 0;
-  while (i < e->n_plugins && strcmp(e->plugins[i].name, "ddp") != 0) i++;
-  if (i == e->n_plugins || e->stage != 0 || e->world <= 1 || e->tp > 1 || e->pp > 1) return 0;
+/* The plugin that owns data-parallel gradient sync with no sharding role (ddp's role), or -1.
+ * Found by its caps, never its name (a plugin may be named by path, or be another build): the
+ * estimate accounts the role as the reference plugin implements it, as it accounts ZeRO's
+ * buckets by the sharding roles, with the same options ("communication_data_type",
+ * "overlap", "split_embedding"; docs/abi.md, "Roles"). The host refuses two sync owners. */
+static int plain_sync_owner(const loom_estimate *e) {
+  const uint64_t shard = LOOM_PAR_CAP_SHARD_OPTIM | LOOM_PAR_CAP_SHARD_GRADS |
+                         LOOM_PAR_CAP_SHARD_PARAMS;
+  for (int i = 0; i < e->n_plugins; i++)
+    if ((e->plugins[i].caps & LOOM_PAR_CAP_GRAD_SYNC) && !(e->plugins[i].caps & shard)) return i;
+  return -1;
+}
+
+/* The split of the tied embedding's all-reduce by the plain sync owner (plugins/parallel/ddp/
+ * ddp.c, split_blocker and split_decide): the rows its buffers hold (N*B*T: every rank's token
+ * ids of a micro-batch), or 0 where it does not split. It splits with overlap on, more than one
+ * data-parallel rank, fp32 gradients and communication, no tensor or pipeline split (wte, padded
+ * or not, is the first tensor), and "split_embedding" true, or "auto" (the default) with wte at
+ * least half of the parameters. Its buffers, all LOOM_MEM_COMM, allocated at the first
+ * synchronising backward and kept: ids_dev (N*B*T int32), rows_kept and rows_enc (N*B*T rows of
+ * C floats each). */
+static uint64_t split_embedding_rows(const loom_config *cfg, const loom_estimate *e,
+                                     const gpt_model *m) {
+  int i = plain_sync_owner(e);
+  if (i < 0 || e->stage != 0 || e->world <= 1 || e->tp > 1 || e->pp > 1) return 0;
   if (e->sync16 || e->grad16) return 0; /* 16-bit gradients or communication */
   const json_t *o = cfg->parallel[i].options;
   if (o && json_is_false(json_object_get(o, "overlap"))) return 0;
   const uint64_t wte = (uint64_t)gpt_vocab_rows(&m->cfg) * (uint64_t)m->cfg.n_embd;
-  if (gpt_vocab_rows(&m->cfg) != m->cfg.vocab_size || m->first_unit != 0) return 0;
+  if (m->first_unit != 0) return 0;
   const json_t *split = o ? json_object_get(o, "split_embedding") : NULL;
   if (json_is_false(split) || (!json_is_true(split) && 2 * wte < e->psi)) return 0;
   return (uint64_t)e->world * (uint64_t)e->micro_batch * (uint64_t)e->seq_len;
@@ -297,8 +310,8 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     e->bytes[LOOM_MEM_COMM] += 2 * 4 * (shard < 8192 ? (shard ? shard : 1) : 8192);
     append(e->formula[LOOM_MEM_COMM], 64, " + fp32 scratch");
   }
-  /* ddp's split embedding all-reduce (ddp.c): every rank's token ids and two row buffers */
-  e->split_rows = ddp_split_rows(cfg, e, m);
+  /* the split embedding all-reduce (ddp.c): every rank's token ids and two row buffers */
+  e->split_rows = split_embedding_rows(cfg, e, m);
   if (e->split_rows) {
     e->bytes[LOOM_MEM_COMM] += e->split_rows * (4 + 8 * (uint64_t)e->n_embd);
     append(e->formula[LOOM_MEM_COMM], 64, " + split wte N*B*T*(4+8C)");
@@ -419,6 +432,13 @@ static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_esti
              k, e->micro_batch, e->seq_len, e->act_recompute ? " + recompute" : "");
     snprintf(e->formula[LOOM_MEM_OTHER], 64, "%d x tokens 2*4*B*T", k);
   }
+  /* a padded vocabulary's logits mask (gpt.c: Vp floats, -inf on the padded columns), once,
+   * on the stage that holds the head */
+  const uint64_t Vp = (uint64_t)gpt_vocab_rows(&m->cfg);
+  if (Vp > (uint64_t)m->cfg.vocab_size && m->last_unit == e->n_layer + 1) {
+    e->bytes[LOOM_MEM_OTHER] += 4 * Vp;
+    append(e->formula[LOOM_MEM_OTHER], 64, " + 4Vp logits mask");
+  }
   const int tied = P > 1 && (s == 0 || s == last);
   if (tied) { /* the tied wte's gradient buffer of the sum (trainer.c: emb_buf) */
     e->bytes[LOOM_MEM_COMM] += 4 * VC;
@@ -531,14 +551,12 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   }
   decide_roles(e);
   /* ddp-like gradient sync (no sharding role) reduces in the compute dtype unless told fp32 */
-  for (int i = 0; i < rt->n_parallel && e->dtype != LOOM_F32; i++) {
-    uint64_t c = e->plugins[i].caps, shard = LOOM_PAR_CAP_SHARD_OPTIM |
-                                             LOOM_PAR_CAP_SHARD_GRADS | LOOM_PAR_CAP_SHARD_PARAMS;
-    json_t *cdt = cfg->parallel[i].options
-                      ? json_object_get(cfg->parallel[i].options, "communication_data_type")
+  int sync = plain_sync_owner(e);
+  if (sync >= 0 && e->dtype != LOOM_F32) {
+    json_t *cdt = cfg->parallel[sync].options
+                      ? json_object_get(cfg->parallel[sync].options, "communication_data_type")
                       : NULL;
-    if ((c & LOOM_PAR_CAP_GRAD_SYNC) && !(c & shard))
-      e->sync16 = !(json_is_string(cdt) && strcmp(json_string_value(cdt), "fp32") == 0);
+    e->sync16 = !(json_is_string(cdt) && strcmp(json_string_value(cdt), "fp32") == 0);
   }
   /* real 16-bit storage (ABI 1.4): under bf16/fp16 when every parallel plugin declares it
    * handles it, the host's rule (docs/mixed_precision.md, "Storage"); otherwise fp32 buffers

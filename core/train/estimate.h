@@ -29,7 +29,8 @@
  * prefetch (the sharding plugin's "prefetch" option, off unless true) the largest pair of
  * neighbouring units. Activations are the exact pool gpt.c allocates for (micro_batch_size,
  * seq_len) (gpt_activation_bytes) under the activation_checkpointing policy, plus once its
- * recompute scratch (gpt_recompute_bytes), "other" the two token buffers. Communication buffers follow
+ * recompute scratch (gpt_recompute_bytes), "other" the two token buffers (and a padded
+ * vocabulary's 4Vp-byte logits mask on the stage with the head). Communication buffers follow
  * the sharding plugin's working set: ZeRO-1's reduce-scatter scratch (4Ψ/N), ZeRO-2/3's
  * gradient buckets of whole units (reduce_bucket_size, default 2^20 elements; exact when the
  * reductions block, an upper bound when one overlaps the next bucket's backward). Every

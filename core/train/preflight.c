@@ -145,8 +145,32 @@ static int check_model(loom_runtime *rt, char *err, size_t errlen) {
   return 0;
 }
 
+/* init_from as train treats it (trainer.c's open_init_from): ignored when the run resumes
+ * from a checkpoint (resume wins: train does not open the file), else opened with every
+ * tensor's shape checked. `start` gets train's start-up line for the case. */
+static int check_init_from(const loom_config *cfg, int resume_step, char *start,
+                           size_t startlen, char *err, size_t errlen) {
+  const char *path = cfg->init_from.path;
+  if (resume_step > 0 && path[0]) {
+    snprintf(start, startlen, "init_from %s ignored: resuming from the checkpoint of step %d "
+             "(resume wins)", path, resume_step);
+    return 0;
+  }
+  if (resume_step > 0) {
+    snprintf(start, startlen, "resuming from the checkpoint of step %d", resume_step);
+    return 0;
+  }
+  if (!path[0]) return 0;
+  loom_model_file *init = NULL;
+  if (loom__init_from_open(cfg, &init, err, errlen) != 0) return -1;
+  loom__model_file_close(init);
+  snprintf(start, startlen, "parameters initialised from %s (%s)", path, cfg->init_from.format);
+  return 0;
+}
+
 int loom_preflight(const char *config_path, const char *const *overrides, int n_overrides,
-                   int world, char *err, size_t errlen) {
+                   int world, char *start, size_t startlen, char *err, size_t errlen) {
+  if (startlen) start[0] = '\0';
   if (world < 1) return fail(err, errlen, "--world: expected an integer >= 1, got %d", world);
   loom_config *cfg = calloc(1, sizeof *cfg);
   loom_runtime *rt = calloc(1, sizeof *rt);
@@ -176,9 +200,6 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
   if (loom_config_check_batch(cfg, rt->mesh.dp, err, errlen) != 0) goto out;
   if (check_model(rt, err, errlen) != 0) goto out;
   if (check_data(cfg, rt->mesh.dp, err, errlen) != 0) goto out;
-  loom_model_file *init = NULL; /* init_from: the file opened, every tensor's shape checked */
-  if (loom__init_from_open(cfg, &init, err, errlen) != 0) goto out;
-  loom__model_file_close(init);
   if (cfg->logging.metrics[0] && loom__check_output_path(cfg->logging.metrics, e, sizeof e)) {
     fail(err, errlen, "%s: logging.metrics: %s", cfg->path, e);
     goto out;
@@ -190,7 +211,11 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
     fail(err, errlen, "%s: data.vocab: %s", cfg->path, e);
     goto out;
   }
-  if (loom__ckpt_preflight(rt, &tok, err, errlen) != 0) goto out;
+  int resume_step = 0;
+  if (loom__ckpt_preflight(rt, &tok, &resume_step, err, errlen) != 0) goto out;
+  /* init_from after the checkpoint, as train decides it: only a run that does not resume
+   * opens the file (a bad file then fails after create(), as it does in train) */
+  if (check_init_from(cfg, resume_step, start, startlen, err, errlen) != 0) goto out;
   rc = 0;
 out:
   loom_tokenizer_free(&tok);

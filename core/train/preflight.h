@@ -33,8 +33,13 @@ int loom__data_open(const loom_config *cfg, int dp, loom_run_data *d, char *err,
                     size_t errlen);
 void loom__data_close(loom_run_data *d);
 
-/* Returns 0, or -1 with one line in err (the message train would print, minus its prefix). */
+/* Returns 0, or -1 with one line in err (the message train would print, minus its prefix).
+ * On success `start` (startlen bytes) says where the run's parameters would come from, as
+ * train says it at start-up: "init_from PATH ignored: resuming from the checkpoint of step N
+ * (resume wins)", "resuming from the checkpoint of step N", "parameters initialised from PATH
+ * (FORMAT)", or "" for the seed's initialisation. init_from's file is opened and checked only
+ * when train would open it: a run that resumes ignores it (trainer.c's open_init_from). */
 int loom_preflight(const char *config_path, const char *const *overrides, int n_overrides,
-                   int world, char *err, size_t errlen);
+                   int world, char *start, size_t startlen, char *err, size_t errlen);
 
 #endif

@@ -9,7 +9,8 @@
 # vocabulary (fortunes_gpt2's V 50257 / Vp 50304) exports its V real rows, round trips bitwise
 # through a config of another padding, and trains from the file on the tagged device bitwise
 # like the CPU device, its padded rows zero; the refusals (another model's file, a wrong shape) name the
-# tensor or dimension and both values; a resumed run ignores init_from.
+# tensor or dimension and both values; a resumed run ignores init_from, and `loom check` says so
+# instead of opening the file.
 # Vocabulary 300 (not a multiple of 128): llm.c's file pads it to 384 rows.
 . "$(dirname "$0")/lib.sh"
 make_data
@@ -203,6 +204,23 @@ grep -q "init_from $WORK/no-such-file.safetensors ignored: resuming from the che
   "$WORK/resume.log" || { cat "$WORK/resume.log"; die "resume did not say init_from was ignored"; }
 grep -q '"init_from"' "$WORK/init1/ckpt/step-00000005/manifest.json" ||
   die "the resumed run's checkpoint lost the init_from record"
+# loom check follows the same rule: with a checkpoint to resume from it does not open the
+# missing file and says resume wins; without one (a fresh checkpoint dir) it refuses the file
+CK=(--set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin"
+    --set "data.vocab=$WORK/data/vocab.json" --set 'parallel=[]'
+    --set "init_from={\"path\":\"$WORK/no-such-file.safetensors\"}")
+"$LOOM" check "$LOOM_SRC/configs/tiny.json" $V "${CK[@]}" \
+  --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/init1/ckpt\"}" \
+  >"$WORK/check.log" 2>&1 || { cat "$WORK/check.log" >&2; die "loom check opened init_from on resume"; }
+grep -q "init_from $WORK/no-such-file.safetensors ignored: resuming from the checkpoint of step 5 (resume wins)" \
+  "$WORK/check.log" || { cat "$WORK/check.log"; die "loom check did not say resume wins"; }
+cat "$WORK/check.log"
+if "$LOOM" check "$LOOM_SRC/configs/tiny.json" $V "${CK[@]}" \
+  --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/fresh_ckpt\"}" \
+  >"$WORK/check.log" 2>&1; then die "loom check accepted a missing init_from with nothing to resume"; fi
+grep -q "init_from.path: .*no-such-file.safetensors" "$WORK/check.log" ||
+  { cat "$WORK/check.log"; die "loom check's refusal does not name init_from.path"; }
+echo "refused: $(tail -1 "$WORK/check.log")"
 
 # 5. refusals, before training, naming what differs
 expect_fail() { # expect_fail NEEDLE CONFIG|--train ARGS...

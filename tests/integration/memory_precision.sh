@@ -16,8 +16,8 @@
 # any rank's peak in any category exceeds the estimate.
 #
 # Plus ddp's split embedding all-reduce (on where wte holds at least half of the parameters): the
-# tiny model with vocab 4096 on 2 fp32 ranks, its comm buffers measured = estimate = N*B*T*(4+8C)
-# on every rank, and each step's traffic = the dense all-reduce + the ids' all-gather + whole
+# tiny model with vocab 4096 (and 4000 padded to 4096, ddp.so copied and named by path) on 2
+# fp32 ranks, its comm buffers measured = estimate = N*B*T*(4+8C) on every rank, and each step's traffic = the dense all-reduce + the ids' all-gather + whole
 # token rows, within the estimate's bound.
 #
 # Shape (one function per strategy, each adding runs to RUNS as NAME:STRATEGY:N:PRECISION:ACCUM,
@@ -56,8 +56,13 @@ strategy_ddp() {
 # of the parameters, as with a GPT-2 vocabulary; here the tiny model with vocab 4096 (wte 131072
 # of 158592 parameters). Its buffers (every rank's token ids and two row buffers, N*B*T*(4+8C)
 # bytes) are comm: measured = estimate, on every rank.
+# The estimate finds the splitting plugin by its role, not its name: the second run names a copy
+# of ddp.so by path, with a padded vocabulary (4000 -> 4096 rows: ddp splits a padded wte too).
 strategy_ddp_split() {
   mem_run ddp_split_fp32_n2 ddp_split 2 fp32 1 '[{"plugin":"ddp"}]' --set model.vocab_size=4096
+  cp "$LOOM_BUILD/lib/loom/plugins/ddp.so" "$WORK/dp_sync.so"
+  mem_run ddp_split_pad_n2 ddp_split 2 fp32 1 "[{\"plugin\":\"$WORK/dp_sync.so\"}]" \
+    --set model.vocab_size=4000 --set model.padded_vocab_size=4096
 }
 
 strategy_ddp
@@ -76,7 +81,7 @@ def psi_of(V):
 
 
 psi = psi_of(V)
-V_SPLIT = 4096  # strategy_ddp_split's vocabulary
+V_SPLIT = 4096  # strategy_ddp_split's vocabulary (wte's rows: padded_vocab_size in its 2nd run)
 B_MICRO, SEQ = 2, json.load(open(cfg_path))["train"]["seq_len"]  # mem_run's micro-batch
 
 

@@ -5,7 +5,8 @@
 #  - a 2-rank checkpoint resumed on 1 rank: global batch and world size reported old -> new;
 #  - seq_len 64 -> 32: the token stream continues exactly (no token read twice or skipped),
 #    proven by the per-sequence trace of LOOM_DATA_TRACE;
-#  - another model key or vocabulary: refused before training, naming old and new values.
+#  - another model key (model.padded_vocab_size too, also by loom check) or vocabulary: refused
+#    before training, naming old and new values.
 . "$(dirname "$0")/lib.sh"
 make_data
 
@@ -132,6 +133,22 @@ if resume 1 heads out2.log --set model.n_head=4; then die "model.n_head 2 -> 4 w
 grep -q "model.n_head was 2, this run has 4" "$WORK/heads/out2.log" ||
   { cat "$WORK/heads/out2.log"; die "the model change is not named"; }
 grep -q "^step " "$WORK/heads/out2.log" && die "it trained before refusing"
+fork base padded # another padding of the same vocabulary: wte's row count; check refuses it too
+if resume 1 padded out2.log --set model.padded_vocab_size=320; then
+  die "model.padded_vocab_size 256 -> 320 was accepted"; fi
+grep -q "model.padded_vocab_size was 256, this run has 320" "$WORK/padded/out2.log" ||
+  { cat "$WORK/padded/out2.log"; die "the padding change is not named"; }
+grep -q "^step " "$WORK/padded/out2.log" && die "it trained before refusing"
+if "$LOOM" check "$LOOM_SRC/configs/tiny.json" --set model.padded_vocab_size=320 \
+    --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
+    --set "data.vocab=$WORK/data/vocab.json" \
+    --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/padded/ckpt\"}" \
+    >"$WORK/check.log" 2>&1; then die "loom check accepted another padding"; fi
+grep -q "model.padded_vocab_size was 256, this run has 320" "$WORK/check.log" ||
+  { cat "$WORK/check.log"; die "loom check does not name the padding change"; }
+/usr/bin/python3 -c 'import json,sys; m = json.load(open(sys.argv[1]))["meta"]["model"]
+sys.exit(m.get("padded_vocab_size") != 256)' "$WORK/base/ckpt/step-00000020/manifest.json" ||
+  die "the checkpoint does not record model.padded_vocab_size"
 fork base vocab
 printf '{"type": "byte", "vocab_size": 256, "_note": "another vocabulary"}\n' >"$WORK/vocab2.json"
 if resume 1 vocab out2.log --set "data.vocab=$WORK/vocab2.json"; then

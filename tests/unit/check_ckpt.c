@@ -19,6 +19,7 @@
 #include "device/device.h"
 #include "model/gpt.h"
 #include "util/rng.h"
+#include "support/check_suite.h"
 
 /* 3 blocks so that "every 2" checkpoints blocks 0 and 2 and keeps block 1 whole; T = 8 makes
  * the attention probabilities (B,NH,T,T) larger than a (B,T,C) tensor, as in real models. */
@@ -289,8 +290,7 @@ START_TEST(test_bad_policy) {
 END_TEST
 
 static Suite *ckpt_suite(void) {
-  Suite *s = suite_create("activation_checkpointing");
-  struct { const char *name; const TTest *fn; } cases[] = {
+  const check_case cases[] = {
       {"bitwise_whole_model", test_bitwise_whole_model},
       {"bitwise_tp_local_shapes", test_bitwise_tp_local_shapes},
       {"bitwise_two_in_flight", test_bitwise_two_in_flight},
@@ -300,20 +300,9 @@ static Suite *ckpt_suite(void) {
       {"memory_drops", test_memory_drops},
       {"bad_policy", test_bad_policy},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    TCase *tc = tcase_create(cases[i].name);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, cases[i].fn);
-    suite_add_tcase(s, tc);
-  }
-  return s;
+  return check_case_suite("activation_checkpointing", CHECK_CASES(cases), setup, teardown, 0);
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(ckpt_suite());
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(ckpt_suite(), CK_FORK);
 }

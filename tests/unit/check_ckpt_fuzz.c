@@ -4,12 +4,11 @@
  * load), never a crash, a hang or a sanitizer report; a changed byte anywhere must be reported
  * as corruption.
  *
- * The checkpoint plugin's source is compiled into this test with a small fake host (one rank,
- * host memory as "device" memory), so thousands of mutations run in-process in seconds. The
+ * The checkpoint plugin's source is compiled into this test with a small fake host
+ * (support/ckpt_fake_host.h: one rank, host memory as "device" memory), so thousands of mutations run in-process in seconds. The
  * generator is seeded with a fixed value: every run tries the same inputs. */
 #define _GNU_SOURCE
 #include <check.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,67 +19,9 @@
 #include "../../plugins/checkpoint/checkpoint/manifest.c"
 #include "../../plugins/checkpoint/checkpoint/slice.c"
 #include "train/ckpt_meta.h"
+#include "support/check_suite.h"
+#include "support/ckpt_fake_host.h"
 #include "support/test_dir.h"
-
-/* ---- the fake host: one rank, options from a struct, errors into a buffer ---- */
-struct loom_host {
-  char error[1024];
-  int warnings;
-};
-struct loom_options {
-  const char *dir;
-};
-
-static void h_log(loom_host *h, loom_log_level level, const char *fmt, ...) {
-  (void)fmt;
-  if (level <= LOOM_LOG_WARN) h->warnings++;
-}
-static void h_set_error(loom_host *h, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(h->error, sizeof h->error, fmt, ap);
-  va_end(ap);
-}
-static int h_opt_int(loom_host *h, const loom_options *o, const char *key, int64_t dflt,
-                     int64_t min, int64_t max, int64_t *out) {
-  (void)h, (void)o, (void)key, (void)min, (void)max;
-  *out = dflt;
-  return LOOM_OK;
-}
-static int h_opt_bool(loom_host *h, const loom_options *o, const char *key, int dflt, int *out) {
-  (void)h, (void)o, (void)key;
-  *out = dflt;
-  return LOOM_OK;
-}
-static int h_opt_string(loom_host *h, const loom_options *o, const char *key, const char *dflt,
-                        const char **out) {
-  (void)h, (void)dflt;
-  *out = strcmp(key, "dir") == 0 ? o->dir : dflt;
-  return LOOM_OK;
-}
-static int h_opt_check_keys(loom_host *h, const loom_options *o, const char *const *allowed) {
-  (void)h, (void)o, (void)allowed;
-  return LOOM_OK;
-}
-static int h_rank(loom_host *h, loom_axis a) { (void)h, (void)a; return 0; }
-static int h_size(loom_host *h, loom_axis a) { (void)h, (void)a; return 1; }
-static loom_comm *h_comm(loom_host *h, loom_axis a) { (void)h, (void)a; return NULL; }
-static void d_copy(void *ctx, void *dst, const void *src, size_t bytes) {
-  (void)ctx;
-  memcpy(dst, src, bytes);
-}
-static loom_device_v1 g_dev = {.to_host = d_copy, .from_host = d_copy};
-static const loom_device_v1 *h_device(loom_host *h, void **ctx) {
-  (void)h;
-  *ctx = NULL;
-  return &g_dev;
-}
-static const loom_host_api_v1 g_api = {
-  .struct_size = sizeof(loom_host_api_v1), .log = h_log, .set_error = h_set_error,
-  .opt_int = h_opt_int, .opt_bool = h_opt_bool, .opt_string = h_opt_string,
-  .opt_check_keys = h_opt_check_keys, .rank = h_rank, .size = h_size, .comm = h_comm,
-  .device = h_device,
-};
 
 /* ---- a checkpoint to mutate ---- */
 enum { N_PARAMS = 1000, N_HALF = 500, BLOB = 64, STEP = 5 };
@@ -105,12 +46,7 @@ static char *path_of(const char *name) {
   return p;
 }
 
-static void *create_ckpt(void) {
-  loom_options o = {.dir = g_dir};
-  void *ctx = NULL;
-  ck_assert_int_eq(loom_plugin_v1.create(&g_api, &g_host, &o, &ctx), LOOM_OK);
-  return ctx;
-}
+static void *create_ckpt(void) { return ckpt_fake_create(&loom_plugin_v1, &g_host, g_dir); }
 
 /* items: the whole params, and optim.m/v each as two chunks (what a 2-way ZeRO shard has) */
 static int make_items(loom_ckpt_item_v1 *it, float *p, float *m, float *v) {
@@ -501,6 +437,46 @@ START_TEST(meta_mutations_never_crash) {
 }
 END_TEST
 
+/* model.padded_vocab_size: recorded, or (checkpoints before it) wte's rows in the tensor
+ * table, or unpadded; a value below vocab_size is refused by name. */
+static int padded_of(void (*edit)(json_t *meta), char *err, size_t errlen) {
+  char *text = valid_meta();
+  json_t *meta = json_loads(text, 0, NULL);
+  free(text);
+  edit(meta);
+  text = json_dumps(meta, 0);
+  json_decref(meta);
+  loom_ckpt_meta m;
+  int rc = loom__ckpt_meta_parse(text, &m, err, errlen);
+  free(text);
+  if (rc != 0) return -1;
+  int v = m.model.padded_vocab_size;
+  loom__ckpt_meta_free(&m);
+  return v;
+}
+static void no_edit(json_t *meta) { (void)meta; }
+static void record_320(json_t *meta) {
+  json_object_set_new(json_object_get(meta, "model"), "padded_vocab_size", json_integer(320));
+}
+static void record_100(json_t *meta) {
+  json_object_set_new(json_object_get(meta, "model"), "padded_vocab_size", json_integer(100));
+}
+static void old_table_320(json_t *meta) { /* a checkpoint before the key: its tensor table */
+  json_object_set_new(meta, "tensors",
+                      json_pack("[{s:s, s:[i, i]}, {s:s, s:[i, i]}]", "name", "wpe", "shape", 64,
+                                32, "name", "wte", "shape", 320, 32));
+}
+
+START_TEST(meta_padded_vocab_size) {
+  char err[512] = "";
+  ck_assert_int_eq(padded_of(no_edit, err, sizeof err), 256); /* absent, no table: unpadded */
+  ck_assert_int_eq(padded_of(record_320, err, sizeof err), 320);
+  ck_assert_int_eq(padded_of(old_table_320, err, sizeof err), 320);
+  ck_assert_int_eq(padded_of(record_100, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "model.padded_vocab_size: expected an integer in [256, "), "%s", err);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ckpt_fuzz");
   TCase *tc = tcase_create("fuzz");
@@ -513,14 +489,11 @@ static Suite *suite(void) {
   tcase_add_test(tc, fifos_never_block);
   tcase_add_test(tc, newest_verified_checkpoint_wins);
   tcase_add_test(tc, meta_mutations_never_crash);
+  tcase_add_test(tc, meta_padded_vocab_size);
   suite_add_tcase(s, tc);
   return s;
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return check_run_suite(suite(), CK_FORK_GETENV);
 }

@@ -9,11 +9,10 @@
  *  - what cannot load is refused with a message: a range no chunk covers, chunks that
  *    overlap (a replica written twice), another global shape, a slice descriptor that does
  *    not describe its item.
- * The plugin's source is compiled in with a one-rank fake host (as check_ckpt_fuzz.c): one rank
- * writes the chunks of every simulated rank. */
+ * The plugin's source is compiled in with a one-rank fake host (support/ckpt_fake_host.h):
+ * one rank writes the chunks of every simulated rank. */
 #define _GNU_SOURCE
 #include <check.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,76 +20,16 @@
 #include "../../plugins/checkpoint/checkpoint/checkpoint.c"
 #include "../../plugins/checkpoint/checkpoint/manifest.c"
 #include "../../plugins/checkpoint/checkpoint/slice.c"
+#include "support/check_suite.h"
+#include "support/ckpt_fake_host.h"
 #include "support/test_dir.h"
-
-/* ---- the fake host: one rank, host memory as device memory ---- */
-struct loom_host {
-  char error[1024];
-};
-struct loom_options {
-  const char *dir;
-};
-static void h_log(loom_host *h, loom_log_level level, const char *fmt, ...) {
-  (void)h, (void)level, (void)fmt;
-}
-static void h_set_error(loom_host *h, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(h->error, sizeof h->error, fmt, ap);
-  va_end(ap);
-}
-static int h_opt_int(loom_host *h, const loom_options *o, const char *key, int64_t dflt,
-                     int64_t min, int64_t max, int64_t *out) {
-  (void)h, (void)o, (void)key, (void)min, (void)max;
-  *out = dflt;
-  return LOOM_OK;
-}
-static int h_opt_bool(loom_host *h, const loom_options *o, const char *key, int dflt, int *out) {
-  (void)h, (void)o, (void)key;
-  *out = dflt;
-  return LOOM_OK;
-}
-static int h_opt_string(loom_host *h, const loom_options *o, const char *key, const char *dflt,
-                        const char **out) {
-  (void)h;
-  *out = strcmp(key, "dir") == 0 ? o->dir : dflt;
-  return LOOM_OK;
-}
-static int h_opt_check_keys(loom_host *h, const loom_options *o, const char *const *allowed) {
-  (void)h, (void)o, (void)allowed;
-  return LOOM_OK;
-}
-static int h_rank(loom_host *h, loom_axis a) { (void)h, (void)a; return 0; }
-static int h_size(loom_host *h, loom_axis a) { (void)h, (void)a; return 1; }
-static loom_comm *h_comm(loom_host *h, loom_axis a) { (void)h, (void)a; return NULL; }
-static void d_copy(void *ctx, void *dst, const void *src, size_t bytes) {
-  (void)ctx;
-  memcpy(dst, src, bytes);
-}
-static loom_device_v1 g_dev = {.to_host = d_copy, .from_host = d_copy};
-static const loom_device_v1 *h_device(loom_host *h, void **ctx) {
-  (void)h;
-  *ctx = NULL;
-  return &g_dev;
-}
-static const loom_host_api_v1 g_api = {
-  .struct_size = sizeof(loom_host_api_v1), .log = h_log, .set_error = h_set_error,
-  .opt_int = h_opt_int, .opt_bool = h_opt_bool, .opt_string = h_opt_string,
-  .opt_check_keys = h_opt_check_keys, .rank = h_rank, .size = h_size, .comm = h_comm,
-  .device = h_device,
-};
 
 static char g_dir[256];
 static loom_host g_host;
 static void setup(void) { test_dir_make(g_dir, sizeof g_dir, "loom-reshard"); }
 static void teardown(void) { test_dir_remove(g_dir); }
 
-static void *create_ckpt(void) {
-  loom_options o = {.dir = g_dir};
-  void *ctx = NULL;
-  ck_assert_int_eq(loom_plugin_v1.create(&g_api, &g_host, &o, &ctx), LOOM_OK);
-  return ctx;
-}
+static void *create_ckpt(void) { return ckpt_fake_create(&loom_plugin_v1, &g_host, g_dir); }
 
 /* ---- the tensors: GPT's four kinds of placement (C = 8) ---- */
 typedef struct tensor {
@@ -347,23 +286,12 @@ START_TEST(test_refusals) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("ckpt_reshard");
-  struct { const char *name; const TTest *fn; } cases[] = {
+  const check_case cases[] = {
       {"every_slicing_pair", test_every_slicing_pair},
       {"runs_match_formula", test_runs_match_formula},
       {"invalid_slices", test_invalid_slices},
       {"refusals", test_refusals},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    TCase *tc = tcase_create(cases[i].name);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, cases[i].fn);
-    tcase_set_timeout(tc, 120);
-    suite_add_tcase(s, tc);
-  }
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  Suite *s = check_case_suite("ckpt_reshard", CHECK_CASES(cases), setup, teardown, 120);
+  return check_run_suite(s, CK_FORK_GETENV);
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "support/check_suite.h"
 
 static loom_config cfg;
 static char err[2048];
@@ -1008,9 +1009,5 @@ static Suite *config_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(config_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(config_suite(), CK_FORK_GETENV);
 }

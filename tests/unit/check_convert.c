@@ -20,6 +20,7 @@
 
 #include "device/cpu_kernels.h"
 #include "device/device.h"
+#include "support/check_suite.h"
 
 #define SWEEP_STRIDE 61u
 
@@ -192,10 +193,5 @@ static Suite *convert_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(convert_suite());
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return check_run_suite(convert_suite(), CK_FORK);
 }

@@ -17,6 +17,7 @@
 
 #include "device/device.h"
 #include "runtime/loader.h"
+#include "support/check_suite.h"
 
 #define CUDA_SO LOOM_TEST_BUILD_DIR "/lib/loom/plugins/cuda.so"
 
@@ -80,7 +81,7 @@ START_TEST(exports_only_the_entry_symbol) {
 END_TEST
 
 /* ---- the kernels documented as bitwise the CPU device's (docs/architecture.md, "The CUDA
- * device": the CPU's expressions in its order, no FMA contraction) ---- */
+ * device and NCCL": the CPU's expressions in its order, no FMA contraction) ---- */
 
 typedef struct bench {
   const loom_device_v1 *dut; /* device under test */
@@ -394,10 +395,6 @@ int main(void) {
   printf("check_cuda_plugin: skipped: built without a CUDA toolkit, so there is no cuda.so\n");
   return 77;
 #else
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(suite(), CK_FORK_GETENV);
 #endif
 }

@@ -50,6 +50,7 @@ int cuda_check(cuda_ctx *c, cudaError_t rc, const char *what) {
 }
 
 #include "../../plugins/device/cuda/cuda_alloc.c"
+#include "support/check_suite.h"
 
 static cuda_ctx ctx;
 
@@ -180,10 +181,6 @@ int main(void) {
   tcase_add_test(tc, out_of_memory_releases_the_cache);
   tcase_add_test(tc, scratch_only_grows);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(s, CK_FORK_GETENV);
 #endif
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "data/shards.h"
+#include "support/check_suite.h"
 #include "support/test_dir.h"
 
 static char g_dir[256], g_err[1024];
@@ -127,9 +128,5 @@ int main(void) {
   tcase_add_test(tc, halving_T_continues_at_the_same_token);
   tcase_add_test(tc, other_T_skips_to_the_next_start_and_says_how_far);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return check_run_suite(s, CK_FORK_GETENV);
 }

@@ -13,6 +13,7 @@
 
 #include "device/device.h"
 #include "runtime/device_open.h"
+#include "support/check_suite.h"
 
 static void clear_env(void) {
   unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
@@ -113,9 +114,5 @@ static Suite *device_open_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(device_open_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(device_open_suite(), CK_FORK_GETENV);
 }

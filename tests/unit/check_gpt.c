@@ -22,6 +22,7 @@
 #include "gpt_path.h"
 #include "model/gpt.h"
 #include "util/rng.h"
+#include "support/check_suite.h"
 
 static const gpt_config tiny = {
     .vocab_size = 17, .max_seq_len = 8, .n_layer = 2, .n_head = 2, .n_embd = 8};
@@ -762,8 +763,7 @@ START_TEST(test_padded_vocab_init) {
 END_TEST
 
 static Suite *gpt_suite(void) {
-  Suite *s = suite_create("gpt");
-  struct { const char *name; const TTest *fn; } cases[] = {
+  const check_case cases[] = {
       {"fd_model", test_fd_model},
       {"accum_half_dloss", test_accum_half_dloss},
       {"accum_batch_split", test_accum_batch_split},
@@ -778,21 +778,9 @@ static Suite *gpt_suite(void) {
       {"padded_vocab", test_padded_vocab},
       {"padded_vocab_init", test_padded_vocab_init},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    TCase *tc = tcase_create(cases[i].name);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, cases[i].fn);
-    suite_add_tcase(s, tc);
-  }
-  return s;
+  return check_case_suite("gpt", CHECK_CASES(cases), setup, teardown, 60);
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(gpt_suite());
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(gpt_suite(), CK_FORK);
 }

@@ -15,6 +15,7 @@
 #include "data/gpt2_pretok.h"
 #include "data/text_sink.h"
 #include "data/tokenizer.h"
+#include "support/check_suite.h"
 #include "support/test_dir.h"
 
 static char g_dir[256], g_err[1024];
@@ -280,27 +281,16 @@ START_TEST(test_text_sink) {
 END_TEST
 
 static Suite *gpt2_suite(void) {
-  Suite *s = suite_create("gpt2_bpe");
-  struct { const char *name; const TTest *fn; } cases[] = {
+  const check_case cases[] = {
       {"merge_rules", test_merge_rules},
       {"any_bytes_round_trip", test_any_bytes_round_trip},
       {"vocab_file_round_trip", test_vocab_file_round_trip},
       {"vocab_file_errors", test_vocab_file_errors},
       {"text_sink", test_text_sink},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    TCase *tc = tcase_create(cases[i].name);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, cases[i].fn);
-    suite_add_tcase(s, tc);
-  }
-  return s;
+  return check_case_suite("gpt2_bpe", CHECK_CASES(cases), setup, teardown, 0);
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(gpt2_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(gpt2_suite(), CK_FORK_GETENV);
 }

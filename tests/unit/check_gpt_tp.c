@@ -19,6 +19,7 @@
 #include "gpt_path.h"
 #include "model/gpt.h"
 #include "util/rng.h"
+#include "support/check_suite.h"
 
 #define MAXTP 4
 static const gpt_config base = {.vocab_size = 19, .max_seq_len = 8, .n_layer = 2, .n_head = 4,
@@ -275,28 +276,15 @@ START_TEST(test_fwd_bwd_tp4) { check_fwd_bwd(4); }
 END_TEST
 
 static Suite *tp_suite(void) {
-  Suite *s = suite_create("gpt_tp");
-  struct { const char *name; const TTest *fn; } cases[] = {
+  const check_case cases[] = {
       {"shapes_tp2", test_shapes_tp2}, {"shapes_tp4", test_shapes_tp4},
       {"refuses_bad_tp", test_refuses_bad_tp}, {"init_tp2", test_init_tp2},
       {"init_tp4", test_init_tp4}, {"fwd_bwd_tp2", test_fwd_bwd_tp2},
       {"fwd_bwd_tp4", test_fwd_bwd_tp4},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    TCase *tc = tcase_create(cases[i].name);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, cases[i].fn);
-    suite_add_tcase(s, tc);
-  }
-  return s;
+  return check_case_suite("gpt_tp", CHECK_CASES(cases), setup, teardown, 60);
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(tp_suite());
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(tp_suite(), CK_FORK);
 }

@@ -26,6 +26,7 @@
 #include "model/gpt.h"
 #include "runtime/elf_check.h"
 #include "runtime/loader.h"
+#include "support/check_suite.h"
 #include "support/test_dir.h"
 
 #define PLUGINS LOOM_TEST_BUILD_DIR "/lib/loom/plugins"
@@ -391,10 +392,5 @@ static Suite *hostile_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(hostile_suite());
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(hostile_suite(), CK_FORK);
 }

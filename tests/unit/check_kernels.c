@@ -20,6 +20,7 @@
 #include "device/device.h"
 #include "fp_tolerance.h"
 #include "util/rng.h"
+#include "support/check_suite.h"
 
 /* Central differences in double of an objective built from fp32 outputs. Error: truncation
  * FD_EPS^2 / 6 times the third derivative (~1e-7 here) plus the rounding of the outputs a
@@ -825,8 +826,7 @@ START_TEST(test_accounting) {
 END_TEST
 
 static Suite *kernels_suite(void) {
-  Suite *s = suite_create("kernels");
-  struct { const char *name; const TTest *fn; } cases[] = {
+  const check_case cases[] = {
       {"encoder", test_encoder},       {"layernorm", test_layernorm},
       {"matmul_bias", test_matmul_bias}, {"matmul_nobias", test_matmul_nobias},
       {"attention", test_attention},   {"gelu", test_gelu},
@@ -838,21 +838,9 @@ static Suite *kernels_suite(void) {
       {"determinism", test_determinism_threads}, {"table", test_table},
       {"options", test_options},       {"accounting", test_accounting},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    TCase *tc = tcase_create(cases[i].name);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, cases[i].fn);
-    suite_add_tcase(s, tc);
-  }
-  return s;
+  return check_case_suite("kernels", CHECK_CASES(cases), setup, teardown, 60);
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(kernels_suite());
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(kernels_suite(), CK_FORK);
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "support/check_suite.h"
 
 #define FIXTURES LOOM_TEST_BUILD_DIR "/tests/fixtures"
 #define PLUGINS LOOM_TEST_BUILD_DIR "/lib/loom/plugins"
@@ -465,9 +466,5 @@ static Suite *loader_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(loader_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(loader_suite(), CK_FORK_GETENV);
 }

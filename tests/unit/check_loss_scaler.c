@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "../../plugins/precision/fp16/loss_scaler.h"
+#include "support/check_suite.h"
 
 /* Feed `pattern` ('o' overflow, '.' clean); returns the first update's error index or -1. */
 static int feed(loom_loss_scaler *s, const char *pattern, int *skips) {
@@ -92,10 +93,5 @@ int main(void) {
   tcase_add_test(tc, consecutive_hysteresis);
   tcase_add_test(tc, fixed_scale);
   suite_add_tcase(su, tc);
-  SRunner *sr = srunner_create(su);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return check_run_suite(su, CK_FORK);
 }

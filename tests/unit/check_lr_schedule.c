@@ -8,6 +8,7 @@
 
 #include "config/config.h"
 #include "train/lr_schedule.h"
+#include "support/check_suite.h"
 
 static const double LR = 1e-3, MIN_LR = 1e-4;
 
@@ -65,9 +66,5 @@ int main(void) {
   tcase_add_test(tc, warmup_and_cosine_ends);
   tcase_add_test(tc, decay_steps_equal_to_warmup_is_accepted);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return check_run_suite(s, CK_FORK_GETENV);
 }

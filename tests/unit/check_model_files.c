@@ -14,6 +14,7 @@
 #include "export/gpt2_layout.h"
 #include "export/model_files.h"
 #include "model/gpt.h"
+#include "support/check_suite.h"
 #include "support/test_dir.h"
 
 /* V 200 pads to 256 in llm.c's file; C 32, 4 heads so tp 2 and tp 4 split them */
@@ -345,9 +346,5 @@ int main(void) {
   tcase_add_test(tc, test_bf16_file);
   tcase_add_test(tc, test_padded_vocab);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(s, CK_FORK_GETENV);
 }

@@ -17,6 +17,7 @@
 #include "monitor/tb_writer.h"
 #include "report/compare_table.h"
 #include "report/run_metrics.h"
+#include "support/check_suite.h"
 #include "support/test_dir.h"
 
 static char g_dir[256];
@@ -285,10 +286,5 @@ static Suite *monitor_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(monitor_suite());
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(monitor_suite(), CK_FORK);
 }

@@ -15,6 +15,7 @@
 
 #include "data/shards.h"
 #include "data/tokenizer.h"
+#include "support/check_suite.h"
 #include "support/test_dir.h"
 
 static char g_dir[256];
@@ -483,10 +484,5 @@ static Suite *shards_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(shards_suite());
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return check_run_suite(shards_suite(), CK_FORK);
 }

@@ -20,6 +20,7 @@
 #include "device/device.h"
 #include "model/gpt.h"
 #include "util/rng.h"
+#include "support/check_suite.h"
 
 static const gpt_config base = {
     .vocab_size = 29, .max_seq_len = 8, .n_layer = 3, .n_head = 4, .n_embd = 16};
@@ -216,27 +217,15 @@ START_TEST(test_init_weights_rounded) {
 END_TEST
 
 static Suite *storage_suite(void) {
-  Suite *s = suite_create("storage16");
-  struct { const char *name; const TTest *fn; } cases[] = {
+  const check_case cases[] = {
       {"whole_model", test_whole_model},
       {"first_stage", test_first_stage},
       {"last_stage", test_last_stage},
       {"init_weights_rounded", test_init_weights_rounded},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    TCase *tc = tcase_create(cases[i].name);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, cases[i].fn);
-    suite_add_tcase(s, tc);
-  }
-  return s;
+  return check_case_suite("storage16", CHECK_CASES(cases), setup, teardown, 0);
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(storage_suite());
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return check_run_suite(storage_suite(), CK_FORK);
 }
