@@ -9,6 +9,7 @@
 #include "../config/config_internal.h"
 #include "export/model_files.h"
 #include "runtime.h"
+#include "plugins.h"
 
 void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const char *file,
                      const char *where, json_t *options) {
@@ -404,6 +405,8 @@ static const int32_t *host_micro_tokens(loom_host *h, size_t *n) {
   return m->inputs;
 }
 
+static int host_grads_predivided(loom_host *h) { return loom__grads_predivided(h->rt); }
+
 static const loom_host_api_v1 host_api = {
   .struct_size = sizeof(loom_host_api_v1),
   .abi_major = LOOM_ABI_MAJOR,
@@ -441,6 +444,7 @@ static const loom_host_api_v1 host_api = {
   .n_micro = host_n_micro,
   .adamw_range_mixed = host_adamw_range_mixed,
   .micro_tokens = host_micro_tokens,
+  .grads_predivided = host_grads_predivided,
 };
 
 const loom_host_api_v1 *loom__host_api(void) { return &host_api; }
