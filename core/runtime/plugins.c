@@ -224,6 +224,14 @@ int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
   return 0;
 }
 
+int loom__grads_predivided(const loom_runtime *rt) {
+  int i = rt->grad_sync_owner;
+  /* the loader zero-filled what a plugin of ABI <= 1.4 lacks: grad_sync reads 0 there; and the
+   * host predivides only where its table tells the plugins so (LOOM_TEST_HOST_MINOR=4: not) */
+  return i >= 0 && rt->mesh.dp > 1 && LOOM_HOST_HAS(loom__host_api(), grads_predivided) &&
+         (rt->parallel[i].u.parallel.grad_sync & LOOM_PAR_GRAD_PREDIVIDED) != 0;
+}
+
 static char *label_for(const loom_plugin_cfg *pc) {
   size_t n = strlen(pc->name) + strlen(pc->json_path) + 4;
   char *s = malloc(n);

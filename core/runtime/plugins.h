@@ -16,6 +16,10 @@ int loom__precision_create(loom_runtime *rt, char *err, size_t errlen);
 /* Call setup() of each parallel plugin (the model exists). */
 int loom__plugins_setup(loom_runtime *rt, char *err, size_t errlen);
 void loom__plugins_destroy(loom_runtime *rt);
+/* 1 when the loss gradient is divided by the data-parallel size (the gradient-sync owner set
+ * LOOM_PAR_GRAD_PREDIVIDED, ABI 1.5, and dp > 1): backward then yields gradient/dp and the sync
+ * sums only. Needs the mesh. What api->grads_predivided answers and the trainer's dloss uses. */
+int loom__grads_predivided(const loom_runtime *rt);
 /* Format the error of parallel plugin i's failed `hook` into err; returns -1. */
 int loom__hook_error(loom_runtime *rt, int i, const char *hook, int rc, char *err,
                      size_t errlen);

@@ -119,7 +119,8 @@ void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const ch
 /* Free what a plugin's handle accumulated (nested options). */
 void loom__host_release(loom_host *h);
 
-/* The host API table (static, one for all plugins). */
+/* The host API table (static, one for all plugins; as a 1.4 host offers it under
+ * LOOM_TEST_HOST_MINOR=4, for the tests of 1.5 plugins on an older host). */
 const loom_host_api_v1 *loom__host_api(void);
 
 /* Rank of this process as the launcher tells it (before MPI is up), 0 when not launched. */

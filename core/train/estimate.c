@@ -74,14 +74,17 @@ static json_t *role_option(const loom_config *cfg, const loom_estimate *e, uint6
  * backward), the other units merged from the head down while a bucket stays within
  * reduce_bucket_size elements. A bucket is filled by its units' backward, then reduce-scattered
  * into a received block (the rank's part of it: its shard [lo, hi) within the bucket, at least
- * one element); both are freed when that completes. With overlap (N > 1 and overlap_comm) one
+ * one element) — on micro-steps after the first only: the first receives straight into the
+ * partition gradient, so with one micro-step (scratch = 0) there is no block; both are freed
+ * when that completes, except unit 0's bucket, kept from step to step (held through every
+ * backward, it is in every peak anyway). With overlap (N > 1 and overlap_comm) one
  * reduce-scatter stays in flight while the next bucket fills (double buffering; launching the
  * next completes it first): the bound assumes it is still in flight then. The received blocks
  * differ between ranks (the rank whose shard lies inside the largest bucket receives most), so
  * this is one rank's peak, in elements; lo = hi = 0 bounds every rank (block = min(bucket,
  * shard)). */
 static uint64_t grad_bucket_set(const gpt_model *m, uint64_t cap, uint64_t N, uint64_t lo_r,
-                                uint64_t hi_r, uint64_t shard, int overlap) {
+                                uint64_t hi_r, uint64_t shard, int overlap, int scratch) {
   const size_t *off = m->unit_offset;
   const uint64_t b0 = off[1] - off[0];
   uint64_t peak = 0, inflight = 0;
@@ -95,6 +98,7 @@ static uint64_t grad_bucket_set(const gpt_model *m, uint64_t cap, uint64_t N, ui
     else recv = (b < hi_r ? b : hi_r) > (a > lo_r ? a : lo_r)
                     ? (b < hi_r ? b : hi_r) - (a > lo_r ? a : lo_r) : 0;
     if (recv == 0) recv = 1;
+    if (!scratch) recv = 0;
     uint64_t held = lo == 0 ? 0 : b0; /* unit 0's bucket, besides this one */
     uint64_t filling = held + n + inflight, launched = held + n + recv;
     if (filling > peak) peak = filling;
@@ -109,15 +113,15 @@ static uint64_t grad_bucket_set(const gpt_model *m, uint64_t cap, uint64_t N, ui
  * shards of ceil(psi/N), the last ones shorter or empty). Exact per rank up to 2^24 rank x unit
  * pairs; beyond that the any-rank bound. */
 static uint64_t grad_bucket_set_max(const gpt_model *m, uint64_t cap, uint64_t N, uint64_t psi,
-                                    uint64_t shard, int overlap) {
-  if (N <= 1) return grad_bucket_set(m, cap, N, 0, psi, shard, overlap);
+                                    uint64_t shard, int overlap, int scratch) {
+  if (N <= 1) return grad_bucket_set(m, cap, N, 0, psi, shard, overlap, scratch);
   if (N * (uint64_t)m->n_units > (1u << 24))
-    return grad_bucket_set(m, cap, N, 0, 0, shard, overlap);
+    return grad_bucket_set(m, cap, N, 0, 0, shard, overlap, scratch);
   uint64_t peak = 0;
   for (uint64_t r = 0; r < N; r++) {
     uint64_t lo = r * shard < psi ? r * shard : psi, hi = lo + shard < psi ? lo + shard : psi;
-    uint64_t p = hi > lo ? grad_bucket_set(m, cap, N, lo, hi, shard, overlap)
-                         : grad_bucket_set(m, cap, N, psi, psi + 1, shard, overlap);
+    uint64_t p = hi > lo ? grad_bucket_set(m, cap, N, lo, hi, shard, overlap, scratch)
+                         : grad_bucket_set(m, cap, N, psi, psi + 1, shard, overlap, scratch);
     if (p > peak) peak = p;
   }
   return peak;
@@ -283,10 +287,10 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
     int overlap = !json_is_false(role_option(cfg, e, LOOM_PAR_CAP_SHARD_GRADS, "overlap_comm"));
     e->bytes[LOOM_MEM_COMM] =
         G * grad_bucket_set_max(m, cap < 1 ? 1 : cap < 0x1p62 ? (uint64_t)cap : 1ull << 62, N,
-                                psi, shard, overlap); /* in range before the cast */
-    snprintf(e->formula[LOOM_MEM_COMM], 64, overlap && N > 1
-                 ? "<= unit0 + 2 buckets + blocks, max rank"
-                 : "unit0 + largest bucket + block");
+                                psi, shard, overlap, e->accum > 1); /* in range before the cast */
+    snprintf(e->formula[LOOM_MEM_COMM], 64, "%s%s",
+             overlap && N > 1 ? "<= unit0 + 2 buckets" : "unit0 + largest bucket",
+             e->accum > 1 ? (overlap && N > 1 ? " + blocks, max rank" : " + block") : "");
   } else if (e->shard_optim && N > 1) {
     e->bytes[LOOM_MEM_COMM] = G * shard;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "%lluPsi/N reduce-scatter scratch",
@@ -294,9 +298,9 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   } else if (e->grad16 && e->grad_sync && N > 1) {
     /* ddp on 16-bit gradients: in place (or widened to fp32 when told), averaged through a
      * 64 KiB fp32 stage */
-    e->bytes[LOOM_MEM_COMM] = (e->sync16 ? 0 : 4 * psi) + 65536;
-    snprintf(e->formula[LOOM_MEM_COMM], 64, "%s64 KiB averaging stage",
-             e->sync16 ? "in place + " : "4Psi fp32 buckets + ");
+    e->bytes[LOOM_MEM_COMM] = (e->sync16 ? 0 : 4 * psi) + (e->predivide ? 0 : 65536);
+    snprintf(e->formula[LOOM_MEM_COMM], 64, "%s%s", e->sync16 ? "in place" : "4Psi fp32 buckets",
+             e->predivide ? " (predivided: no averaging)" : " + 64 KiB averaging stage");
   } else if (e->sync16 && N > 1) {
     e->bytes[LOOM_MEM_COMM] = 2 * psi;
     snprintf(e->formula[LOOM_MEM_COMM], 64, "2Psi 16-bit buckets");
@@ -548,6 +552,9 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   for (int i = 0; i < rt->n_parallel; i++) {
     snprintf(e->plugins[i].name, sizeof e->plugins[i].name, "%s", cfg->parallel[i].name);
     e->plugins[i].caps = rt->parallel[i].u.hdr.caps;
+    if ((e->plugins[i].caps & LOOM_PAR_CAP_GRAD_SYNC) &&
+        (rt->parallel[i].u.parallel.grad_sync & LOOM_PAR_GRAD_PREDIVIDED))
+      e->predivide = 1;
   }
   decide_roles(e);
   /* ddp-like gradient sync (no sharding role) reduces in the compute dtype unless told fp32 */

@@ -97,6 +97,8 @@ typedef struct loom_estimate {
   struct { char name[64]; uint64_t caps; } plugins[LOOM_MAX_PARALLEL];
   /* roles found among the plugins */
   int grad_sync, shard_optim, shard_grads, shard_params, offload;
+  int predivide;            /* the gradient-sync owner sums only (LOOM_PAR_GRAD_PREDIVIDED, ABI
+                               1.5): no averaging buffers */
   int stage;                /* 0 (none/DDP), 1, 2, 3: the highest sharding role */
   loom_dtype dtype;         /* the precision plugin's compute dtype */
   int sync16;               /* the gradient all-reduce travels in dtype (ddp under bf16/fp16) */

@@ -524,18 +524,28 @@ static int pp_tied_sum(loom_trainer *tr) {
   } else if (rt->mesh.dp_rank != 0) {
     hi = lo;
   }
-  /* 16-bit gradients: summed in fp32 (each addend widened exactly), rounded once back */
+  /* 16-bit gradients: summed in fp32 (each addend widened exactly), rounded once back. The
+   * owned range is read from, and its sum written back to, the published partition's gradient,
+   * which a sharding plugin may keep outside the flat buffer (zero1 receives its reduce-scatter
+   * there); the flat buffer gets the whole sum as before. */
   const size_t es = loom_dtype_size(rt->grad_dtype);
-  if (lo < hi && rt->grad_dtype == LOOM_F32)
-    d->copy(rt->dev.ctx, rt->emb_buf + (lo - w->offset), w->grad + (lo - w->offset),
-            (size_t)(hi - lo) * sizeof(float));
-  else if (lo < hi)
-    d->convert(rt->dev.ctx, rt->emb_buf + (lo - w->offset), LOOM_F32,
-               (char *)w->grad + (lo - w->offset) * es, rt->grad_dtype, (size_t)(hi - lo));
+  const size_t n_own = (size_t)(hi - lo);
+  float *sum_own = rt->emb_buf + (lo - w->offset);
+  char *flat_own = (char *)w->grad + (lo - w->offset) * es;
+  char *own = lo >= hi ? NULL
+              : part->sharded ? (char *)part->grads + (lo - part->begin) * es : flat_own;
+  if (own && rt->grad_dtype == LOOM_F32)
+    d->copy(rt->dev.ctx, sum_own, own, n_own * sizeof(float));
+  else if (own)
+    d->convert(rt->dev.ctx, sum_own, LOOM_F32, own, rt->grad_dtype, n_own);
   if (loom__host_api()->all_reduce(&tr->core_host, rt->emb_comm, rt->emb_buf, w->numel,
                                    LOOM_F32, LOOM_OP_SUM, NULL) != LOOM_OK)
     return fail(tr, "summing the tied embedding's gradient between the first and last "
                 "pipeline stage failed: %s", tr->core_host.error);
+  if (own && own != flat_own && rt->grad_dtype == LOOM_F32)
+    d->copy(rt->dev.ctx, own, sum_own, n_own * sizeof(float));
+  else if (own && own != flat_own)
+    d->convert(rt->dev.ctx, own, rt->grad_dtype, sum_own, LOOM_F32, n_own);
   if (rt->grad_dtype == LOOM_F32)
     d->copy(rt->dev.ctx, w->grad, rt->emb_buf, w->numel * sizeof(float));
   else
@@ -619,8 +629,13 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
   gpt_zero_grad(&rt->model);
   double loss_sum = 0.0;
   /* mean over the global batch: each position's loss weighs 1/(B*T*accum) here; the data-
-   * parallel average (sum / dp) is the gradient-sync plugin's job */
-  float dloss = loss_scale / ((float)tr->B * (float)tr->T * (float)tr->accum);
+   * parallel average (sum / dp) is the gradient-sync plugin's job, unless it only sums
+   * (LOOM_PAR_GRAD_PREDIVIDED, ABI 1.5): then 1/dp is folded in here, which saves the plugin's
+   * averaging pass over the whole gradient (bitwise the same for a power-of-two dp: scaling by
+   * 2^-k commutes with every rounding of backward and of the sum) */
+  float rows = (float)tr->B * (float)tr->T * (float)tr->accum;
+  if (loom__grads_predivided(rt)) rows *= (float)rt->mesh.dp;
+  float dloss = loss_scale / rows;
   /* known before forward: the fused classifier writes dlogits during the forward */
   gpt_set_train_dloss(&rt->model, dloss);
   if (rt->schedule_owner >= 0 && pp_run_step(tr, dloss, &loss_sum) != 0) return -1;

@@ -23,6 +23,12 @@ for r in ddp2 ddp4 accum4 ddp2_accum2 ddp2_nooverlap ddp2_split ddp4_split ddp2_
   echo "== $r vs ref"
   compare "$r" ref
 done
+# ABI 1.5 (docs/abi.md): ddp only sums, the host folds 1/dp into the loss gradient. On a host
+# whose table ends before grads_predivided (a 1.4 host: LOOM_TEST_HOST_MINOR=4) neither happens
+# and ddp averages itself, with the same bits for dp 2 (scaling by 1/2 commutes with rounding)
+LOOM_TEST_HOST_MINOR=4 run 2 ddp2_host14 --set train.micro_batch_size=4
+echo "== ddp2 on a 1.4 host vs ddp2 (bitwise)"
+compare ddp2_host14 ddp2 --bitwise
 # The tolerances are not so loose that a small real difference passes: a learning rate 1% off
 # moves the loss, the grad norm and the parameters 13-70x past them (docs/tolerances.md).
 run 1 lr_1pct_off --set train.micro_batch_size=8 --set optimizer.lr=1.01e-3

@@ -87,7 +87,7 @@ printf 'step-00000010' >"$WORK/global_pr/ckpt/latest"
 if resume_run 2 global_pr 8 "[$TP2]" --set "$(ckpt_pr global_pr)"; then
   die "the per-rank plugin loaded a global-view checkpoint"
 fi
-grep -q "its items are slices of global tensors (saved with dp 1, tp 2, pp 1), and checkpoint plugin 'checkpoint' (ABI 1.4) cannot load that layout" \
+grep -q "its items are slices of global tensors (saved with dp 1, tp 2, pp 1), and checkpoint plugin 'checkpoint' (ABI 1\.[0-9]*) cannot load that layout" \
   "$WORK/global_pr/out.log" || { cat "$WORK/global_pr/out.log"; die "unclear refusal"; }
 echo "refused: $(grep -m1 'cannot load that layout' "$WORK/global_pr/out.log")"
 echo "resume_format2: format-2 checkpoints resume (tp 2 bitwise, 1 rank -> zero1 dp 2), tp 2 -> 4" \

@@ -416,6 +416,31 @@ START_TEST(test_roles_wrong_kind_in_slot) {
 }
 END_TEST
 
+/* ABI 1.5: the loss gradient is predivided by dp exactly when the gradient-sync owner sets
+ * LOOM_PAR_GRAD_PREDIVIDED and dp > 1; a plugin without the field (zero-filled by the loader,
+ * as an older minor's) keeps the old contract, and the host table offers the question. */
+START_TEST(test_roles_predivide) {
+  ck_assert(LOOM_HOST_HAS(loom__host_api(), grads_predivided));
+  static const char *const sums_only[] = {"ddp", "zero1", "zero2", "zero3"};
+  for (size_t i = 0; i < sizeof sums_only / sizeof *sums_only; i++) {
+    config_with(&sums_only[i], 1, "fp32");
+    ck_assert_msg(loom__plugins_open(&rt, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq(rt.parallel[0].u.parallel.grad_sync & LOOM_PAR_GRAD_PREDIVIDED,
+                      LOOM_PAR_GRAD_PREDIVIDED);
+    rt.mesh.dp = 2;
+    ck_assert_msg(loom__grads_predivided(&rt), "%s: dp 2 not predivided", sums_only[i]);
+    rt.mesh.dp = 1; /* nothing to average */
+    ck_assert(!loom__grads_predivided(&rt));
+    runtime_teardown();
+  }
+  config_with((const char *const[]){"grad_sync_twin"}, 1, "fp32"); /* averages itself */
+  ck_assert_msg(loom__plugins_open(&rt, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(rt.grad_sync_owner, 0);
+  rt.mesh.dp = 2;
+  ck_assert(!loom__grads_predivided(&rt));
+}
+END_TEST
+
 static Suite *loader_suite(void) {
   Suite *s = suite_create("loader");
   TCase *tc = tcase_create("failures");
@@ -461,6 +486,7 @@ static Suite *loader_suite(void) {
   tcase_add_test(tc, test_roles_compose);
   tcase_add_test(tc, test_roles_unsupported_caps);
   tcase_add_test(tc, test_roles_wrong_kind_in_slot);
+  tcase_add_test(tc, test_roles_predivide);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -5,7 +5,10 @@
  * bucket lying entirely at or above that unit's first offset holds final gradients, and its
  * all-reduce is started at once, so communication overlaps the rest of backward. On
  * gradient-accumulation micro-steps other than the last nothing is communicated (PyTorch's
- * no_sync). At the end of backward the host waits for every bucket and averages (1/dp).
+ * no_sync). At the end of backward the host waits for every bucket. The average is the host's:
+ * ddp sets LOOM_PAR_GRAD_PREDIVIDED (ABI 1.5), so the loss gradient already carries 1/dp and the
+ * all-reduce's sum is the average; a host older than 1.5 (no api->grads_predivided) does not
+ * predivide, and ddp then scales every bucket by 1/dp after its all-reduce, as before.
  *
  * Mixed precision (bf16.so, fp16.so): gradients are all-reduced in the compute dtype — half
  * the bytes of fp32 (Micikevicius et al. 2018; DeepSpeed's communication_data_type defaults to
@@ -14,8 +17,8 @@
  * (accumulation over micro-batches in fp32, DeepSpeed's grad_accum_dtype, or a host without
  * 16-bit storage) each bucket is packed to 16 bits, reduced, and unpacked. Option
  * "communication_data_type": "auto" (default, the compute dtype) or "fp32" (16-bit buckets are
- * widened to fp32, reduced, and rounded back once). The 1/dp average of a 16-bit bucket goes
- * through a bounded fp32 stage (exact when dp is a power of two).
+ * widened to fp32, reduced, and rounded back once). Without predivision the 1/dp average of a
+ * 16-bit bucket goes through a bounded fp32 stage (exact when dp is a power of two).
  *
  * The tied embedding (wte, V x C: 80 % of a GPT-2-vocabulary model's parameters) is the first
  * tensor of the flat buffer, so its bucket would be ready last: its gradient is final only after
@@ -62,7 +65,10 @@ typedef struct ddp {
   loom_dtype grad_dt; /* the model's gradient storage */
   void *stage;      /* the buckets in comm_dt when it differs from grad_dt (numel elements,
                        LOOM_MEM_COMM), else NULL */
-  float *avg;       /* AVG_FLOATS fp32 (LOOM_MEM_COMM): averaging 16-bit buckets, else NULL */
+  int predivided;   /* the host divides the loss gradient by dp (api->grads_predivided): the
+                       all-reduce's sum is the average, nothing to scale */
+  float *avg;       /* AVG_FLOATS fp32 (LOOM_MEM_COMM): averaging 16-bit buckets when not
+                       predivided, else NULL */
   const loom_device_v1 *dev;
   void *dev_ctx;
   /* the split of the tied embedding's all-reduce (see the top of the file) */
@@ -217,6 +223,7 @@ static int ddp_setup(void *ctx) {
   d->grad_dt = LOOM_MODEL_GRAD_DTYPE(m);
   d->comm_dt = d->dp > 1 && dt != LOOM_F32 && !d->force_fp32 ? dt : LOOM_F32;
   if (d->dp <= 1) return LOOM_OK;
+  d->predivided = LOOM_HOST_HAS(d->api, grads_predivided) && d->api->grads_predivided(d->host);
   int has_convert = d->dev->hdr.struct_size > offsetof(loom_device_v1, convert) &&
                     d->dev->convert;
   if ((d->comm_dt != LOOM_F32 || d->grad_dt != LOOM_F32) && !has_convert) {
@@ -229,7 +236,7 @@ static int ddp_setup(void *ctx) {
                              LOOM_MEM_COMM);
     if (!d->stage) return LOOM_NOMEM;
   }
-  if (d->grad_dt != LOOM_F32) {
+  if (d->grad_dt != LOOM_F32 && !d->predivided) {
     d->avg = d->api->alloc(d->host, AVG_FLOATS * sizeof(float), LOOM_MEM_COMM);
     if (!d->avg) return LOOM_NOMEM;
   }
@@ -264,8 +271,10 @@ static int launch(ddp *d, int i) {
   return d->api->all_reduce(d->host, d->comm, s, n, d->comm_dt, LOOM_OP_SUM, req);
 }
 
-/* grads[begin, begin + n) *= 1/dp, in place: fp32 directly, 16-bit through d->avg. */
+/* grads[begin, begin + n) *= 1/dp, in place: fp32 directly, 16-bit through d->avg; nothing
+ * when the host predivided (the sum is the average already). */
 static void average(ddp *d, uint64_t begin, size_t n) {
+  if (d->predivided) return;
   float inv = 1.0f / (float)d->dp;
   if (d->grad_dt == LOOM_F32) {
     d->dev->scale(d->dev_ctx, d->model->grads + begin, inv, n);
@@ -420,7 +429,7 @@ static int ddp_end_backward(void *ctx, int micro, int n_micro) {
     average(d, b->begin, n);
   }
   if (d->split) /* reduced in post_backward of the head and of unit 0 */
-    d->dev->scale(d->dev_ctx, d->model->grads, 1.0f / (float)d->dp, d->wte_numel);
+    average(d, 0, d->wte_numel);
   return LOOM_OK;
 }
 
@@ -438,4 +447,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .post_backward = ddp_post_backward,
   .end_backward = ddp_end_backward,
   .storage = LOOM_PAR_STORAGE_16BIT,
+  .grad_sync = LOOM_PAR_GRAD_PREDIVIDED, /* sums only; the host folds in 1/dp (ABI 1.5) */
 };

@@ -12,10 +12,14 @@
  *   - accumulation micro-steps other than the last: no communication (DDP's no_sync);
  *   - last micro-step: contiguous gradient buckets, from the top of the flat buffer down, are
  *     reduce-scattered as soon as backward has finished them (post_backward), each rank
- *     receiving the sum over ranks of its partition ∩ bucket into a scratch buffer
- *     (LOOM_MEM_COMM) and copying sum/N into its partition of the gradient buffer; end_backward
- *     waits for the rest. The rest of the gradient buffer keeps this rank's local,
- *     unreduced values: nobody reads them.
+ *     receiving the sum over ranks of its partition ∩ bucket into its place in a partition-
+ *     sized buffer (LOOM_MEM_COMM, allocated once: the blocks of one step together are the
+ *     partition); end_backward waits for the rest. That buffer is the gradient zero1 publishes
+ *     with its partition (with N > 1), so the host's norm and AdamW read the reduced values
+ *     where they arrived: no copy back into the full gradient buffer. The sum is the average:
+ *     zero1 sets LOOM_PAR_GRAD_PREDIVIDED (ABI 1.5) and the host folds 1/N into the loss
+ *     gradient (an older host does not: then the blocks are scaled by 1/N in place). The full
+ *     gradient buffer keeps this rank's local, unreduced values: nobody reads them.
  *   - after the optimizer step (end_step): all-gather the updated partitions in place into the
  *     full parameter buffer, in buckets.
  * Communication per step equals DDP's all-reduce: reduce-scatter + all-gather, 2(N-1)/N Ψ.
@@ -36,6 +40,10 @@ typedef struct zero1 {
   int n_rs;
   int next;     /* first bucket not launched yet in this sync micro-step */
   int sync;     /* this micro-step reduce-scatters */
+  void *recv;   /* the partition's reduced gradient (count elements of gdt, LOOM_MEM_COMM) when
+                   dp > 1, published as the partition's grads: each bucket's block at its
+                   offset (the receive side must not overlap the send buffer, the full
+                   gradient) */
 } zero1;
 
 static int z1_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
@@ -63,7 +71,9 @@ static int z1_create(const loom_host_api_v1 *api, loom_host *host, const loom_op
 static void z1_destroy(void *ctx) {
   zero1 *p = ctx;
   if (!p) return;
+  for (int i = 0; i < p->n_rs; i++) p->rs[i].recv = NULL; /* views into p->recv */
   zc_flat_free(p->z, p->rs, p->n_rs);
+  if (p->recv) p->z->api->free(p->z->host, p->recv);
   zc_destroy(p->z);
   free(p);
 }
@@ -74,7 +84,12 @@ static int z1_setup(void *ctx) {
   int rc = zc_setup(z, 1, 1);
   if (rc) return rc;
   const loom_model_v1 *m = z->model;
-  rc = zc_publish(z, zc_at(m->params, z->begin, z->pel), zc_at(m->grads, z->begin, z->gel));
+  /* once for the run rather than per bucket and step: the blocks are all alive at the end of
+   * backward anyway (the same peak), and a fresh zero-filled allocation of the partition's
+   * size every step cost page faults and zeroing */
+  if (z->dp > 1 && !(p->recv = zc_alloc(z, z->count, z->gel, LOOM_MEM_COMM))) return LOOM_NOMEM;
+  rc = zc_publish(z, zc_at(m->params, z->begin, z->pel),
+                  p->recv ? p->recv : zc_at(m->grads, z->begin, z->gel));
   if (!rc) rc = zc_flat_build(z, z->reduce_bucket, 1, &p->rs, &p->n_rs);
   if (!rc) rc = zc_flat_build(z, z->allgather_bucket, 0, &z->ag, &z->n_ag);
   if (rc) return rc;
@@ -101,8 +116,7 @@ static int launch(zero1 *p, int i) {
   zero *z = p->z;
   zc_flat *b = &p->rs[i];
   /* send and recv must not overlap: receive into scratch, copy into the partition later */
-  b->recv = zc_alloc(z, b->s.my_n, z->gel, LOOM_MEM_COMM);
-  if (!b->recv) return LOOM_NOMEM;
+  b->recv = b->s.my_n ? zc_at(p->recv, b->s.my_lo - z->begin, z->gel) : p->recv;
   /* in the gradient dtype: 16 bits with one micro-batch (half of fp32's bytes) */
   return z->api->reduce_scatter_v(z->host, z->comm, zc_at(z->model->grads, b->s.lo, z->gel),
                                   b->recv, b->s.counts, z->gdt, LOOM_OP_SUM, &b->req);
@@ -142,11 +156,9 @@ static int z1_end_backward(void *ctx, int micro, int n_micro) {
       b->req = NULL;
       if (!rc) rc = w;
     }
-    if (!rc && b->s.my_n) /* the data-parallel average */
-      zc_avg_into(z, zc_at(z->model->grads, b->s.my_lo, z->gel), b->recv, z->inv_dp,
-                  b->s.my_n, 0);
-    z->api->free(z->host, b->recv);
-    b->recv = NULL;
+    if (!rc && b->s.my_n) /* the data-parallel average, in place (nothing when predivided) */
+      zc_avg_into(z, b->recv, b->recv, z->inv_dp, b->s.my_n, 0);
+    b->recv = NULL; /* a view into p->recv */
   }
   return rc;
 }
@@ -173,4 +185,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .end_backward = z1_end_backward,
   .end_step = z1_end_step,
   .storage = LOOM_PAR_STORAGE_16BIT, /* partitions, buckets, gathers in param_dtype/grad_dtype */
+  .grad_sync = LOOM_PAR_GRAD_PREDIVIDED, /* sums only; the host folds in 1/dp (ABI 1.5) */
 };

@@ -7,16 +7,21 @@
  * parameters, gradient partition, buckets and collectives, the fp32 master with m, v:
  * 2Ψ + 2Ψ/N + 12Ψ/N = 2Ψ + 14Ψ/N (fp32 gradients with accumulation: 2Ψ + 16Ψ/N).
  *
- *   - begin_step: the partition gradient (LOOM_MEM_GRADS, this rank's range only) is zeroed.
+ *   - begin_step: the partition gradient (LOOM_MEM_GRADS, this rank's range only) is marked
+ *     empty: the step's first micro-step reduce-scatters straight into it (no zeroing pass).
  *   - pre_backward(u): unit u's gradient views point at a zeroed bucket buffer (LOOM_MEM_COMM)
  *     covering its bucket of whole units (units merged from the head down up to
  *     reduce_bucket_size). The head also adds into the tied wte's gradient (unit 0), so unit
  *     0's bucket is handed out at pre_backward(head) and held until post_backward(0); unit 0
- *     is therefore always a bucket of its own.
+ *     is therefore always a bucket of its own, and its buffer is kept from step to step
+ *     (zeroed in place: it is in every backward's peak anyway).
  *   - post_backward(u), when u is the lowest unit of its bucket: the views go back to NULL and
- *     the bucket is reduce-scattered (uneven: each rank receives the sum of its range ∩ bucket);
- *     when that completes, sum/N is ADDED into the partition gradient and the bucket and its
- *     scratch are freed. So no rank ever holds the full gradient, only the buckets in flight.
+ *     the bucket is reduce-scattered (uneven: each rank receives the sum of its range ∩ bucket),
+ *     on the step's first micro-step straight into the partition gradient, on later ones into
+ *     scratch that is then ADDED to it; the bucket and its scratch are freed when that
+ *     completes. zero2 sets LOOM_PAR_GRAD_PREDIVIDED (ABI 1.5): the host folds 1/N into the
+ *     loss gradient, so the sum is the average (an older host does not: the block is then
+ *     scaled by 1/N). So no rank ever holds the full gradient, only the buckets in flight.
  *   - Gradient accumulation: this happens on EVERY micro-step, accumulating in the partition
  *     gradient buffer (DeepSpeed's ZeRO-2 behaviour: there is no full-size buffer to
  *     accumulate in, so there is no no_sync; communication grows with the number of
@@ -105,4 +110,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .end_backward = z2_end_backward,
   .end_step = z2_end_step,
   .storage = LOOM_PAR_STORAGE_16BIT, /* partitions, buckets, gathers in param_dtype/grad_dtype */
+  .grad_sync = LOOM_PAR_GRAD_PREDIVIDED, /* sums only; the host folds in 1/dp (ABI 1.5) */
 };

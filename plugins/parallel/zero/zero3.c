@@ -25,9 +25,11 @@
  *     sampling: forward only, every rank in lockstep) everything is released after use.
  *   - Gradients: as zero2 (zero_common.h): zeroed bucket buffers handed out in pre_backward
  *     (unit 0's from the head's pre_backward on: the head adds into wte's gradient), reduce-
- *     scattered when their lowest unit's backward is done, sum/N added into the partition
- *     gradient (LOOM_MEM_GRADS) on every micro-step (DeepSpeed's behaviour under gradient
- *     accumulation: there is no full buffer to accumulate in), buckets freed once reduced.
+ *     scattered when their lowest unit's backward is done, into the partition gradient
+ *     (LOOM_MEM_GRADS) on every micro-step (DeepSpeed's behaviour under gradient accumulation:
+ *     there is no full buffer to accumulate in) — received in place on the step's first,
+ *     added on later ones; the sum is the average (LOOM_PAR_GRAD_PREDIVIDED, ABI 1.5) — and
+ *     buckets freed once reduced (unit 0's kept from step to step).
  * Communication per micro-step, (N-1)/N factored out: all-gathers Ψ in forward (+ wte for the
  * head) and Ψ - unit 0 in backward, reduce-scatter Ψ: 3Ψ - wpe, i.e. 1.5x DDP's 2Ψ.
  *
@@ -324,4 +326,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .end_backward = z3_end_backward,
   .end_step = z3_end_step,
   .storage = LOOM_PAR_STORAGE_16BIT, /* partitions, buckets, gathers in param_dtype/grad_dtype */
+  .grad_sync = LOOM_PAR_GRAD_PREDIVIDED, /* sums only; the host folds in 1/dp (ABI 1.5) */
 };

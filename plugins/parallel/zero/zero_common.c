@@ -18,7 +18,9 @@ int zc_create(const loom_host_api_v1 *api, loom_host *host, const char *name, ze
   z->dp = api->size(host, LOOM_AXIS_DP);
   z->rank = api->rank(host, LOOM_AXIS_DP);
   z->comm = api->comm(host, LOOM_AXIS_DP);
-  z->inv_dp = 1.0f / (float)z->dp;
+  /* the host folds 1/dp into the loss gradient when it can (ABI 1.5): then sum only */
+  z->predivided = z->dp > 1 && LOOM_HOST_HAS(api, grads_predivided) && api->grads_predivided(host);
+  z->inv_dp = z->predivided ? 1.0f : 1.0f / (float)z->dp;
   *out = z;
   return LOOM_OK;
 }
@@ -49,7 +51,7 @@ void zc_destroy(zero *z) {
     zc_gbucket *b = &z->gb[i];
     span_wait(z, &b->req);
     if (b->buf) api->free(z->host, b->buf);
-    if (b->recv) api->free(z->host, b->recv);
+    if (b->recv && !b->recv_direct) api->free(z->host, b->recv);
     zc_span_free(&b->s);
   }
   free(z->gb);
@@ -72,9 +74,13 @@ void zc_avg_into(zero *z, void *dst, const void *src, float scale, uint64_t n, i
     if (accumulate) {
       z->dev->axpy(z->dctx, dst, scale, src, (size_t)n);
     } else {
-      z->dev->copy(z->dctx, dst, src, (size_t)n * sizeof(float));
-      z->dev->scale(z->dctx, dst, scale, (size_t)n);
+      if (dst != src) z->dev->copy(z->dctx, dst, src, (size_t)n * sizeof(float));
+      if (scale != 1.0f) z->dev->scale(z->dctx, dst, scale, (size_t)n);
     }
+    return;
+  }
+  if (!accumulate && scale == 1.0f) { /* a copy: the 16-bit values are already the result */
+    if (dst != src) z->dev->copy(z->dctx, dst, src, (size_t)n * z->gel);
     return;
   }
   float *a = z->cvt, *b = z->cvt + z->cvt_n;
@@ -272,6 +278,7 @@ int zc_gb_build(zero *z) {
     int rc = zc_span_init(z, &b->s, off[ulo], off[u + 1]);
     if (rc) return rc;
     for (int k = ulo; k <= u; k++) z->bucket_of[k] = z->n_gb;
+    b->keep = ulo == 0; /* unit 0's: held through every backward, so kept between steps */
     z->n_gb++;
     u = ulo - 1;
   }
@@ -279,7 +286,7 @@ int zc_gb_build(zero *z) {
 }
 
 int zc_gb_begin_step(zero *z) {
-  z->dev->memset_zero(z->dctx, z->part_grads, (size_t)z->count * z->gel);
+  z->part_fresh = 1; /* the buckets cover [0, numel): the first micro-step writes every block */
   return LOOM_OK;
 }
 
@@ -300,27 +307,40 @@ static int gb_acquire(zero *z, int bi) {
     return LOOM_INVALID_USAGE;
   }
   /* zeroed: the kernels accumulate (+=) into gradients */
-  b->buf = zc_alloc(z, b->s.hi - b->s.lo, z->gel, LOOM_MEM_COMM);
-  if (!b->buf) return LOOM_NOMEM;
+  if (b->buf) /* kept from the last step */
+    z->dev->memset_zero(z->dctx, b->buf, (size_t)(b->s.hi - b->s.lo) * z->gel);
+  else if (!(b->buf = zc_alloc(z, b->s.hi - b->s.lo, z->gel, LOOM_MEM_COMM)))
+    return LOOM_NOMEM;
   gb_views(z, b, b->buf);
   b->state = ZC_HELD;
   return LOOM_OK;
 }
 
-/* The reduced block is the SUM over ranks: add sum/dp into the partition gradient (16-bit
- * gradients: widened, added in fp32, rounded once). */
+/* The partition gradient's block of bucket b (a pointer into it even when the block is empty). */
+static void *gb_part_block(zero *z, const zc_gbucket *b) {
+  return b->s.my_n ? zc_at(z->part_grads, b->s.my_lo - z->begin, z->gel) : z->part_grads;
+}
+
+/* The reduced block is the SUM over ranks (the average when predivided): on the step's first
+ * micro-step it was received in place and is scaled there by 1/dp unless predivided; later
+ * ones add sum/dp into the partition gradient (16-bit gradients: widened, added in fp32,
+ * rounded once). */
 static int gb_complete(zero *z, zc_gbucket *b) {
   int rc = LOOM_OK;
   if (b->req) {
     rc = z->api->wait(z->host, b->req);
     b->req = NULL;
   }
+  void *part = gb_part_block(z, b);
   if (!rc && b->s.my_n)
-    zc_avg_into(z, zc_at(z->part_grads, b->s.my_lo - z->begin, z->gel), b->recv, z->inv_dp,
-                b->s.my_n, 1);
-  z->api->free(z->host, b->recv);
-  z->api->free(z->host, b->buf);
-  b->recv = b->buf = NULL;
+    zc_avg_into(z, part, b->recv, z->inv_dp, b->s.my_n, !b->recv_direct);
+  if (!b->recv_direct) z->api->free(z->host, b->recv);
+  if (!b->keep) {
+    z->api->free(z->host, b->buf);
+    b->buf = NULL;
+  }
+  b->recv = NULL;
+  b->recv_direct = 0;
   b->state = ZC_IDLE;
   return rc;
 }
@@ -337,7 +357,10 @@ static int gb_launch(zero *z, zc_gbucket *b) {
     if (rc) return rc;
   }
   gb_views(z, b, NULL);
-  b->recv = zc_alloc(z, b->s.my_n, z->gel, LOOM_MEM_COMM);
+  /* the step's first micro-step: straight into the partition gradient (the bucket's send
+   * buffer is separate memory, so the two do not overlap); later ones into scratch, added */
+  b->recv_direct = z->part_fresh;
+  b->recv = b->recv_direct ? gb_part_block(z, b) : zc_alloc(z, b->s.my_n, z->gel, LOOM_MEM_COMM);
   if (!b->recv) return LOOM_NOMEM;
   b->state = ZC_REDUCING;
   /* in the gradient dtype: 16 bits with one micro-batch (half of fp32's bytes) */
@@ -392,5 +415,6 @@ int zc_gb_end_backward(zero *z) {
       if (rc) return rc;
     }
   }
+  z->part_fresh = 0; /* every block is written: later micro-steps add to it */
   return LOOM_OK;
 }

@@ -38,7 +38,10 @@ typedef struct zc_gbucket {
   void *buf;         /* the bucket's gradient (LOOM_MEM_COMM, grad dtype): the layer code's grad
                         views point here from acquire until launch; freed when the
                         reduce-scatter is done */
-  void *recv;        /* this rank's block of the reduced bucket (LOOM_MEM_COMM, grad dtype) */
+  void *recv;        /* this rank's block of the reduced bucket: scratch (LOOM_MEM_COMM, grad
+                        dtype), or its place in the partition gradient itself (recv_direct) */
+  int recv_direct;   /* recv is the partition gradient's block: the step's first micro-step */
+  int keep;          /* buf stays allocated between steps (unit 0's bucket, see zc_gb_build) */
   loom_request *req;
   int state;         /* ZC_IDLE, ZC_HELD (views set), ZC_REDUCING (launched) */
 } zc_gbucket;
@@ -65,7 +68,9 @@ typedef struct zero {
   uint64_t cvt_n;          /* elements per half of cvt */
   uint64_t *bound;         /* dp + 1 entries: rank i owns [bound[i], bound[i+1]) */
   uint64_t begin, count;   /* this rank's partition */
-  float inv_dp;            /* 1 / dp: the data-parallel average */
+  int predivided;          /* the host divides the loss gradient by dp (api->grads_predivided,
+                              ABI 1.5): a reduced block is the average already */
+  float inv_dp;            /* what a reduced block is multiplied by: 1 / dp, or 1 predivided */
   int *t_first;            /* n_units + 1: unit u's tensors are [t_first[u], t_first[u+1]) */
   int wte;                 /* index of the tied embedding "wte" (unit 0, read by the head) */
 
@@ -75,6 +80,9 @@ typedef struct zero {
   int overlap;               /* overlap_comm */
   int prefetch;              /* prefetch (ZeRO-3) */
   int gathered_once;         /* zc_first_step_gather has run */
+  int part_fresh;            /* ZeRO-2/3: the partition gradient holds nothing of this step yet
+                                (begin_step until the first micro-step's end_backward): blocks
+                                are reduced straight into it instead of added */
 
   /* the partition's storage as published with set_partition (pdt / gdt elements) */
   void *part_params, *part_grads;
@@ -128,7 +136,9 @@ void *zc_alloc(zero *z, uint64_t count, size_t el, loom_mem_category cat);
  * master is left to the host (partition_v1.master NULL: it allocates and initialises it). */
 int zc_publish(zero *z, void *params, void *grads);
 /* dst[0, n) (gdt) = scale * src[0, n) (gdt) + (accumulate ? dst : 0): the data-parallel average
- * of a reduced block, in fp32 through z->cvt when gdt is 16-bit (one rounding at the end). */
+ * of a reduced block, in fp32 through z->cvt when gdt is 16-bit (one rounding at the end).
+ * dst may be src (accumulate 0: scaled in place). With scale 1 and accumulate 0 in fp32 it is a
+ * copy (nothing at all in place). */
 void zc_avg_into(zero *z, void *dst, const void *src, float scale, uint64_t n, int accumulate);
 
 /* Fill a span over [lo, hi). */
@@ -152,10 +162,14 @@ int zc_first_step_gather(zero *z);
 
 /* ---- ZeRO-2/3 gradient buckets ---- */
 int zc_gb_build(zero *z);
-/* begin_step: the partition gradient starts at zero (it accumulates over micro-steps). */
+/* begin_step: the partition gradient starts empty: the first micro-step's reduce-scatters
+ * write their blocks straight into it (no zeroing pass, no scratch), later micro-steps add
+ * theirs (it accumulates over micro-steps). */
 int zc_gb_begin_step(zero *z);
 /* pre_backward(u): hand unit u's tensors a zeroed gradient buffer (and unit 0's as well when
- * u is the head, which adds into the tied wte's gradient). */
+ * u is the head, which adds into the tied wte's gradient). Unit 0's buffer is kept from step
+ * to step and zeroed in place: it is held through every backward anyway, so keeping it does
+ * not raise the peak, and it saves allocating (and the kernel's zeroing of) ~V*C floats. */
 int zc_gb_pre_backward(zero *z, int u);
 /* post_backward(u): when u closes its bucket, release the views and start the reduce-scatter
  * (blocking and completed at once without overlap_comm); then complete finished ones. */

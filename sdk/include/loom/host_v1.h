@@ -256,6 +256,14 @@ typedef struct loom_host_api_v1 {
    * forward. The embedding's gradient has nonzero rows only at these ids, so a data-parallel
    * plugin can reduce those rows alone (ddp's split of the tied embedding's all-reduce). */
   const int32_t *(*micro_tokens)(loom_host *h, size_t *n);
+
+  /* ---- ABI 1.5 ---- */
+  /* 1 when the host divides the loss gradient by the data-parallel size in this run (the
+   * gradient-sync owner set LOOM_PAR_GRAD_PREDIVIDED in loom_parallel_v1.grad_sync and dp > 1):
+   * the gradients backward produces are already divided by dp, and the sync must only sum them.
+   * 0: the 1.0 contract (the sync averages, sum / dp). Fixed from create on. A plugin checks
+   * LOOM_HOST_HAS(api, grads_predivided) first: an older host never predivides. */
+  int (*grads_predivided)(loom_host *h);
 } loom_host_api_v1;
 
 /* True when the host's table is large enough to hold `slot`. */

@@ -159,6 +159,14 @@ typedef struct loom_parallel_v1 {
    * ABI <= 1.3: its struct ends before this field). A field, not a cap bit: a host that does
    * not know it ignores it, where an unknown cap makes a host refuse the plugin. */
   uint64_t storage;
+
+  /* ---- ABI 1.5 ---- */
+  /* How the gradient-sync owner (LOOM_PAR_CAP_GRAD_SYNC) wants its gradients: LOOM_PAR_GRAD_*
+   * flags (0 in a plugin built against ABI <= 1.4: the 1.0 contract, the plugin averages).
+   * Read only from the plugin that owns GRAD_SYNC. A field, not a cap bit, for the reason
+   * `storage` is one: a 1.4 host still loads the plugin (and the plugin, asking
+   * api->grads_predivided, averages itself there). */
+  uint64_t grad_sync;
 } loom_parallel_v1;
 
 /* loom_parallel_v1.storage: the plugin handles 16-bit parameter/gradient storage
@@ -168,6 +176,18 @@ typedef struct loom_parallel_v1 {
  * that does not. Not "built against ABI >= 1.4": a plugin rebuilt against the 1.4 headers is
  * not thereby written for 16-bit buffers. */
 #define LOOM_PAR_STORAGE_16BIT 1u
+
+/* loom_parallel_v1.grad_sync: the plugin only SUMS the gradients over the data-parallel group;
+ * the host folds the 1/dp of the average into the loss gradient (dloss = loss scale /
+ * (B*T*accum*dp)), so backward already produces gradient/dp on every rank (DeepSpeed's
+ * gradient_predivide_factor = dp, PyTorch DDP's division before its comm hook). This saves the
+ * averaging pass over the whole gradient after the sync. For a power-of-two dp the result is
+ * bitwise the 1.0 contract's (scaling by 2^-k commutes with rounding, outside the subnormal
+ * range); for another dp the gradient differs by about one rounding per element.
+ * A host that honours the flag says so through api->grads_predivided (host ABI 1.5): a plugin
+ * must ask it, because a 1.4 host ignores this field and the plugin then has to average as
+ * before. */
+#define LOOM_PAR_GRAD_PREDIVIDED 1u
 
 /* loom_parallel_v1.region's `which`. */
 #define LOOM_REGION_F 0 /* before a column-parallel matmul: identity fwd, all-reduce bwd */
