@@ -8,6 +8,7 @@
  *     addition), and lie within (n-1)·u·Σ|x| of the float64 sum (u = 2^-24, 2^-8, 2^-11).
  *     Since all_reduce and reduce_scatter_v (cut anywhere) must both give those bits, this also
  *     proves that an element's sum does not depend on where a buffer is cut (ddp == ZeRO);
+ *   - all_gather and all_gather_v (fp32, u8, i32, bf16) against every rank's bytes;
  *   - counts 0, 1, < ranks, not divisible by ranks or by the segment, uneven blocks with zeros,
  *     in place; blocking and non-blocking; two segment sizes (4 KiB: many segments, default);
  *   - several non-blocking collectives in flight, waited in a different order on each rank,
@@ -27,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/loader.h"
 #include "runtime/runtime.h"
@@ -35,15 +37,17 @@ static loom_plugin plug;
 static const loom_comm_v1 *P;
 static int me, n, checks, failures;
 
-#define CHECK(cond, ...)                                                   \
-  do {                                                                     \
-    checks++;                                                              \
-    if (!(cond)) {                                                         \
-      failures++;                                                          \
-      fprintf(stderr, "comm_collectives: rank %d of %d: FAIL: ", me, n);   \
-      fprintf(stderr, __VA_ARGS__);                                        \
-      fputc('\n', stderr);                                                 \
-    }                                                                      \
+/* One line per failure, written at once (the ranks share stderr). */
+#define CHECK(cond, ...)                                                        \
+  do {                                                                          \
+    checks++;                                                                   \
+    if (!(cond)) {                                                              \
+      char m_[1024];                                                            \
+      failures++;                                                               \
+      int l_ = snprintf(m_, sizeof m_, "comm_collectives: rank %d of %d: FAIL: ", me, n); \
+      snprintf(m_ + l_, sizeof m_ - (size_t)l_, __VA_ARGS__);                   \
+      fprintf(stderr, "%s\n", m_);                                              \
+    }                                                                           \
   } while (0)
 
 /* One plugin instance: its own host handle (error messages) and context. */
@@ -207,8 +211,44 @@ static void t_reduce_scatter(inst *in, loom_dtype dt, const size_t *counts, int 
   free(send);
 }
 
-/* Four collectives in flight, waited in a rank-dependent order, polled with test() first. */
-static void t_in_flight(inst *in, size_t seg_elems) {
+/* all_gather (even blocks of counts[0]) or all_gather_v of bytes-patterned elements of dt. */
+static void t_all_gather(inst *in, loom_dtype dt, const size_t *counts, int uneven, int in_place,
+                         int nonblocking) {
+  uint64_t seed = next_seed++;
+  size_t e = loom_dtype_size(dt), total = 0, lo = 0;
+  for (int k = 0; k < n; k++) {
+    if (k == me) lo = total;
+    total += uneven ? counts[k] : counts[0];
+  }
+  uint8_t *recv = malloc(total * e + 1), *want = malloc(total * e + 1);
+  memset(recv, 0xee, total * e);
+  for (size_t i = 0, k = 0, at = 0; i < total * e; i++) { /* rank k's bytes in block k */
+    while (at + (uneven ? counts[k] : counts[0]) * e <= i) at += (uneven ? counts[k++] : counts[0]) * e;
+    want[i] = (uint8_t)mix(seed * 131 + k * 1000003u + (i - at));
+  }
+  uint8_t *send = in_place ? recv + lo * e : malloc((total - lo) * e + 1);
+  memcpy(send, want + lo * e, (uneven ? counts[me] : counts[0]) * e);
+  char what[200];
+  snprintf(what, sizeof what, "%s %s(dtype %d, block %zu of %zu%s, %s)", in->name,
+           uneven ? "all_gather_v" : "all_gather", (int)dt, uneven ? counts[me] : counts[0],
+           total, in_place ? ", in place" : "", nonblocking ? "non-blocking" : "blocking");
+  loom_request *req = NULL, **r = nonblocking ? &req : NULL;
+  int rc = uneven ? P->all_gather_v(in->ctx, in->world, send, recv, counts, dt, r)
+                  : P->all_gather(in->ctx, in->world, send, recv, counts[0], dt, r);
+  if (finish(in, req, rc, what) == LOOM_OK) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < total * e; i++)
+      if (recv[i] != want[i] && !bad++) first = i;
+    CHECK(!bad, "%s: %zu of %zu bytes wrong, first at byte %zu", what, bad, total * e, first);
+  }
+  if (!in_place) free(send);
+  free(recv);
+  free(want);
+}
+
+/* Four collectives in flight, waited in a rank-dependent order (rank 0 starts them late, so
+ * nobody finishes one inside its start), and polled with test() first when `poke`. */
+static void t_in_flight(inst *in, size_t seg_elems, int poke) {
   enum { K = 4 };
   static const int orders[4][K] = {{0, 1, 2, 3}, {3, 2, 1, 0}, {2, 0, 3, 1}, {1, 3, 0, 2}};
   size_t count[K] = {3 * seg_elems * (size_t)n + 5, 7, seg_elems * (size_t)n + 1, 50001};
@@ -231,6 +271,7 @@ static void t_in_flight(inst *in, size_t seg_elems) {
   }
   recv3 = malloc(counts3[me] * 4 + 1);
   int rc = LOOM_OK;
+  if (me == 0) usleep(50 * 1000);
   for (int i = 0; i < 3 && !rc; i++)
     rc = P->all_reduce(in->ctx, in->world, buf[i], count[i], dts[i], LOOM_OP_SUM, &req[i]);
   if (!rc) rc = P->reduce_scatter_v(in->ctx, in->world, buf[3], recv3, counts3, LOOM_F32,
@@ -238,7 +279,7 @@ static void t_in_flight(inst *in, size_t seg_elems) {
   CHECK(rc == LOOM_OK, "%s: starting 4 collectives: %s", in->name, in->host.error);
   if (rc) exit(1);
   int done = 0;
-  for (int t = 0; t < 3; t++) P->test(in->ctx, req[orders[me % 4][K - 1]], &done);
+  for (int t = 0; t < 3 * poke; t++) P->test(in->ctx, req[orders[me % 4][K - 1]], &done);
   for (int j = 0; j < K; j++) {
     int i = orders[me % 4][j];
     rc = P->wait(in->ctx, req[i]);
@@ -306,7 +347,15 @@ static void battery(inst *in, size_t seg_bytes) {
         if (p == 0) t_reduce_scatter(in, dts[d], v[p], 0, in_place, in_place);
         t_reduce_scatter(in, dts[d], v[p], 1, in_place, !in_place);
       }
-  t_in_flight(in, seg);
+  static const loom_dtype gdts[4] = {LOOM_F32, LOOM_U8, LOOM_I32, LOOM_BF16};
+  for (int d = 0; d < 4; d++)
+    for (int p = 0; p < 4; p++)
+      for (int in_place = 0; in_place < 2; in_place++) {
+        if (p == 0) t_all_gather(in, gdts[d], v[p], 0, in_place, in_place);
+        t_all_gather(in, gdts[d], v[p], 1, in_place, !in_place);
+      }
+  t_in_flight(in, seg, 0);
+  t_in_flight(in, seg, 1);
   t_blocking_drives(in, 4 * seg * un + 3);
 }
 
