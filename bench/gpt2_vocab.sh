@@ -199,7 +199,7 @@ if [ "$comm_ab" = 1 ]; then
     for par in ddp zero1 zero2; do
       for coll in loom mpi; do
         loom "gpt2-$par-2r-$coll" gpt2 2 2 "$r" --set "parallel=[{\"plugin\": \"$par\"}]" \
-          --set "comm.collectives=$coll"
+          --set "comm={\"plugin\": \"mpi\", \"collectives\": \"$coll\"}"
       done
     done
   done

@@ -2,15 +2,25 @@
  * MPI user ops that sum bf16 / fp16 on Open MPI's own collectives (mpi_comm.c), so both paths
  * round the same way. */
 #include <loom/half_v1.h>
+#include <string.h>
 
 #include "mpi_internal.h"
 
 /* out[i] = a[i] + b[i]. out may be a or b exactly (in place) but must not partially overlap
- * them: element i is read before it is written and no element depends on another, which is
- * what `ivdep` promises the vectoriser. */
+ * them: each group of elements is read before it is written. Eight lanes at a time through
+ * GCC/Clang vector types (the build's -O2 does not vectorise this loop itself: it needs alias
+ * checks); lane-wise float addition, so the bits are the scalar loop's. */
+typedef float f32x8 __attribute__((vector_size(32)));
 static void sum_f32(float *out, const float *a, const float *b, size_t n) {
-#pragma GCC ivdep
-  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    f32x8 x, y;
+    memcpy(&x, a + i, sizeof x); /* unaligned loads and stores */
+    memcpy(&y, b + i, sizeof y);
+    x += y;
+    memcpy(out + i, &x, sizeof x);
+  }
+  for (; i < n; i++) out[i] = a[i] + b[i];
 }
 static void sum_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n) {
 #pragma GCC ivdep
