@@ -17,6 +17,11 @@
 
 /* Receive slots of the reduce phase: one being added, the next ones arriving. */
 #define OWNER_SLOTS 3
+/* all_reduce's gather moves units of this many reduce segments (4 MiB by default): each message
+ * costs a handshake and a system call, and the gather has no addition to keep in cache. */
+#define OWNER_GATHER_SEGS 8
+/* all_gather alone: one message per block, up to MPI's int count of bytes. */
+#define OWNER_GATHER_BYTES (1u << 30)
 
 struct owner_op {
   owner_op *next; /* in mpi_ctx.active while incomplete */
@@ -25,6 +30,7 @@ struct owner_op {
   int reduce;       /* 1: reduce phase (all_reduce, reduce_scatter) */
   loom_dtype dt;
   size_t esz, seg; /* element bytes; elements per segment */
+  size_t gsegs;     /* gather unit: this many segments (ag_* requests at each unit's first) */
   const char *send; /* reduce: every rank's chunks, chunk k at off[k] */
   char *mine;       /* my reduced chunk */
   char *all;        /* gather: chunk k lands at off[k]; NULL: reduce_scatter (no gather) */
@@ -32,7 +38,7 @@ struct owner_op {
   size_t total_seg;
   MPI_Request *rs_send, *ag_recv; /* [base[k] + s], k != me */
   MPI_Request *ag_send;           /* [k * nseg[me] + s], k != me */
-  size_t *rs_done, *agr_posted, *agr_done, *ags_done; /* per peer, in segment order */
+  size_t *rs_done, *agr_posted, *agr_done, *ags_done; /* per peer: segments, in order */
   /* the reduction of my chunk: pieces p = (segment p / (n-1), the (p % (n-1))-th other rank) */
   MPI_Request slot_req[OWNER_SLOTS];
   char *slots, *acc; /* OWNER_SLOTS segments; one segment for partial sums (n >= 3) */
@@ -54,6 +60,15 @@ int mpi_owner_eligible(const mpi_ctx *c, loom_red_op op, loom_dtype dt) {
 static size_t seg_len(const owner_op *o, int k, size_t s) {
   size_t left = o->cnt[k] - s * o->seg;
   return left < o->seg ? left : o->seg;
+}
+/* The end of the gather unit that starts at segment s of rank k's chunk (a segment index). */
+static size_t unit_end(const owner_op *o, int k, size_t s) {
+  return s + o->gsegs < o->nseg[k] ? s + o->gsegs : o->nseg[k];
+}
+/* Elements from segment s to segment e (exclusive) of rank k's chunk. */
+static size_t span_len(const owner_op *o, int k, size_t s, size_t e) {
+  size_t lo = s * o->seg, hi = e * o->seg < o->cnt[k] ? e * o->seg : o->cnt[k];
+  return hi - lo;
 }
 static int piece_rank(const owner_op *o, size_t p) {
   int j = (int)(p % (size_t)(o->n - 1));
@@ -102,7 +117,7 @@ static void op_free(owner_op *o) {
 
 /* A new op over comm: counts per rank (NULL: `count` each), its arrays and buffers. */
 static owner_op *op_new(mpi_ctx *c, loom_comm *comm, const size_t *counts, size_t count,
-                        loom_dtype dt, int reduce) {
+                        loom_dtype dt, int reduce, size_t seg_bytes, size_t gather_segs) {
   owner_op *o = calloc(1, sizeof *o);
   if (!o) return NULL;
   o->comm = comm->p2p;
@@ -115,7 +130,8 @@ static owner_op *op_new(mpi_ctx *c, loom_comm *comm, const size_t *counts, size_
   o->reduce = reduce;
   o->dt = dt;
   o->esz = loom_dtype_size(dt);
-  o->seg = c->segment_bytes / o->esz;
+  o->seg = seg_bytes / o->esz;
+  o->gsegs = gather_segs;
   for (int i = 0; i < OWNER_SLOTS; i++) o->slot_req[i] = MPI_REQUEST_NULL;
   o->cnt = calloc(5 * n + 1, sizeof(size_t));
   o->rs_done = calloc(4 * n, sizeof(size_t));
@@ -144,7 +160,8 @@ static owner_op *op_new(mpi_ctx *c, loom_comm *comm, const size_t *counts, size_
   o->ag_send = o->ag_recv + o->total_seg;
   for (size_t i = 0; i < 2 * o->total_seg + n * mine; i++) o->rs_send[i] = MPI_REQUEST_NULL;
   if (reduce && mine) {
-    size_t seg_bytes = o->seg * o->esz, n_slots = OWNER_SLOTS + (o->n >= 3);
+    size_t n_slots = OWNER_SLOTS + (o->n >= 3);
+    seg_bytes = o->seg * o->esz;
     o->slots = malloc(n_slots * seg_bytes);
     if (!o->slots) goto nomem;
     if (o->n >= 3) o->acc = o->slots + OWNER_SLOTS * seg_bytes;
@@ -175,18 +192,27 @@ static void post_pieces(owner_op *o) {
   }
 }
 
-/* Send segment s of my (reduced) chunk to rank k (gather). */
-static void segment_ready_send(owner_op *o, int k, size_t s) {
-  int rc = MPI_Isend(o->mine + s * o->seg * o->esz, (int)(seg_len(o, o->me, s) * o->esz),
-                     MPI_BYTE, k, o->tag_ag, o->comm, &o->ag_send[(size_t)k * o->nseg[o->me] + s]);
+/* Send the gather unit starting at segment s of my (reduced) chunk to rank k. */
+static void unit_send(owner_op *o, int k, size_t s) {
+  size_t len = span_len(o, o->me, s, unit_end(o, o->me, s));
+  int rc = MPI_Isend(o->mine + s * o->seg * o->esz, (int)(len * o->esz), MPI_BYTE, k, o->tag_ag,
+                     o->comm, &o->ag_send[(size_t)k * o->nseg[o->me] + s]);
   if (rc != MPI_SUCCESS) op_fail(o, rc, "MPI_Isend");
 }
 
-/* Segment s of my chunk is reduced: send it to every other rank (gather). */
-static void segment_ready(owner_op *o, size_t s) {
+/* Segments of my chunk whose gather unit is complete (sent or being sent). */
+static size_t units_ready(const owner_op *o) {
+  size_t mine = o->nseg[o->me];
+  return o->ready == mine ? mine : o->ready / o->gsegs * o->gsegs;
+}
+
+/* One more segment of my chunk is reduced: when it completes a gather unit, send that to every
+ * other rank. */
+static void segment_ready(owner_op *o) {
+  size_t before = units_ready(o);
   o->ready++;
-  for (int k = 0; k < o->n && o->all && !o->err; k++)
-    if (k != o->me) segment_ready_send(o, k, s);
+  for (int k = 0; k < o->n && o->all && !o->err && units_ready(o) > before; k++)
+    if (k != o->me) unit_send(o, k, before);
 }
 
 /* Add the values of my chunk in rank order as they arrive (see the header's association). */
@@ -223,7 +249,7 @@ static void reduce_mine(owner_op *o) {
       o->partial = NULL;
       o->cur_r = 0;
       o->cur_s++;
-      segment_ready(o, s);
+      segment_ready(o);
     }
   }
 }
@@ -239,25 +265,26 @@ static int advance_peer(owner_op *o, int k, int reduce) {
     o->rs_done[k]++;
   }
   if (!o->all) return o->rs_done[k] == nk;
-  size_t may_post = reduce ? o->rs_done[k] : nk; /* in place: only over bytes already sent */
-  while (o->agr_posted[k] < may_post) {
-    size_t s = o->agr_posted[k];
-    rc = MPI_Irecv(o->all + (o->off[k] + s * o->seg) * o->esz, (int)(seg_len(o, k, s) * o->esz),
-                   MPI_BYTE, k, o->tag_ag, o->comm, &o->ag_recv[b + s]);
+  while (o->agr_posted[k] < nk) {
+    size_t s = o->agr_posted[k], e = unit_end(o, k, s);
+    if (reduce && o->rs_done[k] < e) break; /* in place: only over bytes already sent */
+    rc = MPI_Irecv(o->all + (o->off[k] + s * o->seg) * o->esz,
+                   (int)(span_len(o, k, s, e) * o->esz), MPI_BYTE, k, o->tag_ag, o->comm,
+                   &o->ag_recv[b + s]);
     if (rc != MPI_SUCCESS) return op_fail(o, rc, "MPI_Irecv");
-    o->agr_posted[k]++;
+    o->agr_posted[k] = e;
   }
   while (o->agr_done[k] < o->agr_posted[k]) {
     rc = MPI_Test(&o->ag_recv[b + o->agr_done[k]], &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return op_fail(o, rc, "MPI_Test");
     if (!flag) break;
-    o->agr_done[k]++;
+    o->agr_done[k] = unit_end(o, k, o->agr_done[k]);
   }
-  while (o->ags_done[k] < o->ready) {
+  while (o->ags_done[k] < units_ready(o)) {
     rc = MPI_Test(&o->ag_send[(size_t)k * mine + o->ags_done[k]], &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return op_fail(o, rc, "MPI_Test");
     if (!flag) break;
-    o->ags_done[k]++;
+    o->ags_done[k] = unit_end(o, o->me, o->ags_done[k]);
   }
   return (!reduce || o->rs_done[k] == nk) && o->agr_done[k] == nk && o->ags_done[k] == mine;
 }
@@ -311,7 +338,8 @@ void mpi_owner_abandon(mpi_ctx *c, owner_op *o) {
 static int op_start(mpi_ctx *c, owner_op *o, loom_request **req) {
   for (int k = 0; k < o->n && !o->reduce && !o->err; k++) /* all_gather: my block at once */
     if (k != o->me)
-      for (size_t s = 0; s < o->nseg[o->me] && !o->err; s++) segment_ready_send(o, k, s);
+      for (size_t s = 0; s < o->nseg[o->me] && !o->err; s = unit_end(o, o->me, s))
+        unit_send(o, k, s);
   for (int k = 0; k < o->n && o->reduce; k++) {
     if (k == o->me) continue;
     for (size_t s = 0; s < o->nseg[k]; s++) {
@@ -348,7 +376,7 @@ int mpi_owner_all_reduce(mpi_ctx *c, loom_comm *comm, void *buf, size_t count, l
   size_t *counts = malloc((size_t)n * sizeof *counts);
   if (!counts) return LOOM_NOMEM;
   for (int k = 0; k < n; k++) counts[k] = count / (size_t)n + ((size_t)k < count % (size_t)n);
-  owner_op *o = op_new(c, comm, counts, 0, dt, 1);
+  owner_op *o = op_new(c, comm, counts, 0, dt, 1, c->segment_bytes, OWNER_GATHER_SEGS);
   free(counts);
   if (!o) return LOOM_NOMEM;
   o->send = buf;
@@ -360,7 +388,7 @@ int mpi_owner_all_reduce(mpi_ctx *c, loom_comm *comm, void *buf, size_t count, l
 int mpi_owner_reduce_scatter(mpi_ctx *c, loom_comm *comm, const void *send, void *recv,
                              const size_t *counts, size_t count, loom_dtype dt,
                              loom_request **req) {
-  owner_op *o = op_new(c, comm, counts, count, dt, 1);
+  owner_op *o = op_new(c, comm, counts, count, dt, 1, c->segment_bytes, 1);
   if (!o) return LOOM_NOMEM;
   o->send = send;
   o->mine = recv;
@@ -369,7 +397,7 @@ int mpi_owner_reduce_scatter(mpi_ctx *c, loom_comm *comm, const void *send, void
 
 int mpi_owner_all_gather(mpi_ctx *c, loom_comm *comm, const void *send, void *recv,
                          const size_t *counts, size_t count, loom_dtype dt, loom_request **req) {
-  owner_op *o = op_new(c, comm, counts, count, dt, 0);
+  owner_op *o = op_new(c, comm, counts, count, dt, 0, OWNER_GATHER_BYTES, 1);
   if (!o) return LOOM_NOMEM;
   o->all = recv;
   o->mine = (char *)recv + o->off[o->me] * o->esz;
