@@ -42,6 +42,7 @@ struct owner_op {
   /* the reduction of my chunk: pieces p = (segment p / (n-1), the (p % (n-1))-th other rank) */
   MPI_Request slot_req[OWNER_SLOTS];
   char *slots, *acc; /* OWNER_SLOTS segments; one segment for partial sums (n >= 3) */
+  size_t slot_bytes; /* a segment of my chunk, at most */
   size_t pieces, posted, freed, next_piece;
   size_t cur_s;         /* segment being reduced */
   int cur_r;            /* next rank whose value it adds */
@@ -160,11 +161,11 @@ static owner_op *op_new(mpi_ctx *c, loom_comm *comm, const size_t *counts, size_
   o->ag_send = o->ag_recv + o->total_seg;
   for (size_t i = 0; i < 2 * o->total_seg + n * mine; i++) o->rs_send[i] = MPI_REQUEST_NULL;
   if (reduce && mine) {
-    size_t n_slots = OWNER_SLOTS + (o->n >= 3);
-    seg_bytes = o->seg * o->esz;
-    o->slots = malloc(n_slots * seg_bytes);
+    size_t n_slots = OWNER_SLOTS + (o->n >= 3); /* a short chunk needs only its own length */
+    o->slot_bytes = (o->cnt[o->me] < o->seg ? o->cnt[o->me] : o->seg) * o->esz;
+    o->slots = malloc(n_slots * o->slot_bytes);
     if (!o->slots) goto nomem;
-    if (o->n >= 3) o->acc = o->slots + OWNER_SLOTS * seg_bytes;
+    if (o->n >= 3) o->acc = o->slots + OWNER_SLOTS * o->slot_bytes;
     o->pieces = mine * (n - 1);
   }
   return o;
@@ -181,7 +182,7 @@ static void post_pieces(owner_op *o) {
   while (!o->err && o->posted < o->pieces && o->posted - o->freed < OWNER_SLOTS) {
     size_t p = o->posted, s = p / (size_t)(o->n - 1);
     int i = (int)(p % OWNER_SLOTS);
-    int rc = MPI_Irecv(o->slots + (size_t)i * o->seg * o->esz,
+    int rc = MPI_Irecv(o->slots + (size_t)i * o->slot_bytes,
                        (int)(seg_len(o, o->me, s) * o->esz), MPI_BYTE, piece_rank(o, p),
                        o->tag_rs, o->comm, &o->slot_req[i]);
     if (rc != MPI_SUCCESS) {
@@ -233,7 +234,7 @@ static void reduce_mine(owner_op *o) {
         return;
       }
       if (!flag) return; /* not here yet */
-      x = o->slots + (size_t)i * o->seg * o->esz;
+      x = o->slots + (size_t)i * o->slot_bytes;
       o->next_piece++;
     }
     if (!o->partial) {
