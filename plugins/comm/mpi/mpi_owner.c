@@ -1,11 +1,13 @@
 /* loom's own sum collectives (schedule, association and progress: mpi_owner.h).
  *
- * One owner_op per collective. Its messages, all MPI_BYTE on comm->p2p:
+ * One owner_op per collective (all_gather: the gather phase alone). Its messages, all MPI_BYTE
+ * on comm->p2p:
  *   reduce:  rs_send  my copy of chunk k's segments to owner k (all posted at the start);
  *            slots    OWNER_SLOTS receives of the segments of my chunk, in the order they are
  *                     added: segment by segment, contributors in rank order
- *   gather:  ag_send  my reduced segments to every other rank (posted as each is reduced);
- *            ag_recv  owner k's reduced segments into my buffer (posted once my rs_send of the
+ *   gather:  ag_send  my reduced chunk to every other rank in units of OWNER_GATHER_SEGS
+ *                     segments, each posted once reduced (all_gather: the block, at once);
+ *            ag_recv  owner k's units into my buffer (all_reduce: posted once my rs_send of the
  *                     same bytes completed, since the buffer is in place)
  * Reduce and gather messages have their own tags (2 per collective: comm->seq), so neither
  * matches the other; within a tag MPI's non-overtaking order pairs segment s with segment s. */

@@ -9,8 +9,9 @@
  *   reduce:  rank k receives every other rank's copy of chunk k, segment by segment (segment_bytes,
  *            default 512 KiB, into a small ring of temporary slots so the received segment is
  *            added while it is in cache) and adds them up;
- *   gather:  (all_reduce) every rank receives each owner's reduced segments straight into its
- *            buffer, as soon as its own copy of that segment has left (the buffer is in place).
+ *   gather:  (all_reduce) every rank receives each owner's sums straight into its buffer, in
+ *            4 MiB units as they are reduced, each once its own copy of those bytes has left
+ *            (the buffer is in place); all_gather is this phase alone, one message per block.
  * Each rank sends and receives (n-1)/n of the buffer per phase, as in NCCL's ring; with Open
  * MPI's vader/CMA transport each message is one copy, done by the receiver, which also means a
  * rank busy computing does not hold up the owners reading its chunks.
