@@ -7,7 +7,7 @@
 #   byte: L4 H8 C256, vocabulary 256,   T 128, 1024 tokens per step (the main job's model)
 #
 #   bench/gpt2_vocab.sh [--build DIR] [--steps N] [--skip K] [--torch-steps N] [--rounds R]
-#                       [--out DIR] [--no-torch]
+#                       [--out DIR] [--no-torch] [--comm-ab]
 #   LLMC_DIR=/path/to/llm.c bench/gpt2_vocab.sh ...   (adds llm.c's train_gpt2.c as an anchor)
 #   make -C BUILD bench-gpt2                          (the same, with --build BUILD)
 #
@@ -18,6 +18,9 @@
 #    PyTorch (bench/torch_gpt.py, Debian's python3-torch, 1 thread per rank, DDP over gloo) of
 #    both models on 1 and 2 ranks; llm.c (when LLMC_DIR is set) of both models on 1 thread
 # 3. the anchor again, then the table and the ratios (bench/gpt2_vocab_report.py).
+# --comm-ab instead runs only the gpt2 model's ddp, zero1 and zero2 rows on 2 ranks, each with
+# mpi.so's "collectives": "loom" (its own sum collectives) and "mpi" (Open MPI's), interleaved,
+# and prints each pair's step-time ratio (median and fast phase of the pooled rounds).
 # Every rank runs one thread (device.threads=1, OMP/OPENBLAS_NUM_THREADS=1): 2 ranks = 2 cores.
 #
 # llm.c is not vendored: LLMC_DIR must hold karpathy/llm.c's train_gpt2.c. Its main() trains
@@ -30,7 +33,7 @@
 # after llm.c's padded vocabulary (llmc/ headers, checkpoint version 3, dev/data/ shards).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$root/build steps=20 skip=5 torch_steps=12 rounds=1 out="" torch=1
+build=$root/build steps=20 skip=5 torch_steps=12 rounds=1 out="" torch=1 comm_ab=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -40,7 +43,8 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --no-torch) torch=0; shift ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    --comm-ab) comm_ab=1; shift ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "gpt2_vocab.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -188,6 +192,38 @@ fi
 
 echo "== loom GPT-2-vocabulary benchmark: $(date -u '+%Y-%m-%d %H:%M UTC'), $ncores cores," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "$comm_ab" = 1 ]; then
+  echo "== mpi.so \"collectives\": \"loom\" vs \"mpi\": gpt2 ddp / zero1 / zero2 on 2 ranks," \
+       "$steps steps (first $skip skipped), $rounds round(s)"
+  for r in $(seq 1 "$rounds"); do
+    for par in ddp zero1 zero2; do
+      for coll in loom mpi; do
+        loom "gpt2-$par-2r-$coll" gpt2 2 2 "$r" --set "parallel=[{\"plugin\": \"$par\"}]" \
+          --set "comm={\"plugin\": \"mpi\", \"collectives\": \"$coll\"}"
+      done
+    done
+  done
+  /usr/bin/python3 - "$out" "$rounds" "$skip" <<'EOF'
+import json, statistics, sys
+out, rounds, skip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def ms(name):  # pooled ms_per_step of the steps after the warm-up, every round
+    xs = []
+    for r in range(1, rounds + 1):
+        for line in open(f"{out}/{name}.r{r}.jsonl"):
+            rec = json.loads(line)
+            if rec.get("step", 0) > skip and "ms_per_step" in rec:
+                xs.append(rec["ms_per_step"])
+    xs.sort()
+    return statistics.median(xs), xs[max(0, len(xs) // 10 - 1)]
+print("| gpt2, 2 ranks | loom: ms/step median (fast) | mpi: ms/step median (fast) | mpi / loom: median (fast) |")
+print("|---|---|---|---|")
+for par in ("ddp", "zero1", "zero2"):
+    (lm, lf), (mm, mf) = ms(f"gpt2-{par}-2r-loom"), ms(f"gpt2-{par}-2r-mpi")
+    print(f"| {par} | {lm:.1f} ({lf:.1f}) | {mm:.1f} ({mf:.1f}) | {mm / lm:.2f} ({mf / lf:.2f}) |")
+EOF
+  echo "(fast = the 10% fastest steps; load average now $(cut -d' ' -f1-3 /proc/loadavg); runs in $out)"
+  exit 0
+fi
 echo "== anchor (before): loom-sgemm-peak at the gpt2 model's shapes"
 "$bin/loom-sgemm-peak" -B 4 -T 64 -C 256 -H 4 -V 50257 -L 4 > "$out/sgemm_before.txt"
 tail -2 "$out/sgemm_before.txt"

@@ -7,7 +7,15 @@
 #include <loom/loom.h>
 #include <mpi.h>
 
-struct loom_comm { MPI_Comm mpi; };
+/* A communicator: `mpi` for Open MPI's collectives and the callers' send/recv, `p2p` its
+ * duplicate (MPI_Comm_dup at split time) for the messages of mpi_owner.c's collectives, so they
+ * never match anything else; `seq` numbers those collectives (their tags). */
+struct loom_comm {
+  MPI_Comm mpi;
+  MPI_Comm p2p;      /* MPI_COMM_NULL until duplicated */
+  unsigned long seq; /* owner collectives started on it so far (the same on every rank) */
+};
+typedef struct owner_op owner_op;
 /* An outstanding operation; the uneven collectives keep their int count/displacement arrays
  * here because MPI reads them until completion. */
 /* A host copy of a device buffer, for a device that is not host-addressable. */
@@ -19,7 +27,8 @@ typedef struct stage {
 } stage;
 
 struct loom_request {
-  MPI_Request mpi;
+  MPI_Request mpi; /* Open MPI's own operation, or MPI_REQUEST_NULL */
+  owner_op *own;   /* one of loom's own collectives (mpi_owner.c), or NULL */
   int *counts, *displs;
   stage st[2];     /* staging (send, recv) for a device that is not host-addressable */
   int n_st;
@@ -33,7 +42,17 @@ typedef struct mpi_ctx {
   struct loom_comm world;
   int initialized_here; /* we called MPI_Init, so we call MPI_Finalize */
   MPI_Op sum_bf16, sum_f16; /* the 16-bit sums (user ops; MPI_OP_NULL until created) */
+  int own;                  /* option "collectives": 1 "loom" (default, mpi_owner.c), 0 "mpi" */
+  size_t segment_bytes;     /* option "segment_bytes": unit of transfer and reduction (own) */
+  int tag_ub;               /* MPI_TAG_UB */
+  owner_op *active;         /* own collectives not yet complete (all progressed together) */
 } mpi_ctx;
+
+/* out[i] = a[i] + b[i] for n elements of dt (LOOM_F32, LOOM_BF16, LOOM_F16); 16-bit values are
+ * widened to fp32, added and rounded back once (nearest even). out may be a or b (mpi_sum.c). */
+void mpi_sum(loom_dtype dt, void *out, const void *a, const void *b, size_t n);
+/* Set the plugin's error from an MPI error code: "<what> failed: <MPI's string>"; LOOM_REMOTE. */
+int mpi_fail(mpi_ctx *c, int mpi_err, const char *what);
 
 /* The MPI operations on host buffers (mpi_comm.c): comm_v1's semantics, req NULL = blocking. */
 int mpi_raw_all_reduce(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
