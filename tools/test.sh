@@ -1,14 +1,32 @@
 #!/bin/bash
-# Set up and run every test: unit (Check), reference (PyTorch), multi-rank integration
-# (mpirun), fault tests — on the normal build, the main job's build on a machine without the
-# test packages, then everything again on an AddressSanitizer + UBSan build.
+# Set up and run the tests: unit (Check), reference (PyTorch), multi-rank integration (mpirun),
+# fault tests — on the normal build, the main job's build on a machine without the test
+# packages, then the unit tests and a representative subset of the rest on an AddressSanitizer +
+# UBSan build (what CI runs: .ci/run).
+#   tools/test.sh          the stages above
+#   tools/test.sh --full   also the exhaustive matrices (label "matrix": the 53-run ZeRO matrix,
+#                          the 49-run cross-mesh resume matrix, the other plugins' conformance
+#                          batteries) and, under the sanitizers, the integration tests the CI
+#                          pass leaves to the normal build (label "asan-full")
+# Labels: "normal-only", "readme", "fresh": never under the sanitizers (they test scripts, docs
+# or a 3-minute bound, not memory safety); "fresh" runs once, as its own stage.
 # Every stage runs even when an earlier one fails (a stage that needs a failed build is skipped,
 # and says so); the run ends with one line per stage and exits non-zero if any stage failed.
 # Logs: build-logs/<stage>.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+full=0
+case ${1:-} in
+  --full) full=1 ;;
+  "") ;;
+  *) echo "usage: tools/test.sh [--full]" >&2; exit 2 ;;
+esac
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 jobs=$(nproc)
+# ctest slots: twice the cores. The multi-rank tests are start-up bound (0.3-0.6 s of CPU per
+# second of wall) and claim 2 slots each (PROCESSORS 2), so two of them share the cores; the
+# timing-sensitive and CPU-heavy ones run alone (RUN_SERIAL): tests/integration/CMakeLists.txt.
+slots=$((2 * jobs))
 logs=build-logs
 rm -rf "$logs" && mkdir -p "$logs"
 names=() results=() notes=()
@@ -57,24 +75,34 @@ configure_and_build() { # configure_and_build DIR CMAKE_ARGS...
 }
 
 if stage setup tools/setup.sh --tests; then
-  stage tests bash -c "cd build && ctest --output-on-failure -j$jobs -LE fresh"
+  stage tests bash -c "cd build && ctest --output-on-failure -j$slots -LE 'fresh|matrix'"
+  if [ "$full" -eq 1 ]; then
+    stage matrix bash -c "cd build && ctest --output-on-failure -j$slots -L matrix"
+  fi
 else
   skip tests "the setup stage (install + build of build/) failed"
+  [ "$full" -eq 1 ] && skip matrix "the setup stage (install + build of build/) failed"
 fi
 # Independent of build/: configures and builds its own temporary tree with Check hidden.
 stage fresh-machine env LOOM_SRC="$PWD" bash tests/integration/fresh_machine.sh
 if stage asan-build configure_and_build build-asan -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=ON \
      -DLOOM_TESTS_REQUIRED=ON; then
   # OpenMPI's own allocations are not freed at exit; leaks are checked in the unit tests only.
-  # The big equivalence matrix (label "matrix") runs in the normal build only, and so does the
-  # fresh-machine build and the README scripts (labels "fresh", "readme"): they test the
-  # scripts and the docs, not the code.
+  # The matrices and the scripts' and docs' tests run in the normal build only (labels
+  # "matrix", "normal-only", "readme", "fresh"); the integration tests labelled "asan-full"
+  # repeat code paths the others take, at more sizes: --full only.
+  never='unit|matrix|normal-only|fresh|readme'
   stage asan-tests bash -c "cd build-asan && ASAN_OPTIONS=detect_leaks=0 \
-    ctest --output-on-failure -j$jobs -LE 'unit|matrix|fresh|readme'"
+    ctest --output-on-failure -j$slots -LE '$never|asan-full'"
+  if [ "$full" -eq 1 ]; then
+    stage asan-full bash -c "cd build-asan && ASAN_OPTIONS=detect_leaks=0 \
+      ctest --output-on-failure -j$slots -L asan-full -LE '$never'"
+  fi
   stage asan-unit-leaks bash -c "cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
-    ctest --output-on-failure -j$jobs -L unit"
+    ctest --output-on-failure -j$slots -L unit"
 else
   skip asan-tests "the asan-build stage failed"
+  [ "$full" -eq 1 ] && skip asan-full "the asan-build stage failed"
   skip asan-unit-leaks "the asan-build stage failed"
 fi
 

@@ -15,7 +15,10 @@
                                   may differ)
   check_export.py close A B RTOL  the same tensor names and shapes and
                                   max|a - b| <= RTOL * max|b| over all tensors
-Exit status 0 pass, 1 fail, 77 when torch cannot be imported."""
+Exit status 0 pass, 1 fail, 77 when verify cannot import torch. `same` and `close` read the
+files with struct and array only: importing torch costs ~2 s of CPU per call, and the export
+test calls them ten times."""
+import array
 import json
 import math
 import os
@@ -23,11 +26,17 @@ import struct
 import subprocess
 import sys
 
-try:
-    import torch
-except Exception as exc:  # noqa: BLE001 -- any import failure means "no torch here"
-    print(f"SKIP: {sys.executable} cannot import torch ({exc})")
-    sys.exit(77)
+torch = None  # imported by verify only (import_torch)
+
+
+def import_torch():
+    global torch
+    try:
+        import torch as t
+    except Exception as exc:  # noqa: BLE001 -- any import failure means "no torch here"
+        print(f"SKIP: {sys.executable} cannot import torch ({exc})")
+        sys.exit(77)
+    torch = t
 
 LOSS_TOL = 1e-5
 
@@ -37,8 +46,8 @@ def fail(msg):
     sys.exit(1)
 
 
-def read_safetensors(path):
-    """(metadata, {name: float32 tensor}) read with struct, json and torch.frombuffer."""
+def read_safetensors_raw(path):
+    """(metadata, {name: (shape, little-endian float32 bytes)}) read with struct and json."""
     data = open(path, "rb").read()
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n].decode("utf-8"))
@@ -59,9 +68,18 @@ def read_safetensors(path):
         if v["dtype"] != "F32":
             fail(f"{path}: {k} has dtype {v['dtype']}, expected F32")
         b, e = v["data_offsets"]
-        t = torch.frombuffer(bytearray(body[b:e]), dtype=torch.float32)
-        tensors[k] = t.reshape(v["shape"])
+        if e - b != 4 * math.prod(v["shape"]):
+            fail(f"{path}: {k} holds {e - b} bytes, its shape {v['shape']} needs "
+                 f"{4 * math.prod(v['shape'])}")
+        tensors[k] = (v["shape"], body[b:e])
     return meta, tensors
+
+
+def read_safetensors(path):
+    """(metadata, {name: float32 tensor}): read_safetensors_raw's bytes through torch.frombuffer."""
+    meta, raw = read_safetensors_raw(path)
+    return meta, {k: torch.frombuffer(bytearray(b), dtype=torch.float32).reshape(shape)
+                  for k, (shape, b) in raw.items()}
 
 
 def dims_of(t):
@@ -223,23 +241,33 @@ def verify(args):
 
 
 def same(a, b):
-    _, ta = read_safetensors(a)
-    _, tb = read_safetensors(b)
+    _, ta = read_safetensors_raw(a)
+    _, tb = read_safetensors_raw(b)
     if set(ta) != set(tb):
         fail(f"{a} and {b} hold different tensors")
     for k in ta:
-        if ta[k].shape != tb[k].shape or not torch.equal(ta[k], tb[k]):
+        if ta[k] != tb[k]:  # the shapes and the bytes: bitwise, -0.0 and NaN payloads included
             fail(f"{k} differs between {a} and {b}")
     print(f"{a} == {b}: {len(ta)} tensors, bitwise")
 
 
+def floats(raw):
+    x = array.array("f", raw)
+    if sys.byteorder != "little":
+        x.byteswap()
+    return x
+
+
 def close(a, b, rtol):
-    _, ta = read_safetensors(a)
-    _, tb = read_safetensors(b)
-    if set(ta) != set(tb) or any(ta[k].shape != tb[k].shape for k in ta):
+    _, ta = read_safetensors_raw(a)
+    _, tb = read_safetensors_raw(b)
+    if set(ta) != set(tb) or any(ta[k][0] != tb[k][0] for k in ta):
         fail(f"{a} and {b} hold different tensors or shapes")
-    worst = max((ta[k] - tb[k]).abs().max().item() for k in ta)
-    scale = max(tb[k].abs().max().item() for k in tb)
+    # in float64 (Python floats), like torch's float32 difference up to its rounding, which is
+    # far below any tolerance given here (>= 1e-6)
+    worst = max(max((abs(x - y) for x, y in zip(floats(ta[k][1]), floats(tb[k][1]))), default=0.0)
+                for k in ta)
+    scale = max(max((abs(y) for y in floats(tb[k][1])), default=0.0) for k in tb)
     print(f"{a} vs {b}: max|a-b| {worst:.3g} = {worst / scale:.3g} x max|b| "
           f"(tolerance {rtol:g})")
     if worst > rtol * scale:
@@ -249,6 +277,7 @@ def close(a, b, rtol):
 if __name__ == "__main__":
     cmd, rest = sys.argv[1], sys.argv[2:]
     if cmd == "verify":
+        import_torch()
         verify(rest)
     elif cmd == "same":
         same(*rest)

@@ -70,7 +70,7 @@ PY
 expect_fail() { # expect_fail NRANKS NEEDLE [--set ...]
   local n=$1 needle=$2
   shift 2
-  if timeout 120 mpirun -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+  if "${REFUSED_RUN[@]}" timeout 120 mpirun -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
       --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
       --set "data.vocab=$WORK/data/vocab.json" --set checkpoint=null "$@" >"$WORK/fail.log" 2>&1; then
     die "expected a failure containing '$needle'"

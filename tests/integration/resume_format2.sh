@@ -16,7 +16,7 @@ TP2='{"plugin":"tensor_parallel","size":2}'
 resume_run() { # resume_run NRANKS NAME MICRO PLUGINS [extra --set ...]
   local n=$1 r=$2 b=$3 plugins=$4
   shift 4
-  timeout 300 mpirun -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+  "${REFUSED_RUN[@]}" timeout 300 mpirun -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
     --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
     --set "data.vocab=$WORK/data/vocab.json" $H --set train.micro_batch_size=$b \
     --set "parallel=$plugins" --set "logging.metrics=$WORK/$r/metrics.jsonl" \

@@ -11,7 +11,7 @@ make_data
 resume() { # resume NRANKS NAME LOG [--set ...]
   local n=$1 name=$2 log=$3
   shift 3
-  timeout 120 mpirun -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+  "${REFUSED_RUN[@]}" timeout 120 mpirun -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
     --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
     --set "data.vocab=$WORK/data/vocab.json" \
     --set "logging.metrics=$WORK/$name/metrics.jsonl" --set logging.interval=5 \

@@ -16,6 +16,12 @@ for z in zero1 zero2 zero3; do
 done
 for z in zero1 zero2 zero3; do cases+=("$z|3|bf16|{\"plugin\":\"$z\"}"); done
 cases+=("zero2off|2|bf16|{\"plugin\":\"zero2\"},$OFF")
+# Under the sanitizers (LOOM_SANITIZED=1) every code path once: each stage on 3
+# ranks (uneven partitions) in fp32 and in bf16, and zero2 + cpu_offload; the 2-rank fp32 cases
+# repeat the 3-rank ones' paths with even partitions.
+if [ "${LOOM_SANITIZED:-0}" = 1 ]; then
+  cases=("${cases[1]}" "${cases[3]}" "${cases[5]}" "${cases[@]:6}")
+fi
 for c in "${cases[@]}"; do
   IFS='|' read -r z n prec par <<<"$c"
   b=$((12 / n))
