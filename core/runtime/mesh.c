@@ -1,29 +1,57 @@
 /* The process mesh: the comm plugin joins the job, then the world is split into the
  * communicators of each axis. Layout as Megatron-LM: tp innermost, then dp, then pp:
  *   world_rank = (pp_rank * dp + dp_rank) * tp + tp_rank. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "plugins.h"
 #include "runtime.h"
 #include "util/one_line.h"
 
-int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) {
+/* Open the comm plugin (loom__plugins_open normally did) and set up its host record. */
+static int comm_host_init(loom_runtime *rt, char *err, size_t errlen) {
   loom_config *cfg = rt->cfg;
-  if (!rt->comm_plugin.handle && /* loom__plugins_open normally opened it already */
+  if (!rt->comm_plugin.handle &&
       loom__plugin_open(&rt->comm_plugin, cfg->comm.name, LOOM_KIND_COMM, err, errlen) != 0)
     return -1;
   snprintf(rt->comm_label, sizeof rt->comm_label, "%s (%s)", cfg->comm.name,
            cfg->comm.json_path);
   loom__host_init(&rt->comm_host, rt, rt->comm_label, cfg->path, cfg->comm.json_path,
                   cfg->comm.options);
-  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
-  if (c->create(loom__host_api(), &rt->comm_host, &rt->comm_host.opts, &rt->comm_ctx) !=
-      LOOM_OK) {
+  return 0;
+}
+
+/* The comm plugin's refusal: its message as is when an option getter already named the file
+ * and JSON path, else prefixed with them. */
+static int comm_error(loom_runtime *rt, char *err, size_t errlen) {
+  const loom_config *cfg = rt->cfg;
+  if (loom__error_names_config(rt, rt->comm_host.error))
+    snprintf(err, errlen, "%s (plugin %s)", rt->comm_host.error, rt->comm_plugin.path);
+  else
     snprintf(err, errlen, "%s: %s: plugin '%s' (%s): %s", cfg->path, cfg->comm.json_path,
              cfg->comm.name, rt->comm_plugin.path, rt->comm_host.error);
-    return -1;
-  }
+  return -1;
+}
+
+int loom__comm_check_options(loom_runtime *rt, char *err, size_t errlen) {
+  if (comm_host_init(rt, err, errlen) != 0) return -1;
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (c->hdr.struct_size <= offsetof(loom_comm_v1, check_options) || !c->check_options)
+    return 0; /* a 1.4 plugin: train's create() validates them */
+  if (c->check_options(loom__host_api(), &rt->comm_host, &rt->comm_host.opts) != LOOM_OK)
+    return comm_error(rt, err, errlen);
+  return 0;
+}
+
+int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) {
+  loom_config *cfg = rt->cfg;
+  if (comm_host_init(rt, err, errlen) != 0) return -1;
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (c->create(loom__host_api(), &rt->comm_host, &rt->comm_host.opts, &rt->comm_ctx) !=
+      LOOM_OK)
+    return comm_error(rt, err, errlen);
   loom_mesh *m = &rt->mesh;
   if (c->world(rt->comm_ctx, &m->world_rank, &m->world_size) != LOOM_OK) {
     snprintf(err, errlen, "plugin '%s': %s", cfg->comm.name, rt->comm_host.error);

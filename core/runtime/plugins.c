@@ -239,11 +239,15 @@ static char *label_for(const loom_plugin_cfg *pc) {
   return s;
 }
 
+int loom__error_names_config(const loom_runtime *rt, const char *msg) {
+  size_t n = strlen(rt->cfg->path);
+  return strncmp(msg, rt->cfg->path, n) == 0 && msg[n] == ':';
+}
+
 static int plugin_error(loom_runtime *rt, const loom_plugin *p, const loom_host *h, int rc,
                         const char *what, char *err, size_t errlen) {
-  size_t n = strlen(rt->cfg->path);
-  if (rc == LOOM_INVALID_CONFIG && strncmp(h->error, rt->cfg->path, n) == 0 &&
-      h->error[n] == ':') { /* an option getter's message already names file and JSON path */
+  if (rc == LOOM_INVALID_CONFIG && loom__error_names_config(rt, h->error)) {
+    /* an option getter's message already names file and JSON path */
     snprintf(err, errlen, "%s (plugin %s)", h->error, p->path);
     return -1;
   }

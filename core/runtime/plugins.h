@@ -26,5 +26,8 @@ int loom__hook_error(loom_runtime *rt, int i, const char *hook, int rc, char *er
 /* The text of a loom_status (common_v1.h's LOOM_STATUS_MAP): "invalid configuration", ...;
  * "error" for a value outside the list. */
 const char *loom__status_text(int rc);
+/* Whether a plugin's error message already starts with "CONFIG_PATH:" (the host's option
+ * getters name the file and the JSON path themselves), so a caller does not prefix it twice. */
+int loom__error_names_config(const loom_runtime *rt, const char *msg);
 
 #endif

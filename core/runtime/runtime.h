@@ -129,6 +129,10 @@ int loom__launcher_rank(void);
 /* Start the comm plugin and build the dp x tp x pp mesh. sizes: tp and pp (dp = the rest).
  * Returns 0 or -1 with a message. */
 int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen);
+/* `loom check`: the comm plugin's options validated as its create() would (comm ABI 1.5
+ * check_options) without joining a job. A 1.4 plugin: 0, nothing checked. Returns 0 or -1 with
+ * a message naming the file, JSON path and plugin. */
+int loom__comm_check_options(loom_runtime *rt, char *err, size_t errlen);
 void loom__mesh_free(loom_runtime *rt);
 
 /* Bring the whole job down after printing `msg` (every rank exits non-zero, promptly). */

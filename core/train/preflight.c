@@ -205,6 +205,7 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
     goto out;
   }
   if (loom__plugins_create(rt, err, errlen) != 0) goto out;
+  if (loom__comm_check_options(rt, err, errlen) != 0) goto out; /* train: mesh init */
   /* the checkpoint train would resume from: what train refuses in it before step 1 (another
    * model, vocabulary or split; a manifest that fails verification) is refused here too */
   if (loom_tokenizer_load(&tok, cfg->data.vocab, e, sizeof e) != 0) { /* checked above */

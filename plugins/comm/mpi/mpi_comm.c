@@ -92,25 +92,43 @@ static int check_args(mpi_ctx *c, loom_dtype dt, size_t count, int reduce, loom_
 /* Either start (req != NULL) or run a call. The macro keeps each op one line. */
 static loom_request *new_request(void) { return calloc(1, sizeof(loom_request)); }
 
-static int mpi_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
-                      void **out) {
+/* The options, checked (unknown keys, types, ranges): *own = "collectives" is "loom",
+ * *segment_bytes in [4 KiB, 1 GiB]. LOOM_OK or LOOM_INVALID_CONFIG with set_error. */
+static int parse_options(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                         int *own, int64_t *segment_bytes) {
   static const char *const keys[] = {"collectives", "segment_bytes", NULL};
   const char *coll = NULL;
-  int64_t seg = 0;
   if (api->opt_check_keys(host, opts, keys) != LOOM_OK ||
       api->opt_string(host, opts, "collectives", "loom", &coll) != LOOM_OK ||
-      api->opt_int(host, opts, "segment_bytes", 512 << 10, 4096, 1 << 30, &seg) != LOOM_OK)
+      api->opt_int(host, opts, "segment_bytes", 512 << 10, 4096, 1 << 30, segment_bytes) !=
+          LOOM_OK)
     return LOOM_INVALID_CONFIG;
   if (strcmp(coll, "loom") != 0 && strcmp(coll, "mpi") != 0) {
     api->set_error(host, "collectives: expected \"loom\" (loom's own sum collectives) or "
                    "\"mpi\" (Open MPI's), got \"%s\"", coll);
     return LOOM_INVALID_CONFIG;
   }
+  *own = strcmp(coll, "loom") == 0;
+  return LOOM_OK;
+}
+
+static int mpi_check_options(const loom_host_api_v1 *api, loom_host *host,
+                             const loom_options *opts) {
+  int own;
+  int64_t seg;
+  return parse_options(api, host, opts, &own, &seg);
+}
+
+static int mpi_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                      void **out) {
+  int own = 1;
+  int64_t seg = 0;
+  if (parse_options(api, host, opts, &own, &seg) != LOOM_OK) return LOOM_INVALID_CONFIG;
   mpi_ctx *c = calloc(1, sizeof *c);
   if (!c) return LOOM_NOMEM;
   c->api = api;
   c->host = host;
-  c->own = strcmp(coll, "loom") == 0;
+  c->own = own;
   c->segment_bytes = (size_t)seg;
   /* OpenMPI dlopens its own components, which need libmpi's symbols globally visible; we were
    * loaded RTLD_LOCAL, so promote libmpi. */
@@ -511,4 +529,5 @@ LOOM_EXPORT const loom_comm_v1 loom_plugin_v1 = {
   .reduce_scatter_v = mpi_reduce_scatter_v,
   .all_gather_v = mpi_all_gather_v,
   .local = mpi_local,
+  .check_options = mpi_check_options,
 };

@@ -30,10 +30,16 @@
 
 /* ---- lifecycle ---- */
 
+/* nccl.so takes no options: any key is refused. */
+static int nccl_check_options(const loom_host_api_v1 *api, loom_host *host,
+                              const loom_options *opts) {
+  static const char *const keys[] = {NULL};
+  return api->opt_check_keys(host, opts, keys) != LOOM_OK ? LOOM_INVALID_CONFIG : LOOM_OK;
+}
+
 static int nccl_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
                        void **out) {
-  static const char *const keys[] = {NULL};
-  if (api->opt_check_keys(host, opts, keys) != LOOM_OK) return LOOM_INVALID_CONFIG;
+  if (nccl_check_options(api, host, opts) != LOOM_OK) return LOOM_INVALID_CONFIG;
   int ndev = 0;
   cudaError_t ce = cudaGetDeviceCount(&ndev);
   if (ce != cudaSuccess || ndev == 0) {
@@ -179,4 +185,5 @@ LOOM_EXPORT const loom_comm_v1 loom_plugin_v1 = {
   .reduce_scatter_v = nccl_reduce_scatter_v,
   .all_gather_v = nccl_all_gather_v,
   .local = nccl_local,
+  .check_options = nccl_check_options,
 };

@@ -76,6 +76,13 @@ typedef struct loom_comm_v1 {
    * MPI_COMM_TYPE_SHARED split): what picks a GPU when the launcher exports no local rank.
    * NULL in older plugins (the host then assumes rank 0 of 1). */
   int (*local)(void *ctx, int *local_rank, int *local_size);
+
+  /* ---- ABI 1.5 ---- */
+  /* Validate opts (unknown keys, types, ranges) exactly as create() does, without joining the
+   * job: what `loom check` calls, in one process and without a launcher. Returns LOOM_OK, or
+   * LOOM_INVALID_CONFIG with set_error. NULL in older plugins: `loom check` then leaves the
+   * comm options to train's create(). */
+  int (*check_options)(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts);
 } loom_comm_v1;
 
 #ifdef __cplusplus
