@@ -509,6 +509,16 @@ static int pp_release(void *ud, int micro) {
  * stage, every dp rank, same tp rank) so both copies take the same AdamW step. Each rank
  * contributes the part of wte it owns (its partition when sharded, else dp rank 0 all of it)
  * and zeros elsewhere, so the sum is g_first + g_last, the same bits on every member. */
+/* n elements from src (dtype sdt) into dst (dtype ddt) on the device: a copy when both are
+ * fp32, else the device's exact widening / rounding conversion. */
+static void move_grads(const loom_runtime *rt, void *dst, loom_dtype ddt, const void *src,
+                       loom_dtype sdt, size_t n) {
+  if (ddt == LOOM_F32 && sdt == LOOM_F32)
+    rt->dev.ops->copy(rt->dev.ctx, dst, src, n * sizeof(float));
+  else
+    rt->dev.ops->convert(rt->dev.ctx, dst, ddt, src, sdt, n);
+}
+
 static int pp_tied_sum(loom_trainer *tr) {
   loom_runtime *rt = &tr->rt;
   if (!rt->emb_buf) return 0;
@@ -534,22 +544,13 @@ static int pp_tied_sum(loom_trainer *tr) {
   char *flat_own = (char *)w->grad + (lo - w->offset) * es;
   char *own = lo >= hi ? NULL
               : part->sharded ? (char *)part->grads + (lo - part->begin) * es : flat_own;
-  if (own && rt->grad_dtype == LOOM_F32)
-    d->copy(rt->dev.ctx, sum_own, own, n_own * sizeof(float));
-  else if (own)
-    d->convert(rt->dev.ctx, sum_own, LOOM_F32, own, rt->grad_dtype, n_own);
+  if (own) move_grads(rt, sum_own, LOOM_F32, own, rt->grad_dtype, n_own);
   if (loom__host_api()->all_reduce(&tr->core_host, rt->emb_comm, rt->emb_buf, w->numel,
                                    LOOM_F32, LOOM_OP_SUM, NULL) != LOOM_OK)
     return fail(tr, "summing the tied embedding's gradient between the first and last "
                 "pipeline stage failed: %s", tr->core_host.error);
-  if (own && own != flat_own && rt->grad_dtype == LOOM_F32)
-    d->copy(rt->dev.ctx, own, sum_own, n_own * sizeof(float));
-  else if (own && own != flat_own)
-    d->convert(rt->dev.ctx, own, rt->grad_dtype, sum_own, LOOM_F32, n_own);
-  if (rt->grad_dtype == LOOM_F32)
-    d->copy(rt->dev.ctx, w->grad, rt->emb_buf, w->numel * sizeof(float));
-  else
-    d->convert(rt->dev.ctx, w->grad, rt->grad_dtype, rt->emb_buf, LOOM_F32, w->numel);
+  if (own && own != flat_own) move_grads(rt, own, rt->grad_dtype, sum_own, LOOM_F32, n_own);
+  move_grads(rt, w->grad, rt->grad_dtype, rt->emb_buf, LOOM_F32, w->numel);
   return 0;
 }
 
