@@ -41,9 +41,12 @@ for c in "${cases[@]}"; do
   compare "${name}_tagged" "${name}_cpu" --bitwise
   if [ -n "$extra" ] && grep -q sample.tokens <<<"$extra"; then
     # the sampled text is printed by rank 0 after "loom: sample (...)": the same bytes
-    sample() { # other ranks' lines ("loom[1] info: ...") may land in between: not the sample's
-      sed -n '/^loom: sample (/,/^loom: finished/{/^loom: finished/!p}' "$WORK/$1/out.log" |
-        grep -av '^loom\[' || true
+    sample() {
+      # other ranks' lines ("loom[1] info: ...", the tagged device's unbuffered stderr lines
+      # "tagged_device: ...") may land in between, even inside one of rank 0's buffered stdout
+      # lines: cut each such line out wherever it starts, then take the sample's block
+      perl -0pe 's/(?:loom\[\d+\]|tagged_device:)[^\n]*\n//g' "$WORK/$1/out.log" |
+        sed -n '/^loom: sample (/,/^loom: finished/{/^loom: finished/!p}' || true
     }
     [ -n "$(sample "${name}_cpu")" ] || die "$name: no sample in the log"
     cmp -s <(sample "${name}_cpu") <(sample "${name}_tagged") ||
