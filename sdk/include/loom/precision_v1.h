@@ -1,4 +1,4 @@
-/* loom ABI v1 — precision plugins (fp32.so; bf16.so and fp16.so with loss scaling later).
+/* loom ABI v1 — precision plugins (fp32.so; bf16.so; fp16.so with dynamic loss scaling).
  *
  * The host asks the precision plugin for the loss scale before backward (dloss is multiplied
  * by it), then reports whether the gradients are finite; the plugin updates its scaler and says
