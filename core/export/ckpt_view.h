@@ -1,5 +1,5 @@
 /* A read-only global view of the parameters in one of loom's checkpoints, whatever layout wrote
- * it. Format 3 (the global view, docs/architecture.md "Checkpoints"): one item per tensor,
+ * it. Format 3 (the global view, docs/checkpoints.md "The checkpoint format"): one item per tensor,
  * "params/TENSOR", each chunk a range of one tensor-parallel slice of the global tensor
  * (plugins/checkpoint/checkpoint/slice.h); the pipeline's "params/wte@tied_copy" is skipped.
  * Format 2 (still read): flat items per rank ("params", "params@pp1of2@tp0of2") and the tensor

@@ -1,6 +1,6 @@
 /* What the core puts into a checkpoint and takes back out: the state items (parameters and
  * optimizer state: one item per global tensor and kind, each rank's a slice of it, so any
- * mesh can load them — the global view, docs/architecture.md "Checkpoints"), the metadata
+ * mesh can load them — the global view, docs/checkpoints.md "Resharding at load"), the metadata
  * document (ckpt_meta.h: everything that gives
  * the numbers their meaning), and each rank's RNG. The checkpoint plugin decides how they are
  * stored and verifies every byte; resume refuses what would reinterpret the saved state and

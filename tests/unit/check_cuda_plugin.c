@@ -80,7 +80,7 @@ START_TEST(exports_only_the_entry_symbol) {
 }
 END_TEST
 
-/* ---- the kernels documented as bitwise the CPU device's (docs/architecture.md, "The CUDA
+/* ---- the kernels documented as bitwise the CPU device's (docs/devices.md, "The CUDA
  * device and NCCL": the CPU's expressions in its order, no FMA contraction) ---- */
 
 typedef struct bench {

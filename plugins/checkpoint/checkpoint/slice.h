@@ -1,6 +1,6 @@
 /* Tensor-parallel slices of a global tensor as runs of contiguous elements, and the overlap of
  * two slicings: the arithmetic of loading a tensor saved under one mesh into another (the
- * global view, docs/architecture.md "Checkpoints"). Pure functions, no I/O. */
+ * global view, docs/checkpoints.md "Resharding at load"). Pure functions, no I/O. */
 #ifndef LOOM_CKPT_SLICE_H
 #define LOOM_CKPT_SLICE_H
 

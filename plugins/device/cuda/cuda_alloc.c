@@ -9,7 +9,7 @@
  * because a context has one stream: the previous owner's kernels are ordered before the new
  * owner's. The host's accounting (core/device/device.c) counts the bytes asked for per
  * category; what sits in this cache on top of it is pool.bytes_cached (documented in
- * docs/architecture.md, "The CUDA device and NCCL"). */
+ * docs/devices.md, "The CUDA device and NCCL"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
