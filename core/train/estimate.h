@@ -128,10 +128,13 @@ typedef struct loom_estimate {
    * rank holds once whatever the micro-batches in flight (included in bytes[activations]) */
   int ckpt_policy, ckpt_every;
   uint64_t act_recompute;
-  /* ddp's split embedding all-reduce (0 where ddp does not split): the rows of its buffers
-   * (N*B*T token ids, LOOM_MEM_COMM: N*B*T*(4 + 8C) bytes) and its traffic per step per rank
-   * (the ids' all-gather and at most min(N*B*T, V) rows all-reduced; in comm_bytes) */
-  uint64_t split_rows, split_comm_bytes;
+  /* what the plugins report besides their bytes (ABI 1.6 estimate slot): one line for the
+   * table, one named figure for the JSON (ddp: "split_embedding", its split of the tied
+   * embedding's all-reduce: rows held, their bytes and traffic, included above) */
+  char note[256];
+  char detail_name[32];
+  int detail_on;
+  uint64_t detail_rows, detail_bytes, detail_comm_bytes;
 } loom_estimate;
 
 /* Load `config_path` with the overrides, open its plugins (roles only: nothing is created) and
