@@ -5,7 +5,7 @@
  *   LOOM_PAR_CAP_SPLIT_LAYERS   Megatron's f/g all-reduces (16-bit region under bf16/fp16)
  *   LOOM_PAR_CAP_SHARD_*        ZeRO stage 1/2/3 by the highest sharding role: partition
  *                               ceil(Psi/N), gradient buckets of whole units up to 2^20
- *                               elements with one reduce-scatter in flight, no prefetch
+ *                               elements with one reduce-scatter in flight, no gather ahead
  *   LOOM_PAR_CAP_GRAD_SYNC      an all-reduce of the gradients in the compute dtype, in place
  *                               (no split of the tied embedding)
  *   LOOM_PAR_CAP_OPTIMIZER only the optimizer state in host memory (an offload) */
@@ -24,10 +24,10 @@ static void add_text(char *buf, size_t n, const char *s) {
 /* Gradient buckets of whole units as a ZeRO-2/3 plugin hands them out: unit 0 alone (held
  * through the whole backward: the head adds into the tied wte's gradient), the other units
  * merged from the head down while within `cap` elements; one reduce-scatter in flight while
- * the next bucket fills (`overlap`, N > 1); with accumulation (`scratch`) each reduced into a
+ * the next bucket fills (`one_in_flight`, N > 1); with accumulation (`scratch`) each reduced into a
  * received block (rank [lo, hi)'s part; lo = hi = 0: any rank). Peak elements. */
 static uint64_t bucket_set(const loom_estimate_plan_v1 *pl, uint64_t cap, uint64_t N,
-                           uint64_t lo_r, uint64_t hi_r, uint64_t shard, int overlap,
+                           uint64_t lo_r, uint64_t hi_r, uint64_t shard, int one_in_flight,
                            int scratch) {
   const uint64_t *off = pl->unit_offset;
   const uint64_t b0 = off[1] - off[0];
@@ -43,22 +43,22 @@ static uint64_t bucket_set(const loom_estimate_plan_v1 *pl, uint64_t cap, uint64
     uint64_t held = lo == 0 ? 0 : b0;
     if (held + n + inflight > peak) peak = held + n + inflight;
     if (held + n + recv > peak) peak = held + n + recv;
-    inflight = overlap && N > 1 ? n + recv : 0;
+    inflight = one_in_flight && N > 1 ? n + recv : 0;
     u = lo - 1;
   }
   return peak;
 }
 
 static uint64_t bucket_set_max(const loom_estimate_plan_v1 *pl, uint64_t cap, uint64_t N,
-                               uint64_t psi, uint64_t shard, int overlap, int scratch) {
-  if (N <= 1) return bucket_set(pl, cap, N, 0, psi, shard, overlap, scratch);
+                               uint64_t psi, uint64_t shard, int one_in_flight, int scratch) {
+  if (N <= 1) return bucket_set(pl, cap, N, 0, psi, shard, one_in_flight, scratch);
   if (N * (uint64_t)pl->n_units > (1u << 24))
-    return bucket_set(pl, cap, N, 0, 0, shard, overlap, scratch);
+    return bucket_set(pl, cap, N, 0, 0, shard, one_in_flight, scratch);
   uint64_t peak = 0;
   for (uint64_t r = 0; r < N; r++) {
     uint64_t lo = r * shard < psi ? r * shard : psi, hi = lo + shard < psi ? lo + shard : psi;
-    uint64_t p = hi > lo ? bucket_set(pl, cap, N, lo, hi, shard, overlap, scratch)
-                         : bucket_set(pl, cap, N, psi, psi + 1, shard, overlap, scratch);
+    uint64_t p = hi > lo ? bucket_set(pl, cap, N, lo, hi, shard, one_in_flight, scratch)
+                         : bucket_set(pl, cap, N, psi, psi + 1, shard, one_in_flight, scratch);
     if (p > peak) peak = p;
   }
   return peak;
@@ -169,7 +169,7 @@ static void split_layers(const loom_estimate_plan_v1 *pl, loom_estimate_v1 *out)
   snprintf(out->comm_formula, sizeof out->comm_formula, "tp f/g");
 }
 
-static void schedule(const loom_estimate_plan_v1 *pl, loom_estimate_v1 *out) {
+static void pipeline_role(const loom_estimate_plan_v1 *pl, loom_estimate_v1 *out) {
   const int P = pl->pp, s = pl->stage, m = pl->n_micro;
   const uint64_t BTC = (uint64_t)pl->micro_batch * (uint64_t)pl->seq_len * (uint64_t)pl->n_embd;
   snprintf(out->schedule, sizeof out->schedule, "1f1b");
@@ -191,7 +191,7 @@ void loom__estimate_by_role(uint64_t caps, const loom_estimate_plan_v1 *pl,
                             loom_estimate_v1 *out) {
   const uint64_t shard_caps = LOOM_PAR_CAP_SHARD_OPTIM | LOOM_PAR_CAP_SHARD_GRADS |
                               LOOM_PAR_CAP_SHARD_PARAMS;
-  if (caps & LOOM_PAR_CAP_SCHEDULE) schedule(pl, out);
+  if (caps & LOOM_PAR_CAP_SCHEDULE) pipeline_role(pl, out);
   if (caps & LOOM_PAR_CAP_SPLIT_LAYERS) split_layers(pl, out);
   if (caps & shard_caps)
     sharding(caps & LOOM_PAR_CAP_SHARD_PARAMS ? 3 : caps & LOOM_PAR_CAP_SHARD_GRADS ? 2 : 1, pl,
