@@ -115,12 +115,31 @@ static void fill_plan(const loom_estimate *e, const gpt_model *m, int s, const u
   pl->grads_predivided = e->predivide && e->world > 1;
 }
 
-static int describe_with(loom_runtime *rt, const gpt_model *m, loom_estimate_plan_v1 *pl_,
-                         loom_estimate_v1 *rep, char *err, size_t errlen) {
-  loom_estimate_plan_v1 pl = *pl_;
-  (void)m;
-  rt->mesh.pp_rank = pl.stage;
-  for (int k = 0; k < rt->n_parallel; k++) {
+/* A plugin's strings end within their arrays, whatever it wrote. */
+static void terminate_strings(loom_estimate_v1 *r) {
+  for (int c = 0; c < LOOM_ESTIMATE_CATEGORIES; c++) r->formula[c][sizeof r->formula[c] - 1] = 0;
+  r->comm_formula[sizeof r->comm_formula - 1] = '\0';
+  r->schedule[sizeof r->schedule - 1] = '\0';
+  r->note[sizeof r->note - 1] = '\0';
+  r->detail_name[sizeof r->detail_name - 1] = '\0';
+}
+
+/* Every plugin's report for stage s (rep, by plugin index): its estimate slot, or the host's
+ * accounting by its caps (estimate_roles.c) when it has none. Called in setup's order, the
+ * plan's partition handed on from the publisher to the plugins after it. */
+static int describe(loom_runtime *rt, const loom_estimate *e, const gpt_model *m, int s,
+                    loom_estimate_v1 *rep, char *err, size_t errlen) {
+  uint64_t *offs = malloc(((size_t)m->n_units + 1) * sizeof *offs); /* gpt's are size_t */
+  if (!offs) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  for (int u = 0; u <= m->n_units; u++) offs[u] = m->unit_offset[u];
+  loom_estimate_plan_v1 pl;
+  fill_plan(e, m, s, offs, &pl);
+  rt->mesh.pp_rank = s;
+  int rc = 0;
+  for (int k = 0; k < rt->n_parallel && rc == 0; k++) {
     int i = call_order(rt, k);
     const loom_parallel_v1 *p = &rt->parallel[i].u.parallel;
     loom_estimate_v1 *r = &rep[i];
@@ -130,45 +149,26 @@ static int describe_with(loom_runtime *rt, const gpt_model *m, loom_estimate_pla
         p->estimate) {
       loom_host *h = &rt->parallel_host[i];
       h->error[0] = '\0';
-      int rc = p->estimate(loom__host_api(), h, &h->opts, &pl, r);
-      if (rc != LOOM_OK) {
-        if (rc == LOOM_INVALID_CONFIG && loom__error_names_config(rt, h->error))
-          snprintf(err, errlen, "%s (plugin %s)", h->error, rt->parallel[i].path);
-        else
-          snprintf(err, errlen, "%s: plugin %s [%s]: estimate failed (%s): %s", rt->cfg->path,
-                   h->label, rt->parallel[i].path, loom__status_text(rc),
-                   h->error[0] ? h->error : "no message");
-        return -1;
-      }
+      int prc = p->estimate(loom__host_api(), h, &h->opts, &pl, r);
+      if (prc != LOOM_OK && prc == LOOM_INVALID_CONFIG && loom__error_names_config(rt, h->error))
+        snprintf(err, errlen, "%s (plugin %s)", h->error, rt->parallel[i].path);
+      else if (prc != LOOM_OK)
+        snprintf(err, errlen, "%s: plugin %s [%s]: estimate failed (%s): %s", rt->cfg->path,
+                 h->label, rt->parallel[i].path, loom__status_text(prc),
+                 h->error[0] ? h->error : "no message");
+      if (prc != LOOM_OK) rc = -1;
+      terminate_strings(r);
     } else {
       loom__estimate_by_role(rt->parallel[i].u.hdr.caps, &pl, r);
     }
-    r->struct_size = sizeof *r;
     if (r->partition) {
       pl.partition = r->partition;
       pl.partition_sharded = r->partition_sharded;
     }
   }
-  return 0;
-}
-
-/* Every plugin's report for stage s: its estimate slot, or the host's accounting by its caps
- * (estimate_roles.c) when it has none. The plan's partition is handed on in call order. */
-static int describe(loom_runtime *rt, const loom_estimate *e, const gpt_model *m, int s,
-                    loom_estimate_v1 *rep, char *err, size_t errlen) {
-  loom_estimate_plan_v1 pl;
-  uint64_t *offs = malloc(((size_t)m->n_units + 1) * sizeof *offs); /* gpt's are size_t */
-  if (!offs) {
-    snprintf(err, errlen, "out of memory");
-    return -1;
-  }
-  for (int u = 0; u <= m->n_units; u++) offs[u] = m->unit_offset[u];
-  fill_plan(e, m, s, offs, &pl);
-  int rc = describe_with(rt, m, &pl, rep, err, errlen);
   free(offs);
   return rc;
 }
-
 
 /* Fold plugin i's report into the figures: a category it replaces takes its bytes and text,
  * one it adds to grows by them (" + TEXT"). */

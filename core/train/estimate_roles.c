@@ -184,7 +184,7 @@ static void pipeline_role(const loom_estimate_plan_v1 *pl, loom_estimate_v1 *out
   out->comm_bytes = (uint64_t)m * (packed ? 2 : 4) * BTC * nb;
   if (out->comm_bytes)
     snprintf(out->comm_formula, sizeof out->comm_formula, "%s p2p",
-             nb > 1 ? "2 x A*BTC" : "A*BTC");
+             nb > 1 ? "2 x A*4BTC" : "A*4BTC");
 }
 
 void loom__estimate_by_role(uint64_t caps, const loom_estimate_plan_v1 *pl,

@@ -343,14 +343,14 @@ if [ "$KIND" = parallel ] && want parallel && [ "$NP" -ge 2 ]; then
   fi
 fi
 
-# estimate_check CHECK NRANKS PAR_JSON [--set ...]: train 3 steps without the probe, then
+# estimate_check CHECK NRANKS PAR_JSON [--set ...]: train 2 steps without the probe, then
 # `loom estimate` of the same config: no category of any rank's peak (mem_peak_bytes_max) may
 # exceed the estimate, which is the plugin's own (loom_parallel_v1.estimate, ABI 1.6) or the
 # host's accounting by its roles when it has none.
 estimate_check() {
   local check=$1 n=$2 par=$3
   shift 3
-  local args=(--set train.steps=3 --set "parallel=$par" "$@")
+  local args=(--set train.steps=2 --set lr_schedule.warmup_steps=1 --set "parallel=$par" "$@")
   if ! job "$n" est "${args[@]}"; then
     fail "$check" "the run failed: $(last_error est)"; return
   fi
