@@ -343,7 +343,11 @@ int loom_conformance_main(int argc, char **argv) {
   check_header(&t, p);
   check_struct_size(&t, p);
   char hooks[512] = "", caps[256] = "";
+  int own_estimate = 0; /* ABI 1.6: the plugin describes its memory and traffic itself */
   if (p->kind == LOOM_KIND_PARALLEL) {
+    const loom_parallel_v1 *par = &p->u.parallel;
+    own_estimate = p->u.hdr.struct_size >= offsetof(loom_parallel_v1, estimate) +
+                   sizeof par->estimate && par->estimate;
     check_parallel_caps(&t, &p->u.parallel);
     parallel_hooks(&p->u.parallel, hooks, sizeof hooks);
     cap_names(p->u.hdr.caps, caps, sizeof caps);
@@ -386,6 +390,7 @@ int loom_conformance_main(int argc, char **argv) {
   setenv("LOOM_CONF_KIND", loom__kind_name(p->kind), 1);
   setenv("LOOM_CONF_CAPS", caps, 1);
   setenv("LOOM_CONF_HOOKS", hooks, 1);
+  setenv("LOOM_CONF_ESTIMATE", own_estimate ? "1" : "0", 1);
   setenv("LOOM_CONF_WITH", with, 1);
   setenv("LOOM_CONF_NP", np, 1);
   setenv("LOOM_CONF_KEEP", keep, 1);

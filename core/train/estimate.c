@@ -10,8 +10,8 @@
 #include "../model/gpt.h"
 #include "../runtime/plugins.h"
 #include "../runtime/pp_split.h"
+#include "estimate_roles.h"
 
-static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 /* Byte counts saturate at UINT64_MAX instead of wrapping: an absurd config (a 2^54-byte
  * activation pool, gpt_activation_bytes' SIZE_MAX, held by 2^30 micro-batches in flight) must
@@ -60,120 +60,169 @@ static void decide_roles(loom_estimate *e) {
            e->offload ? " + optimizer offload to host" : "");
 }
 
-/* The option `key` of the first plugin that has `role` (borrowed), or NULL when absent. */
-static json_t *role_option(const loom_config *cfg, const loom_estimate *e, uint64_t role,
-                           const char *key) {
-  for (int i = 0; i < e->n_plugins; i++)
-    if ((e->plugins[i].caps & role) && cfg->parallel[i].options)
-      return json_object_get(cfg->parallel[i].options, key);
-  return NULL;
-}
-
-/* ZeRO-2/3 gradient buckets (LOOM_MEM_COMM), as zero_common.c hands them out: unit 0 alone
- * (the head adds into the tied wte's gradient, so unit 0's bucket is held through the whole
- * backward), the other units merged from the head down while a bucket stays within
- * reduce_bucket_size elements. A bucket is filled by its units' backward, then reduce-scattered
- * into a received block (the rank's part of it: its shard [lo, hi) within the bucket, at least
- * one element) — on micro-steps after the first only: the first receives straight into the
- * partition gradient, so with one micro-step (scratch = 0) there is no block; both are freed
- * when that completes, except unit 0's bucket, kept from step to step (held through every
- * backward, it is in every peak anyway). With overlap (N > 1 and overlap_comm) one
- * reduce-scatter stays in flight while the next bucket fills (double buffering; launching the
- * next completes it first): the bound assumes it is still in flight then. The received blocks
- * differ between ranks (the rank whose shard lies inside the largest bucket receives most), so
- * this is one rank's peak, in elements; lo = hi = 0 bounds every rank (block = min(bucket,
- * shard)). */
-static uint64_t grad_bucket_set(const gpt_model *m, uint64_t cap, uint64_t N, uint64_t lo_r,
-                                uint64_t hi_r, uint64_t shard, int overlap, int scratch) {
-  const size_t *off = m->unit_offset;
-  const uint64_t b0 = off[1] - off[0];
-  uint64_t peak = 0, inflight = 0;
-  for (int u = m->n_units - 1; u >= 0;) {
-    int lo = u;
-    while (lo > 1 && off[u + 1] - off[lo - 1] <= cap) lo--;
-    uint64_t a = off[lo], b = off[u + 1], n = b - a;
-    uint64_t recv;
-    if (N == 1) recv = n;
-    else if (hi_r == 0) recv = n < shard ? n : shard; /* any rank */
-    else recv = (b < hi_r ? b : hi_r) > (a > lo_r ? a : lo_r)
-                    ? (b < hi_r ? b : hi_r) - (a > lo_r ? a : lo_r) : 0;
-    if (recv == 0) recv = 1;
-    if (!scratch) recv = 0;
-    uint64_t held = lo == 0 ? 0 : b0; /* unit 0's bucket, besides this one */
-    uint64_t filling = held + n + inflight, launched = held + n + recv;
-    if (filling > peak) peak = filling;
-    if (launched > peak) peak = launched;
-    inflight = overlap && N > 1 ? n + recv : 0;
-    u = lo - 1;
-  }
-  return peak;
-}
-
-/* The largest grad_bucket_set over the N data-parallel ranks (zero_common.c's partition:
- * shards of ceil(psi/N), the last ones shorter or empty). Exact per rank up to 2^24 rank x unit
- * pairs; beyond that the any-rank bound. */
-static uint64_t grad_bucket_set_max(const gpt_model *m, uint64_t cap, uint64_t N, uint64_t psi,
-                                    uint64_t shard, int overlap, int scratch) {
-  if (N <= 1) return grad_bucket_set(m, cap, N, 0, psi, shard, overlap, scratch);
-  if (N * (uint64_t)m->n_units > (1u << 24))
-    return grad_bucket_set(m, cap, N, 0, 0, shard, overlap, scratch);
-  uint64_t peak = 0;
-  for (uint64_t r = 0; r < N; r++) {
-    uint64_t lo = r * shard < psi ? r * shard : psi, hi = lo + shard < psi ? lo + shard : psi;
-    uint64_t p = hi > lo ? grad_bucket_set(m, cap, N, lo, hi, shard, overlap, scratch)
-                         : grad_bucket_set(m, cap, N, psi, psi + 1, shard, overlap, scratch);
-    if (p > peak) peak = p;
-  }
-  return peak;
-}
-
-/* The plugin that owns data-parallel gradient sync with no sharding role (ddp's role), or -1.
- * Found by its caps, never its name (a plugin may be named by path, or be another build): the
- * estimate accounts the role as the reference plugin implements it, as it accounts ZeRO's
- * buckets by the sharding roles, with the same options ("communication_data_type",
- * "overlap", "split_embedding"; docs/abi.md, "Roles"). The host refuses two sync owners. */
-static int plain_sync_owner(const loom_estimate *e) {
-  const uint64_t shard = LOOM_PAR_CAP_SHARD_OPTIM | LOOM_PAR_CAP_SHARD_GRADS |
-                         LOOM_PAR_CAP_SHARD_PARAMS;
-  for (int i = 0; i < e->n_plugins; i++)
-    if ((e->plugins[i].caps & LOOM_PAR_CAP_GRAD_SYNC) && !(e->plugins[i].caps & shard)) return i;
-  return -1;
-}
-
-/* The split of the tied embedding's all-reduce by the plain sync owner (plugins/parallel/ddp/
- * ddp.c, split_blocker and split_decide): the rows its buffers hold (N*B*T: every rank's token
- * ids of a micro-batch), or 0 where it does not split. It splits with overlap on, more than one
- * data-parallel rank, fp32 gradients and communication, no tensor or pipeline split (wte, padded
- * or not, is the first tensor), and "split_embedding" true, or "auto" (the default) with wte at
- * least half of the parameters. Its buffers, all LOOM_MEM_COMM, allocated at the first
- * synchronising backward and kept: ids_dev (N*B*T int32), rows_kept and rows_enc (N*B*T rows of
- * C floats each). */
-static uint64_t split_embedding_rows(const loom_config *cfg, const loom_estimate *e,
-                                     const gpt_model *m) {
-  int i = plain_sync_owner(e);
-  if (i < 0 || e->stage != 0 || e->world <= 1 || e->tp > 1 || e->pp > 1) return 0;
-  if (e->sync16 || e->grad16) return 0; /* 16-bit gradients or communication */
-  const json_t *o = cfg->parallel[i].options;
-  if (o && json_is_false(json_object_get(o, "overlap"))) return 0;
-  const uint64_t wte = (uint64_t)gpt_vocab_rows(&m->cfg) * (uint64_t)m->cfg.n_embd;
-  if (m->first_unit != 0) return 0;
-  const json_t *split = o ? json_object_get(o, "split_embedding") : NULL;
-  if (json_is_false(split) || (!json_is_true(split) && 2 * wte < e->psi)) return 0;
-  return (uint64_t)e->world * (uint64_t)e->micro_batch * (uint64_t)e->seq_len;
-}
-
 static void append(char *buf, size_t n, const char *s) {
   size_t k = strlen(buf);
   if (k < n) snprintf(buf + k, n - k, "%s", s);
 }
 
-static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m) {
-  const uint64_t N = (uint64_t)e->world, psi = e->psi;
-  const char *p = N > 1 ? "/N" : "";
-  /* the optimizer partition: a shard of ceil(Psi/N) (rank 0's) when some plugin shards it */
-  e->part = e->shard_optim ? ceil_div(psi, N) : psi;
-  uint64_t shard = ceil_div(psi, N);
+/* The order the plugins describe themselves in (loom__plugins_setup's): config order, the
+ * optimizer owner last, so it sees the partition the others publish. */
+static int call_order(const loom_runtime *rt, int k) {
+  int last = rt->optimizer_owner >= 0 ? rt->optimizer_owner : rt->n_parallel - 1;
+  return k < last ? k : (k == rt->n_parallel - 1 ? last : k + 1);
+}
 
+static uint64_t axis_of(uint64_t caps) {
+  return caps & (LOOM_PAR_CAP_AXIS_DP | LOOM_PAR_CAP_AXIS_TP | LOOM_PAR_CAP_AXIS_PP);
+}
+
+/* The plan of stage `s` (its parameter table m) as plugins see it (parallel_v1.h). */
+static void fill_plan(const loom_estimate *e, const gpt_model *m, int s, const uint64_t *offs,
+                      loom_estimate_plan_v1 *pl) {
+  memset(pl, 0, sizeof *pl);
+  pl->struct_size = sizeof *pl;
+  pl->n_layer = e->n_layer;
+  pl->n_head = e->n_head;
+  pl->n_embd = e->n_embd;
+  pl->vocab_size = e->vocab_size;
+  pl->max_seq_len = e->context_length;
+  pl->vocab_rows = gpt_vocab_rows(&m->cfg);
+  /* the tied embedding: the table's first tensor where the stage holds unit 0 */
+  pl->wte_numel = m->first_unit == 0 ? (uint64_t)m->params[0].numel
+                                     : (uint64_t)pl->vocab_rows * (uint64_t)e->n_embd;
+  pl->n_units = m->n_units;
+  pl->unit_offset = offs;
+  pl->numel = e->psi;
+  pl->first_unit = m->first_unit;
+  pl->last_unit = m->last_unit;
+  for (int u = m->first_unit; u <= m->last_unit; u++)
+    if (u >= 1 && u <= e->n_layer) {
+      pl->n_blocks++;
+      /* a fully recomputed block runs its forward (and its attention's g) again in backward */
+      pl->n_recomputed += e->ckpt_policy == GPT_CKPT_FULL &&
+                          (u - 1) % (e->ckpt_every > 1 ? e->ckpt_every : 1) == 0;
+    }
+  pl->dp = e->world;
+  pl->tp = e->tp;
+  pl->pp = e->pp;
+  pl->stage = s;
+  pl->micro_batch = e->micro_batch;
+  pl->seq_len = e->seq_len;
+  pl->n_micro = e->accum;
+  pl->compute_dtype = e->dtype;
+  pl->param_dtype = e->param_dtype;
+  pl->grad_dtype = e->grad_dtype;
+  pl->grads_predivided = e->predivide && e->world > 1;
+}
+
+/* A plugin's strings end within their arrays, whatever it wrote. */
+static void terminate_strings(loom_estimate_v1 *r) {
+  for (int c = 0; c < LOOM_ESTIMATE_CATEGORIES; c++) r->formula[c][sizeof r->formula[c] - 1] = 0;
+  r->comm_formula[sizeof r->comm_formula - 1] = '\0';
+  r->schedule[sizeof r->schedule - 1] = '\0';
+  r->note[sizeof r->note - 1] = '\0';
+  r->detail_name[sizeof r->detail_name - 1] = '\0';
+}
+
+/* Every plugin's report for stage s (rep, by plugin index): its estimate slot, or the host's
+ * accounting by its caps (estimate_roles.c) when it has none. Called in setup's order, the
+ * plan's partition handed on from the publisher to the plugins after it. */
+static int describe(loom_runtime *rt, const loom_estimate *e, const gpt_model *m, int s,
+                    loom_estimate_v1 *rep, char *err, size_t errlen) {
+  uint64_t *offs = malloc(((size_t)m->n_units + 1) * sizeof *offs); /* gpt's are size_t */
+  if (!offs) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  for (int u = 0; u <= m->n_units; u++) offs[u] = m->unit_offset[u];
+  loom_estimate_plan_v1 pl;
+  fill_plan(e, m, s, offs, &pl);
+  rt->mesh.pp_rank = s;
+  int rc = 0;
+  for (int k = 0; k < rt->n_parallel && rc == 0; k++) {
+    int i = call_order(rt, k);
+    const loom_parallel_v1 *p = &rt->parallel[i].u.parallel;
+    loom_estimate_v1 *r = &rep[i];
+    memset(r, 0, sizeof *r);
+    r->struct_size = sizeof *r;
+    if (p->hdr.struct_size >= offsetof(loom_parallel_v1, estimate) + sizeof p->estimate &&
+        p->estimate) {
+      loom_host *h = &rt->parallel_host[i];
+      h->error[0] = '\0';
+      int prc = p->estimate(loom__host_api(), h, &h->opts, &pl, r);
+      if (prc != LOOM_OK && prc == LOOM_INVALID_CONFIG && loom__error_names_config(rt, h->error))
+        snprintf(err, errlen, "%s (plugin %s)", h->error, rt->parallel[i].path);
+      else if (prc != LOOM_OK)
+        snprintf(err, errlen, "%s: plugin %s [%s]: estimate failed (%s): %s", rt->cfg->path,
+                 h->label, rt->parallel[i].path, loom__status_text(prc),
+                 h->error[0] ? h->error : "no message");
+      if (prc != LOOM_OK) rc = -1;
+      terminate_strings(r);
+    } else {
+      loom__estimate_by_role(rt->parallel[i].u.hdr.caps, &pl, r);
+    }
+    if (r->partition) {
+      pl.partition = r->partition;
+      pl.partition_sharded = r->partition_sharded;
+    }
+  }
+  free(offs);
+  return rc;
+}
+
+/* Fold plugin i's report into the figures: a category it replaces takes its bytes and text,
+ * one it adds to grows by them (" + TEXT"). */
+static void apply(loom_estimate *e, const loom_estimate_v1 *r) {
+  for (int c = 0; c < LOOM_MEM__COUNT; c++) {
+    const char *f = r->formula[c];
+    if (r->replaces & (1u << c)) {
+      e->bytes[c] = r->bytes[c];
+      snprintf(e->formula[c], 64, "%s", f);
+    } else if (r->bytes[c] || f[0]) {
+      e->bytes[c] = sat_add(e->bytes[c], r->bytes[c]);
+      if (f[0]) {
+        append(e->formula[c], 64, " + ");
+        append(e->formula[c], 64, f);
+      }
+    }
+  }
+  if (r->partition) e->part = r->partition;
+  if (r->gathered) e->gathered = r->gathered;
+  if (r->flags & LOOM_ESTIMATE_GRAD_COMM_16BIT) e->sync16 = 1;
+  if (r->note[0]) snprintf(e->note, sizeof e->note, "%s", r->note);
+  if (r->detail_name[0]) {
+    snprintf(e->detail_name, sizeof e->detail_name, "%s", r->detail_name);
+    e->detail_on = r->detail_on;
+    e->detail_rows = r->detail_rows;
+    e->detail_bytes = r->detail_bytes;
+    e->detail_comm_bytes = r->detail_comm_bytes;
+  }
+}
+
+/* The plugins' traffic on `axis` (their comm_bytes summed, texts joined by " + "). */
+static uint64_t axis_comm(const loom_runtime *rt, const loom_estimate_v1 *rep, uint64_t axis,
+                          char *f, size_t n) {
+  uint64_t sum = 0;
+  f[0] = '\0';
+  for (int k = 0; k < rt->n_parallel; k++) {
+    int i = call_order(rt, k);
+    if (axis_of(rt->parallel[i].u.hdr.caps) != axis) continue;
+    sum = sat_add(sum, rep[i].comm_bytes);
+    if (rep[i].comm_formula[0]) {
+      if (f[0]) append(f, n, " + ");
+      append(f, n, rep[i].comm_formula);
+    }
+  }
+  return sum;
+}
+
+static void account(loom_estimate *e, const loom_runtime *rt, const gpt_model *m,
+                    const loom_estimate_v1 *rep) {
+  const uint64_t N = (uint64_t)e->world, psi = e->psi;
+  /* the host's own figures, what a run without parallel plugins holds: the whole model's
+   * parameters, gradients and optimizer state on every rank; the plugins' reports then
+   * replace what they own and add what they hold besides */
+  e->part = psi;
   /* storage (ABI 1.4, docs/mixed_precision.md "Storage"): bytes per element of the flat
    * parameter and gradient buffers and of the optimizer state. fp32: the parameters are their
    * own master, K = 8 (m, v). 16-bit storage: 2-byte parameters, K = 12 (fp32 master, m, v),
@@ -182,70 +231,51 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
   e->param_elem = (int)P;
   e->grad_elem = (int)G;
   e->optim_k = (int)K;
-
-  /* parameters */
-  const uint64_t wte = m->params[0].numel, head = m->unit_offset[m->n_units] -
-                                                 m->unit_offset[m->n_units - 1];
-  if (e->shard_params) {
-    /* the largest set of parameters gathered at once: a unit, the head with the tied wte it
-     * reads (gpt.h: the head uses unit 0's wte); with prefetch (the sharding plugin's
-     * "prefetch" option, off unless true) the next unit's gather is in flight as well */
-    json_t *pf = role_option(cfg, e, LOOM_PAR_CAP_SHARD_PARAMS, "prefetch");
-    int prefetch = json_is_true(pf);
-    uint64_t g = 0, prev = 0;
-    for (int u = 0; u < m->n_units; u++) {
-      uint64_t n = m->unit_offset[u + 1] - m->unit_offset[u];
-      if (u == m->n_units - 1) n += wte;
-      uint64_t set = prefetch ? n + prev : n;
-      if (set > g) g = set;
-      prev = n;
-    }
-    e->gathered = g;
-    e->bytes[LOOM_MEM_PARAMS] = P * (shard + g);
-    snprintf(e->formula[LOOM_MEM_PARAMS], 64, "%lluPsi%s + %llu*%llu (gathered%s)",
-             (unsigned long long)P, p, (unsigned long long)P, (unsigned long long)g,
-             prefetch ? ", 2 units" : "");
-  } else {
-    e->bytes[LOOM_MEM_PARAMS] = P * psi;
-    snprintf(e->formula[LOOM_MEM_PARAMS], 64, "%lluPsi", (unsigned long long)P);
-  }
-  /* mixed precision: the fp32 working copy of the largest unit's weights (gpt.h): a
-   * parameter in the 1.3 layout (16-bit values in fp32 buffers), a temporary buffer under
-   * 16-bit storage (LOOM_MEM_OTHER, below) */
+  e->bytes[LOOM_MEM_PARAMS] = P * psi;
+  snprintf(e->formula[LOOM_MEM_PARAMS], 64, "%lluPsi", (unsigned long long)P);
+  e->bytes[LOOM_MEM_GRADS] = G * psi;
+  snprintf(e->formula[LOOM_MEM_GRADS], 64, "%lluPsi", (unsigned long long)G);
+  e->bytes[LOOM_MEM_OPTIM] = K * psi;
+  snprintf(e->formula[LOOM_MEM_OPTIM], 64, "K*Psi, K=%llu (%s)", (unsigned long long)K,
+           e->storage16 ? "master, m, v" : "m, v");
+  e->bytes[LOOM_MEM_HOST] = 0;
+  snprintf(e->formula[LOOM_MEM_HOST], 64, "0");
+  /* activations: exactly gpt.c's pool; other: the (B,T) input and target token buffers */
+  e->bytes[LOOM_MEM_ACTIVATIONS] = gpt_activation_bytes(&m->cfg, e->micro_batch, e->seq_len);
+  /* activation checkpointing's recompute scratch: once per rank, not per micro-batch */
+  e->act_recompute = gpt_recompute_bytes(&m->cfg, e->micro_batch, e->seq_len);
+  snprintf(e->formula[LOOM_MEM_ACTIVATIONS], 64, "gpt pool at B=%d, T=%d%s", e->micro_batch,
+           e->seq_len, e->act_recompute ? " + recompute" : "");
+  e->bytes[LOOM_MEM_OTHER] = 2 * (uint64_t)e->micro_batch * e->seq_len * sizeof(int32_t);
+  snprintf(e->formula[LOOM_MEM_OTHER], 64, "tokens 2*4*B*T");
   uint64_t work = gpt_weight_work_bytes(m);
+  if (e->storage16) {
+    /* temporary buffers of 16-bit storage (ZeRO paper §3.2's residual states): the fp32
+     * working weights and gradient accumulators of one unit (gpt.h), the host's stage */
+    e->bytes[LOOM_MEM_OTHER] += work + gpt_grad_work_bytes(m) + LOOM_STAGE_FLOATS * sizeof(float);
+    append(e->formula[LOOM_MEM_OTHER], 64, " + fp32 unit work + stage");
+  }
+  e->bytes[LOOM_MEM_COMM] = 0;
+  snprintf(e->formula[LOOM_MEM_COMM], 64, "0 (in place)");
+  /* the data-parallel and tensor-parallel plugins' reports (the pipeline's: account_stage) */
+  for (int pass = 0; pass < 2; pass++)
+    for (int k = 0; k < rt->n_parallel; k++) {
+      int i = call_order(rt, k);
+      if (axis_of(rt->parallel[i].u.hdr.caps) ==
+          (pass ? LOOM_PAR_CAP_AXIS_TP : LOOM_PAR_CAP_AXIS_DP))
+        apply(e, &rep[i]);
+    }
+  /* mixed precision in the 1.3 layout (16-bit values in fp32 buffers): the fp32 working copy
+   * of the largest unit's weights is a parameter (gpt.h) */
   e->working = 0;
   if (work && gpt_work_category(m) == LOOM_MEM_PARAMS) {
     e->bytes[LOOM_MEM_PARAMS] += work;
     e->working += work;
     append(e->formula[LOOM_MEM_PARAMS], 64, " + fp32 unit");
   }
-  /* gradients: 16-bit with one micro-batch under 16-bit storage, else fp32 (accumulation
-   * over micro-batches in fp32, DeepSpeed's grad_accum_dtype); ZeRO-2/3's partition too */
-  e->bytes[LOOM_MEM_GRADS] = G * (e->shard_grads ? shard : psi);
-  snprintf(e->formula[LOOM_MEM_GRADS], 64, "%lluPsi%s", (unsigned long long)G,
-           e->shard_grads ? p : "");
-  /* optimizer state: K per element on the device, or in host memory when offloaded (plus the
-   * gradient staged to the host, in the gradient's dtype) */
-  const char *pp = e->shard_optim ? p : "";
-  const char *kw = e->storage16 ? "master, m, v" : "m, v";
-  if (e->offload) {
-    e->bytes[LOOM_MEM_OPTIM] = 0;
-    snprintf(e->formula[LOOM_MEM_OPTIM], 64, "0 (offloaded)");
-    e->bytes[LOOM_MEM_HOST] = (K + (e->storage16 ? 0 : 4) + G) * e->part;
-    if (e->storage16)
-      snprintf(e->formula[LOOM_MEM_HOST], 64, "(12+%llu)Psi%s master,m,v+grad stage",
-               (unsigned long long)G, pp);
-    else
-      snprintf(e->formula[LOOM_MEM_HOST], 64, "(8+4+4)Psi%s m,v+master+grad stage", pp);
-  } else {
-    e->bytes[LOOM_MEM_OPTIM] = K * e->part;
-    snprintf(e->formula[LOOM_MEM_OPTIM], 64, "K*Psi%s, K=%llu (%s)", pp, (unsigned long long)K,
-             kw);
-    snprintf(e->formula[LOOM_MEM_HOST], 64, "0");
-  }
-  /* the ZeRO paper's model states (Rajbhandari et al. 2020, sec. 3, Fig. 1): P Psi params,
-   * G Psi grads, K Psi optimizer, each divided by N from its stage on; the offloaded optimizer
-   * moves K to the host (fp32's host master copy and staging included) */
+  /* the ZeRO paper's model states (Rajbhandari et al. 2020, sec. 3, Fig. 1) by the roles: P Psi
+   * params, G Psi grads, K Psi optimizer, each divided by N from its stage on; the offloaded
+   * optimizer moves K to the host (fp32's host master copy and staging included) */
   {
     uint64_t cf = 0, cn = 0; /* coefficients of Psi and Psi/N */
     const uint64_t kk = e->offload ? (e->storage16 ? K + G : K + 8) : K;
@@ -264,158 +294,34 @@ static void account(loom_estimate *e, const loom_config *cfg, const gpt_model *m
       snprintf(f + strlen(f), sizeof f - strlen(f), " + %llu*gathered", (unsigned long long)P);
     snprintf(e->paper_formula, sizeof e->paper_formula, "%s", f);
   }
-  /* activations: exactly gpt.c's pool; other: the (B,T) input and target token buffers */
-  e->bytes[LOOM_MEM_ACTIVATIONS] = gpt_activation_bytes(&m->cfg, e->micro_batch, e->seq_len);
-  /* activation checkpointing's recompute scratch: once per rank, not per micro-batch */
-  e->act_recompute = gpt_recompute_bytes(&m->cfg, e->micro_batch, e->seq_len);
-  snprintf(e->formula[LOOM_MEM_ACTIVATIONS], 64, "gpt pool at B=%d, T=%d%s", e->micro_batch,
-           e->seq_len, e->act_recompute ? " + recompute" : "");
-  e->bytes[LOOM_MEM_OTHER] = 2 * (uint64_t)e->micro_batch * e->seq_len * sizeof(int32_t);
-  snprintf(e->formula[LOOM_MEM_OTHER], 64, "tokens 2*4*B*T");
-  if (e->storage16) {
-    /* temporary buffers of 16-bit storage (ZeRO paper §3.2's residual states): the fp32
-     * working weights and gradient accumulators of one unit (gpt.h), the host's stage */
-    e->bytes[LOOM_MEM_OTHER] += work + gpt_grad_work_bytes(m) + LOOM_STAGE_FLOATS * sizeof(float);
-    append(e->formula[LOOM_MEM_OTHER], 64, " + fp32 unit work + stage");
-  }
-  /* communication buffers: DDP reduces in place; ZeRO-1 receives its reduce-scatter blocks
-   * (together its partition) in scratch until the end of backward; ZeRO-2/3 hand out gradient
-   * buckets of whole units (see grad_bucket_set) */
-  if (e->shard_grads) {
-    json_t *rb = role_option(cfg, e, LOOM_PAR_CAP_SHARD_GRADS, "reduce_bucket_size");
-    double cap = json_is_number(rb) ? json_number_value(rb) : (double)(1u << 20);
-    int overlap = !json_is_false(role_option(cfg, e, LOOM_PAR_CAP_SHARD_GRADS, "overlap_comm"));
-    e->bytes[LOOM_MEM_COMM] =
-        G * grad_bucket_set_max(m, cap < 1 ? 1 : cap < 0x1p62 ? (uint64_t)cap : 1ull << 62, N,
-                                psi, shard, overlap, e->accum > 1); /* in range before the cast */
-    snprintf(e->formula[LOOM_MEM_COMM], 64, "%s%s",
-             overlap && N > 1 ? "<= unit0 + 2 buckets" : "unit0 + largest bucket",
-             e->accum > 1 ? (overlap && N > 1 ? " + blocks, max rank" : " + block") : "");
-  } else if (e->shard_optim && N > 1) {
-    e->bytes[LOOM_MEM_COMM] = G * shard;
-    snprintf(e->formula[LOOM_MEM_COMM], 64, "%lluPsi/N reduce-scatter scratch",
-             (unsigned long long)G);
-  } else if (e->grad16 && e->grad_sync && N > 1) {
-    /* ddp on 16-bit gradients: in place (or widened to fp32 when told), averaged through a
-     * 64 KiB fp32 stage */
-    e->bytes[LOOM_MEM_COMM] = (e->sync16 ? 0 : 4 * psi) + (e->predivide ? 0 : 65536);
-    snprintf(e->formula[LOOM_MEM_COMM], 64, "%s%s", e->sync16 ? "in place" : "4Psi fp32 buckets",
-             e->predivide ? " (predivided: no averaging)" : " + 64 KiB averaging stage");
-  } else if (e->sync16 && N > 1) {
-    e->bytes[LOOM_MEM_COMM] = 2 * psi;
-    snprintf(e->formula[LOOM_MEM_COMM], 64, "2Psi 16-bit buckets");
-  } else {
-    e->bytes[LOOM_MEM_COMM] = 0;
-    snprintf(e->formula[LOOM_MEM_COMM], 64, "0 (in place)");
-  }
-  /* the ZeRO plugins' fp32 scratch for 16-bit arithmetic (zero_common.h ZC_CVT_CHUNK, two
-   * halves of at most 8192 elements each, held for the run) */
-  if (e->shard_optim && e->storage16) {
-    e->bytes[LOOM_MEM_COMM] += 2 * 4 * (shard < 8192 ? (shard ? shard : 1) : 8192);
-    append(e->formula[LOOM_MEM_COMM], 64, " + fp32 scratch");
-  }
-  /* the split embedding all-reduce (ddp.c): every rank's token ids and two row buffers */
-  e->split_rows = split_embedding_rows(cfg, e, m);
-  if (e->split_rows) {
-    e->bytes[LOOM_MEM_COMM] += e->split_rows * (4 + 8 * (uint64_t)e->n_embd);
-    append(e->formula[LOOM_MEM_COMM], 64, " + split wte N*B*T*(4+8C)");
-  }
-  /* tensor parallel's f/g packed to 16 bits (tensor_parallel.c): one (B,T,C) region */
-  json_t *tcdt = role_option(cfg, e, LOOM_PAR_CAP_SPLIT_LAYERS, "communication_data_type");
-  if (e->tp > 1 && e->dtype != LOOM_F32 &&
-      !(json_is_string(tcdt) && strcmp(json_string_value(tcdt), "fp32") == 0)) {
-    e->bytes[LOOM_MEM_COMM] += 2 * (uint64_t)e->micro_batch * e->seq_len * e->n_embd;
-    append(e->formula[LOOM_MEM_COMM], 64, " + tp 16-bit region");
-  }
-
   e->total = 0;
   for (int k = 0; k < LOOM_MEM__COUNT; k++) e->total = sat_add(e->total, e->bytes[k]);
   e->model_states = e->bytes[LOOM_MEM_PARAMS] + e->bytes[LOOM_MEM_GRADS] +
                     e->bytes[LOOM_MEM_OPTIM] + e->bytes[LOOM_MEM_HOST];
-
-  /* communication per optimizer step per rank: gradients travel in the gradient dtype
-   * (G bytes), parameters in the parameter dtype (P bytes); the paper's value too, in the
-   * storage dtype (2 bytes per element in mixed precision, 4 in fp32) */
-  const uint64_t A = (uint64_t)e->accum, Sg = G * psi, Sp = P * psi;
+  /* communication per optimizer step per rank over the data-parallel axis: the plugins'; the
+   * paper's value by the roles, in the storage dtype */
+  const uint64_t A = (uint64_t)e->accum, Sp = P * psi;
   e->comm_bytes_paper = N <= 1 ? 0 : e->stage == 3 ? 3 * A * (N - 1) * Sp / N
                                    : e->stage == 2 ? (A + 1) * (N - 1) * Sp / N
                                                    : 2 * (N - 1) * Sp / N;
+  e->comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_DP, e->comm_formula,
+                            sizeof e->comm_formula);
   if (N <= 1) {
     e->comm_bytes = 0;
     snprintf(e->comm_formula, sizeof e->comm_formula, "0 (one rank)");
-  } else if (e->stage == 3) {
-    /* per micro-step: every unit gathered for forward (the head with the tied wte again);
-     * for backward every unit but the head (its gather is kept from its forward) and unit 0
-     * (the embedding's backward reads no parameter); every gradient reduce-scattered:
-     * gathers 2Psi + wte - unit 0 - head = 2Psi - wpe - head elements, reduce-scatter Psi */
-    const uint64_t unit0 = m->unit_offset[1] - m->unit_offset[0];
-    e->comm_bytes = A * (N - 1) * (P * (2 * psi + wte - unit0 - head) + G * psi) / N;
-    if (P == G)
-      snprintf(e->comm_formula, sizeof e->comm_formula, "%s(N-1)/N*%llu(3Psi - wpe - head)",
-               A > 1 ? "A" : "", (unsigned long long)P);
-    else
-      snprintf(e->comm_formula, sizeof e->comm_formula,
-               "%s(N-1)/N*(%llu(2Psi - wpe - head) + %lluPsi)", A > 1 ? "A" : "",
-               (unsigned long long)P, (unsigned long long)G);
-  } else if (e->stage == 2 || e->stage == 1) {
-    /* reduce-scatter of the gradients (every micro-step in ZeRO-2, the last in ZeRO-1) and one
-     * all-gather of the updated parameters */
-    const uint64_t R = e->stage == 2 ? A : 1;
-    e->comm_bytes = (R * Sg + Sp) * (N - 1) / N;
-    if (P == G)
-      snprintf(e->comm_formula, sizeof e->comm_formula, "%s(N-1)/N*%lluPsi",
-               R > 1 ? "(A+1)" : "2", (unsigned long long)P);
-    else
-      snprintf(e->comm_formula, sizeof e->comm_formula, "(N-1)/N*(%s%lluPsi + %lluPsi)",
-               R > 1 ? "A*" : "", (unsigned long long)G, (unsigned long long)P);
-  } else if (e->sync16) {
-    e->comm_bytes = 2 * (N - 1) * (2 * psi) / N;
-    snprintf(e->comm_formula, sizeof e->comm_formula, "2(N-1)/N*2Psi (16-bit)");
-  } else {
-    e->comm_bytes = 2 * (N - 1) * (4 * psi) / N;
-    snprintf(e->comm_formula, sizeof e->comm_formula, "2(N-1)/N*4Psi");
+  } else if (!e->comm_formula[0]) {
+    snprintf(e->comm_formula, sizeof e->comm_formula, "0");
   }
-  /* the split embedding, once per step (the synchronising micro-step): an all-gather of the
-   * token ids (4*B*T from each rank) and the all-reduce of the distinct rows they touch, at
-   * most min(N*B*T, V) rows of C fp32; wte's full all-reduce stays counted in 4Psi above */
-  if (e->split_rows) {
-    const uint64_t V = (uint64_t)m->cfg.vocab_size, BT = e->split_rows / N;
-    const uint64_t rows = e->split_rows < V ? e->split_rows : V;
-    e->split_comm_bytes = (N - 1) * 4 * BT + 2 * (N - 1) * 4 * rows * (uint64_t)e->n_embd / N;
-    e->comm_bytes += e->split_comm_bytes;
-    append(e->comm_formula, sizeof e->comm_formula,
-           " + (N-1)*4BT ids + <= 2(N-1)/N*4C*min(NBT,V) rows");
-  }
-}
-
-/* The pipeline schedule the schedule owner will run (its "schedule" option, "1f1b" unless
- * given), refused where the plugin refuses it. */
-static int read_schedule(const loom_config *cfg, loom_estimate *e, char *err, size_t errlen) {
-  json_t *v = role_option(cfg, e, LOOM_PAR_CAP_SCHEDULE, "schedule");
-  const char *name = v ? json_string_value(v) : "1f1b";
-  if (!name || (strcmp(name, "sequential") && strcmp(name, "gpipe") && strcmp(name, "1f1b"))) {
-    snprintf(err, errlen, "%s: parallel: schedule: expected \"sequential\", \"gpipe\" or "
-             "\"1f1b\"", cfg->path);
-    return -1;
-  }
-  if (!strcmp(name, "1f1b") && e->accum < e->pp) {
-    snprintf(err, errlen, "%s: parallel: schedule \"1f1b\" needs at least as many "
-             "micro-batches as stages: train.grad_accum_steps is %d, the pipeline has %d "
-             "stages", cfg->path, e->accum, e->pp);
-    return -1;
-  }
-  snprintf(e->schedule, sizeof e->schedule, "%s", name);
-  return 0;
 }
 
 /* What a pipeline stage adds to account()'s figures for its table (e->psi = the stage's
- * parameters): the activation pools of the micro-batches in flight, the tied wte's gradient
- * buffer, the tied sum, the boundary sends and tensor parallel's f/g of the stage's blocks.
- * Fills `st` with the stage's figures. */
-static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_estimate_stage *st) {
+ * parameters): the activation pools of the micro-batches the schedule owner holds in flight,
+ * the tied wte's gradient buffer and sum (the host's), the schedule owner's boundary buffers
+ * and sends, and tensor parallel's traffic. Fills `st` with the stage's figures. */
+static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_model *m, int s,
+                          const loom_estimate_v1 *rep, loom_estimate_stage *st) {
   const int P = e->pp, last = P - 1;
-  const uint64_t B = (uint64_t)e->micro_batch, T = (uint64_t)e->seq_len, C = (uint64_t)e->n_embd,
-                 A = (uint64_t)e->accum, N = (uint64_t)e->world, tp = (uint64_t)e->tp,
+  const uint64_t C = (uint64_t)e->n_embd, N = (uint64_t)e->world,
                  VC = (uint64_t)gpt_vocab_rows(&m->cfg) * C; /* wte rows: padded */
   memset(st, 0, sizeof *st);
   st->first_unit = m->first_unit;
@@ -423,10 +329,13 @@ static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_esti
   for (int u = m->first_unit; u <= m->last_unit; u++) st->n_blocks += u >= 1 && u <= e->n_layer;
   st->psi = e->psi;
   st->act_per_micro = e->bytes[LOOM_MEM_ACTIVATIONS];
-  /* micro-batches in flight: each holds its own pool and token buffers (gpt.c's slots) */
+  /* micro-batches in flight (the schedule owner's report): each holds its own pool and token
+   * buffers (gpt.c's slots) */
   int k = 1;
-  if (P > 1 && !strcmp(e->schedule, "gpipe")) k = (int)A;
-  else if (P > 1 && !strcmp(e->schedule, "1f1b")) k = P - s < (int)A ? P - s : (int)A;
+  const loom_estimate_v1 *sched = rt->schedule_owner >= 0 ? &rep[rt->schedule_owner] : NULL;
+  if (sched) snprintf(e->schedule, sizeof e->schedule, "%s", P > 1 ? sched->schedule : "");
+  if (P > 1 && sched && sched->in_flight > 0) k = sched->in_flight;
+  else if (P > 1 && sched) k = e->accum; /* not reported: every micro-batch */
   st->in_flight = k;
   e->bytes[LOOM_MEM_ACTIVATIONS] =
       sat_add(sat_mul(e->bytes[LOOM_MEM_ACTIVATIONS], (uint64_t)k), e->act_recompute);
@@ -451,36 +360,27 @@ static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_esti
     else
       append(e->formula[LOOM_MEM_COMM], 64, " + 4VC tied");
   }
-  /* mixed precision: the pipeline sends its boundaries packed in 16 bits, from one packed
-   * buffer per micro-batch and direction plus one to receive into (pipeline.c) */
-  const uint64_t boundary_elem = e->dtype != LOOM_F32 ? 2 : 4;
-  if (P > 1 && e->dtype != LOOM_F32) {
-    e->bytes[LOOM_MEM_COMM] += 2 * B * T * C * (A * (uint64_t)((s < last) + (s > 0)) + 1);
-    append(e->formula[LOOM_MEM_COMM], 64, " + 16-bit boundaries");
+  /* the pipeline plugins' own buffers (after the host's: the tied buffer is the stage's) */
+  for (int j = 0; j < rt->n_parallel; j++) {
+    int i = call_order(rt, j);
+    if (axis_of(rt->parallel[i].u.hdr.caps) == LOOM_PAR_CAP_AXIS_PP) apply(e, &rep[i]);
   }
   /* traffic per step per rank */
+  char ftp[sizeof e->comm_formula], fpp[sizeof e->comm_formula];
   st->dp_comm_bytes = e->comm_bytes;
   if (tied) st->tied_comm_bytes = 2 * (2 * N - 1) * 4 * VC / (2 * N);
-  st->p2p_comm_bytes = A * boundary_elem * B * T * C * (uint64_t)((s < last) + (s > 0));
-  /* a fully recomputed block runs its attention's g (an all-reduce) again in backward */
-  uint64_t recomputed = 0;
-  for (int u = m->first_unit; u <= m->last_unit; u++)
-    recomputed += u >= 1 && u <= e->n_layer && e->ckpt_policy == GPT_CKPT_FULL &&
-                  (u - 1) % (e->ckpt_every > 1 ? e->ckpt_every : 1) == 0;
-  if (tp > 1)
-    st->tp_comm_bytes =
-        ((uint64_t)st->n_blocks * 4 + recomputed) * A * 2 * (tp - 1) * B * T * C * 4 / tp;
+  st->p2p_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_PP, fpp, sizeof fpp);
+  st->tp_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_TP, ftp, sizeof ftp);
   e->tp_comm_bytes = st->tp_comm_bytes;
   uint64_t extra = st->tied_comm_bytes + st->p2p_comm_bytes + st->tp_comm_bytes;
   e->comm_bytes += extra;
   e->comm_bytes_paper += extra;
-  if (tp > 1 || P > 1) {
+  if (e->tp > 1 || P > 1) {
     char f[sizeof e->comm_formula];
     snprintf(f, sizeof f, "%s", e->world > 1 ? e->comm_formula : "0 over dp");
-    if (tp > 1) append(f, sizeof f, " + tp f/g");
+    if (ftp[0]) append(f, sizeof f, " + "), append(f, sizeof f, ftp);
     if (tied) append(f, sizeof f, " + 2(2N-1)/2N*4VC tied wte");
-    if (st->p2p_comm_bytes)
-      append(f, sizeof f, s > 0 && s < last ? " + 2 x A*4BTC p2p" : " + A*4BTC p2p");
+    if (fpp[0]) append(f, sizeof f, " + "), append(f, sizeof f, fpp);
     snprintf(e->comm_formula, sizeof e->comm_formula, "%s", f);
   }
   st->comm_bytes = e->comm_bytes;
@@ -491,6 +391,41 @@ static void account_stage(loom_estimate *e, const gpt_model *m, int s, loom_esti
   memcpy(st->bytes, e->bytes, sizeof st->bytes);
   st->total = e->total;
   st->model_states = e->model_states;
+}
+/* The storage dtypes of the run (ABI 1.4), decided as the host decides them: 16-bit under
+ * bf16/fp16 when every parallel plugin declares LOOM_PAR_STORAGE_16BIT (docs/mixed_precision.md,
+ * "Storage"), otherwise fp32 buffers holding 16-bit values; gradients fp32 with accumulation
+ * over micro-batches. The one place the estimate computes them. */
+static void storage_plan(loom_estimate *e, const loom_runtime *rt) {
+  int all16 = 1;
+  for (int i = 0; i < rt->n_parallel; i++)
+    all16 &= !!(rt->parallel[i].u.parallel.storage & LOOM_PAR_STORAGE_16BIT);
+  loom__storage_dtypes(e->dtype, all16, rt->cfg->train.grad_accum_steps, &e->param_dtype,
+                       &e->grad_dtype);
+  e->storage16 = e->param_dtype != LOOM_F32;
+  e->grad16 = e->grad_dtype != LOOM_F32;
+}
+
+/* The stand-in host the plugins' estimate slots see: the planned mesh (rank 0 of every axis;
+ * describe() sets the pp rank), no communicator, each plugin's options with its file and JSON
+ * path, as create() would get them. Labels are freed by loom__plugins_destroy. */
+static int estimate_hosts(loom_runtime *rt, int dp) {
+  loom_mesh *mm = &rt->mesh;
+  memset(mm, 0, sizeof *mm);
+  mm->dp = dp;
+  mm->tp = rt->tp_size > 1 ? rt->tp_size : 1;
+  mm->pp = rt->pp_size > 1 ? rt->pp_size : 1;
+  mm->world_size = dp * mm->tp * mm->pp;
+  const loom_config *cfg = rt->cfg;
+  for (int i = 0; i < rt->n_parallel; i++) {
+    const loom_plugin_cfg *pc = &cfg->parallel[i];
+    size_t n = strlen(pc->name) + strlen(pc->json_path) + 4;
+    char *label = malloc(n);
+    if (!label) return -1;
+    snprintf(label, n, "%s (%s)", pc->name, pc->json_path);
+    loom__host_init(&rt->parallel_host[i], rt, label, cfg->path, pc->json_path, pc->options);
+  }
+  return 0;
 }
 
 int loom_estimate_compute(const char *config_path, const char *const *overrides, int n_overrides,
@@ -512,6 +447,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   gpt_model m;
   memset(&m, 0, sizeof m);
   loom_estimate *tmp = NULL, *best = NULL;
+  loom_estimate_v1 *rep = NULL; /* the plugins' reports of the stage, by plugin index */
   rt->cfg = cfg;
   if (loom_config_load(cfg, config_path, overrides, n_overrides, err, errlen) != 0) goto out;
   /* the plugins are opened, never created: their caps are all the estimate needs */
@@ -557,24 +493,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
       e->predivide = 1;
   }
   decide_roles(e);
-  /* ddp-like gradient sync (no sharding role) reduces in the compute dtype unless told fp32 */
-  int sync = plain_sync_owner(e);
-  if (sync >= 0 && e->dtype != LOOM_F32) {
-    json_t *cdt = cfg->parallel[sync].options
-                      ? json_object_get(cfg->parallel[sync].options, "communication_data_type")
-                      : NULL;
-    e->sync16 = !(json_is_string(cdt) && strcmp(json_string_value(cdt), "fp32") == 0);
-  }
-  /* real 16-bit storage (ABI 1.4): under bf16/fp16 when every parallel plugin declares it
-   * handles it, the host's rule (docs/mixed_precision.md, "Storage"); otherwise fp32 buffers
-   * holding 16-bit values. Gradients stay fp32 with accumulation over micro-batches. */
-  int all16 = 1;
-  for (int i = 0; i < rt->n_parallel; i++)
-    all16 &= !!(rt->parallel[i].u.parallel.storage & LOOM_PAR_STORAGE_16BIT);
-  loom__storage_dtypes(e->dtype, all16, cfg->train.grad_accum_steps, &e->param_dtype,
-                       &e->grad_dtype);
-  e->storage16 = e->param_dtype != LOOM_F32;
-  e->grad16 = e->grad_dtype != LOOM_F32;
+  storage_plan(e, rt);
   if (world > 1 && !e->grad_sync) {
     snprintf(err, errlen, "%s: parallel: %d data-parallel ranks but no plugin owns gradient "
              "sync: the replicas would drift apart (add {\"plugin\": \"ddp\"})", cfg->path,
@@ -590,7 +509,6 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   e->micro_batch = cfg->train.micro_batch_size;
   e->seq_len = cfg->train.seq_len;
   e->accum = cfg->train.grad_accum_steps;
-  if (e->pp > 1 && read_schedule(cfg, e, err, errlen) != 0) goto out;
   /* the parameter tables only: no device, no storage */
   gpt_config full = {.vocab_size = cfg->model.vocab_size,
                      .padded_vocab_size = cfg->model.padded_vocab_size,
@@ -626,7 +544,8 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   }
   tmp = malloc(sizeof *tmp);
   best = malloc(sizeof *best);
-  if (!tmp || !best) {
+  rep = calloc(LOOM_MAX_PARALLEL, sizeof *rep);
+  if (!tmp || !best || !rep || estimate_hosts(rt, world) != 0) {
     snprintf(err, errlen, "out of memory");
     goto out;
   }
@@ -639,8 +558,9 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
     }
     memcpy(tmp, e, sizeof *tmp);
     tmp->psi = m.num_parameters;
-    account(tmp, cfg, &m);
-    account_stage(tmp, &m, s, &e->stages[s]);
+    if (describe(rt, tmp, &m, s, rep, err, errlen) != 0) goto out;
+    account(tmp, rt, &m, rep);
+    account_stage(tmp, rt, &m, s, rep, &e->stages[s]);
     if (s == 0 || tmp->total > best->total) {
       memcpy(best, tmp, sizeof *best);
       best->worst_stage = s;
@@ -652,6 +572,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   memcpy(e, best, sizeof *e);
   rc = 0;
 out:
+  free(rep);
   free(tmp);
   free(best);
   gpt_free(&m);
@@ -724,12 +645,7 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
             "accum = %llu bytes per step, included in the communication below\n", tp,
             e->pp > 1 ? " (the stage's blocks)" : "",
             e->ckpt_policy == GPT_CKPT_FULL ? " + 1 per recomputed block" : "", (unsigned long long)e->tp_comm_bytes);
-  if (e->split_rows)
-    fprintf(out, "ddp splits the tied embedding's all-reduce: %llu token rows held (N*B*T*(4+8C) = "
-            "%llu bytes, comm), ids all-gather + touched rows <= %llu bytes per step, included "
-            "below\n", (unsigned long long)e->split_rows,
-            (unsigned long long)(e->split_rows * (4 + 8 * (uint64_t)e->n_embd)),
-            (unsigned long long)e->split_comm_bytes);
+  if (e->note[0]) fprintf(out, "%s\n", e->note);
   fprintf(out, "model: Psi = %llu parameters (n_layer %d, n_head %d, n_embd %d, vocab %d, "
           "context %d); per rank: micro-batch %d x %d tokens, accum %d\n",
           (unsigned long long)e->psi_model, e->n_layer, e->n_head, e->n_embd, e->vocab_size,
@@ -849,11 +765,12 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
     json_object_set_new(doc, "model_states_paper", json_integer((json_int_t)e->paper_states));
     json_object_set_new(doc, "paper_formula", json_string(e->paper_formula));
     json_object_set_new(doc, "working_bytes", json_integer((json_int_t)e->working));
-    json_object_set_new(
-        doc, "split_embedding",
-        json_pack("{s:b, s:I, s:I, s:I}", "on", e->split_rows > 0, "rows", (json_int_t)e->split_rows,
-                  "bytes", (json_int_t)(e->split_rows * (4 + 8 * (uint64_t)e->n_embd)),
-                  "comm_bytes_per_step", (json_int_t)e->split_comm_bytes));
+    if (e->detail_name[0]) /* a plugin's own figure (ddp: its split of the tied embedding) */
+      json_object_set_new(
+          doc, e->detail_name,
+          json_pack("{s:b, s:I, s:I, s:I}", "on", e->detail_on, "rows",
+                    (json_int_t)e->detail_rows, "bytes", (json_int_t)e->detail_bytes,
+                    "comm_bytes_per_step", (json_int_t)e->detail_comm_bytes));
     json_t *stages = json_array();
     for (int s = 0; s < (e->pp > 1 ? e->pp : 1); s++) {
       const loom_estimate_stage *st = &e->stages[s];

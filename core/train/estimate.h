@@ -24,19 +24,22 @@
  *   + LOOM_PAR_CAP_SHARD_PARAMS      params 4Ψ/N + the gathered working set       (ZeRO-3)
  *   an OPTIMIZER owner with no other role (cpu_offload): optim 0 on the device; host memory
  *   16 bytes per partition element (m, v, fp32 master copy, gradient staging).
- * Ψ/N is the partition of data-parallel rank 0, ceil(Ψ/N) (the largest). ZeRO-3's gathered
- * working set is the largest unit (the head counted with the tied wte it reads), or with
- * prefetch (the sharding plugin's "prefetch" option, off unless true) the largest pair of
- * neighbouring units. Activations are the exact pool gpt.c allocates for (micro_batch_size,
- * seq_len) (gpt_activation_bytes) under the activation_checkpointing policy, plus once its
- * recompute scratch (gpt_recompute_bytes), "other" the two token buffers (and a padded
- * vocabulary's 4Vp-byte logits mask on the stage with the head). Communication buffers follow
- * the sharding plugin's working set: ZeRO-1's reduce-scatter scratch (4Ψ/N), ZeRO-2/3's
- * gradient buckets of whole units (reduce_bucket_size, default 2^20 elements; exact when the
- * reductions block, an upper bound when one overlaps the next bucket's backward). Every
- * category is the largest over the data-parallel ranks (rank 0's shard is the largest; the
- * received reduce-scatter blocks are largest on the rank whose shard lies inside the largest
- * bucket), so the total bounds every rank's peak (mem_peak_bytes_max in the metrics).
+ * Who accounts what (ABI 1.6): the host holds the model's parameters, gradients and
+ * optimizer state (4Ψ/4Ψ/8Ψ in fp32), the activations and the token buffers; every parallel
+ * plugin then describes what it owns and holds besides for the plan through
+ * loom_parallel_v1.estimate (its shards and partition, buckets, scratch, host memory, the
+ * gathered working set, the micro-batches in flight, its traffic), with its own options, or,
+ * when it leaves the slot NULL, is accounted by its caps as the reference plugin of its role
+ * with default options (estimate_roles.c). This file reads no plugin option. Activations are
+ * the exact pool gpt.c allocates for (micro_batch_size, seq_len) (gpt_activation_bytes) under
+ * the activation_checkpointing policy, plus once its recompute scratch (gpt_recompute_bytes),
+ * "other" the two token buffers (and a padded vocabulary's 4Vp-byte logits mask on the stage
+ * with the head). Our plugins' figures: ZeRO-3's gathered working set is the largest unit (the
+ * head counted with the tied wte it reads), or the largest pair of neighbouring units when it
+ * gathers ahead; ZeRO-1's reduce-scatter scratch (4Ψ/N), ZeRO-2/3's gradient buckets of whole
+ * units (exact when the reductions block, an upper bound when a reduction runs during the next bucket's
+ * backward). Every category is the largest over the data-parallel ranks (rank 0's shard is
+ * the largest), so the total bounds every rank's peak (mem_peak_bytes_max in the metrics).
  *
  * Communication per optimizer step per rank (S = 4Ψ bytes; the host counts algorithmic bytes:
  * ring all-reduce 2(N-1)/N, reduce-scatter and all-gather (N-1)/N), A = grad_accum_steps:
@@ -49,11 +52,12 @@
  *                 embedding's) reads no parameter, so it is not gathered (+wte − head − wte −
  *                 wpe); the paper's value is reported alongside (comm_bytes_paper).
  *
- * Pipeline parallel (a plugin on the pp axis, "size" p): N = world / (tp·p), and every stage
- * is accounted on its own parameter table (the split is loom__pp_split's, the trainer's): Ψ is
+ * Pipeline parallel (p stages on the pp axis): N = world / (tp·p), and every stage is
+ * accounted on its own parameter table (the split is loom__pp_split's, the trainer's): Ψ is
  * the stage's parameters, the last stage's with its copy of the tied wte (V·C). The stage holds
- * one activation pool (and its two token buffers) per micro-batch in flight: 1 (sequential),
- * m = A (gpipe), min(p − s, m) (1f1b, stage s); the first and last stage hold the tied wte's
+ * one activation pool (and its two token buffers) per micro-batch in flight, as the schedule
+ * owner reports (pipeline.so: 1 sequential, m = A gpipe, min(p − s, m) 1f1b on stage s); the
+ * first and last stage hold the tied wte's
  * gradient buffer (4VC, comm). Its traffic adds, per step: the tied wte's gradient sum over the
  * first and last stage's 2N ranks, 2(2N−1)/(2N)·4VC (first and last stage only), and the
  * boundary sends, A·4BTC per direction with a neighbour (activations forward to s+1, their
@@ -87,7 +91,7 @@ typedef struct loom_estimate {
   char device[160];      /* device.type, and the plugin file for a device plugin */
   int world;                /* N = data-parallel ranks (the world / (tp * pp)) */
   int pp;                   /* pipeline stages (1 without a pipeline plugin) */
-  char schedule[16];        /* the pipeline schedule ("" without one) */
+  char schedule[16];        /* the pipeline schedule as its owner names it ("" without one) */
   int worst_stage;          /* the stage the top-level figures are of */
   loom_estimate_stage stages[LOOM_MAX_STAGES];
   uint64_t psi_model;       /* the whole model's parameters (per tp rank) */
@@ -128,10 +132,13 @@ typedef struct loom_estimate {
    * rank holds once whatever the micro-batches in flight (included in bytes[activations]) */
   int ckpt_policy, ckpt_every;
   uint64_t act_recompute;
-  /* ddp's split embedding all-reduce (0 where ddp does not split): the rows of its buffers
-   * (N*B*T token ids, LOOM_MEM_COMM: N*B*T*(4 + 8C) bytes) and its traffic per step per rank
-   * (the ids' all-gather and at most min(N*B*T, V) rows all-reduced; in comm_bytes) */
-  uint64_t split_rows, split_comm_bytes;
+  /* what the plugins report besides their bytes (ABI 1.6 estimate slot): one line for the
+   * table, one named figure for the JSON (ddp names its split of the tied embedding's
+   * all-reduce there: rows held, their bytes and traffic, included above) */
+  char note[256];
+  char detail_name[32];
+  int detail_on;
+  uint64_t detail_rows, detail_bytes, detail_comm_bytes;
 } loom_estimate;
 
 /* Load `config_path` with the overrides, open its plugins (roles only: nothing is created) and

@@ -343,6 +343,44 @@ if [ "$KIND" = parallel ] && want parallel && [ "$NP" -ge 2 ]; then
   fi
 fi
 
+# estimate_check CHECK NRANKS PAR_JSON [--set ...]: train 2 steps without the probe, then
+# `loom estimate` of the same config: no category of any rank's peak (mem_peak_bytes_max) may
+# exceed the estimate, which is the plugin's own (loom_parallel_v1.estimate, ABI 1.6) or the
+# host's accounting by its roles when it has none.
+estimate_check() {
+  local check=$1 n=$2 par=$3
+  shift 3
+  local args=(--set train.steps=2 --set lr_schedule.warmup_steps=1 --set "parallel=$par" "$@")
+  if ! job "$n" est "${args[@]}"; then
+    fail "$check" "the run failed: $(last_error est)"; return
+  fi
+  if ! "$LOOM" estimate "$WORK/base.json" --world "$n" --json --set checkpoint=null "${args[@]}" \
+       >"$WORK/est/estimate.json" 2>"$WORK/est/estimate.err"; then
+    fail "$check" "loom estimate failed: $(head -c 300 "$WORK/est/estimate.err")"; return
+  fi
+  local own="the host's accounting by its roles (no estimate slot)" msg
+  [ "${LOOM_CONF_ESTIMATE:-0}" = 1 ] && own="its own estimate slot"
+  if msg=$(python3 "$LOOM_CONF_DIR/estimate_peak.py" "$WORK/est/metrics.jsonl" "$WORK/est/estimate.json"); then
+    pass "$check" "$msg, by $own"
+  else
+    fail "$check" "$msg, by $own: report what the plugin allocates (api->alloc) in its estimate slot"
+  fi
+}
+
+if [ "$KIND" = parallel ] && want parallel && [ "$NP" -ge 2 ]; then
+  if has_cap AXIS_TP || has_cap AXIS_PP; then
+    if has_cap AXIS_PP; then A=2; else A=1; fi
+    estimate_check parallel.estimate 2 "[{\"plugin\":$PJ$OPTS,\"size\":2}$WITH_ENTRIES]" \
+      --set train.micro_batch_size=$(mb 1 $A) --set train.grad_accum_steps=$A
+  elif has_cap GRAD_SYNC; then
+    estimate_check parallel.estimate 2 "[{\"plugin\":$PJ$OPTS}$WITH_ENTRIES]" \
+      --set train.micro_batch_size=$(mb 2 1)
+  else
+    estimate_check parallel.estimate 2 "[{\"plugin\":\"ddp\"},{\"plugin\":$PJ$OPTS}$WITH_ENTRIES]" \
+      --set train.micro_batch_size=$(mb 2 1)
+  fi
+fi
+
 # ---------------------------------------------------------------- resume
 # resume_check CHECK NRANKS PAR_JSON [extra --set...]: 6 steps straight vs 3 + a new process
 # resuming from a copy of the step-3 checkpoint + 3: bitwise identical steps 4-6.

@@ -21,6 +21,8 @@
  *   6. Write the hooks you need. Remove the slots you don't from the table at the bottom: a NULL
  *      slot is the host's default (single-device) behaviour, not an error.
  *   7. Own state that must survive a restart (optimizer shards)? Fill state_items.
+ *   7b. Allocate memory or communicate? Say how much in tpl_estimate (ABI 1.6), so that
+ *      `loom estimate` and `loom conformance` (parallel.estimate) count it.
  *   8. Build against an installed loom and check that it loads:
  *        cmake -S . -B build -DCMAKE_PREFIX_PATH=<loom prefix> && cmake --build build
  *        LOOM_PLUGIN_PATH=$PWD/build loom plugins
@@ -30,6 +32,7 @@
  * hangs off the ctx create() returns), return a loom_status and call api->set_error() first. */
 #include <loom/loom.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #define PLUGIN_NAME "template"                /* step 2 */
@@ -46,6 +49,9 @@ typedef struct tpl {
   int next_fwd, next_bwd;      /* unit the next pre_forward / pre_backward must name */
   long steps, micros, fwd_passes, fwd_outside, bwd_passes, hook_calls;
   double last_norm;            /* sqrt of grad_norm_sq's value at the last step */
+  int64_t scratch_bytes;       /* option: device scratch held from setup to destroy (LOOM_MEM_COMM),
+                                  an example of memory a plugin reports in tpl_estimate */
+  void *scratch;
 } tpl;
 
 /* An out-of-order hook: the host broke the documented sequence (or we misread it). */
@@ -62,7 +68,7 @@ static int tpl_order(tpl *t, const char *hook, int got, int want) {
 /* Step 5: options. The mesh exists here; the model does not yet. */
 static int tpl_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
                       void **ctx) {
-  static const char *const keys[] = {"log_every", "strict", NULL};
+  static const char *const keys[] = {"log_every", "strict", "comm_scratch_bytes", NULL};
   int rc = api->opt_check_keys(host, opts, keys);
   if (rc != LOOM_OK) return rc;
   tpl *t = calloc(1, sizeof *t);
@@ -74,6 +80,8 @@ static int tpl_create(const loom_host_api_v1 *api, loom_host *host, const loom_o
   t->host = host;
   rc = api->opt_int(host, opts, "log_every", 0, 0, 1000000000, &t->log_every);
   if (rc == LOOM_OK) rc = api->opt_bool(host, opts, "strict", 1, &t->strict);
+  if (rc == LOOM_OK)
+    rc = api->opt_int(host, opts, "comm_scratch_bytes", 0, 0, INT64_C(1) << 40, &t->scratch_bytes);
   if (rc != LOOM_OK) {
     free(t);
     return rc;
@@ -89,6 +97,7 @@ static void tpl_destroy(void *ctx) {
               "%ld backward passes, %ld hook calls in order; last grad norm %.4g",
               t->steps, t->micros, t->fwd_passes, t->fwd_outside, t->bwd_passes, t->hook_calls,
               t->last_norm);
+  if (t->scratch) t->api->free(t->host, t->scratch);
   free(t);
 }
 
@@ -101,6 +110,10 @@ static int tpl_setup(void *ctx) {
     return LOOM_INVALID_USAGE;
   }
   t->n_units = m->n_units;
+  if (t->scratch_bytes > 0) {
+    t->scratch = t->api->alloc(t->host, (size_t)t->scratch_bytes, LOOM_MEM_COMM);
+    if (!t->scratch) return LOOM_NOMEM; /* alloc set the error */
+  }
   t->api->log(t->host, LOOM_LOG_DEBUG, "%d units, %llu parameters, dp rank %d of %d",
               m->n_units, (unsigned long long)m->numel, t->api->rank(t->host, LOOM_AXIS_DP),
               t->api->size(t->host, LOOM_AXIS_DP));
@@ -194,6 +207,27 @@ static int tpl_end_step(void *ctx, int step) {
   return LOOM_OK;
 }
 
+/* ABI 1.6: what this plugin holds and moves for a plan, for `loom estimate` (called without
+ * create(): no model, device or communicator; only the options and the planned mesh). Report
+ * what you allocate (bytes[category], added to the host's figures; set the category's bit in
+ * `replaces` for storage you own instead of the host, e.g. a shard) and what you send per
+ * optimizer step (comm_bytes, the host's algorithmic count). Leaving the slot NULL makes the
+ * host account the plugin by its caps, as loom's own plugin of each role. */
+static int tpl_estimate(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                        const loom_estimate_plan_v1 *plan, loom_estimate_v1 *out) {
+  void *ctx;
+  int rc = tpl_create(api, host, opts, &ctx); /* the same option checks, nothing allocated */
+  if (rc != LOOM_OK) return rc;
+  tpl *t = ctx;
+  (void)plan; /* model dims, unit offsets, mesh, batch and dtypes: what a strategy sizes by */
+  if (t->scratch_bytes > 0) {
+    out->bytes[LOOM_MEM_COMM] = (uint64_t)t->scratch_bytes;
+    snprintf(out->formula[LOOM_MEM_COMM], sizeof out->formula[0], "template scratch");
+  }
+  free(t); /* not tpl_destroy: nothing to log */
+  return LOOM_OK;
+}
+
 /* The one exported symbol: identity, ABI version, roles, and the hooks (step 6). Slots left out
  * (optimizer_step, state_items) are NULL: the host runs its own AdamW and saves nothing extra. */
 LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
@@ -212,4 +246,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .end_backward = tpl_end_backward,
   .grad_norm_sq = tpl_grad_norm_sq,
   .end_step = tpl_end_step,
+  .estimate = tpl_estimate,
 };

@@ -54,6 +54,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "offload_estimate.h"
+
 #define PLUGIN_NAME "cpu_offload"
 #define PAR_MIN 32768 /* elements below which the host AdamW loop stays on one thread */
 
@@ -422,6 +424,18 @@ static int off_state_items(void *ctx, loom_ckpt_item_v1 *items, int max, int *n)
   return LOOM_OK;
 }
 
+/* ABI 1.6: what the offload holds for `plan` (offload_estimate.c), after create() validated
+ * the options (it reads only them and the planned mesh). */
+static int off_estimate(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                        const loom_estimate_plan_v1 *plan, loom_estimate_v1 *out) {
+  void *ctx = NULL;
+  int rc = off_create(api, host, opts, &ctx);
+  if (rc) return rc;
+  off_destroy(ctx);
+  offload_estimate_figures(plan, out);
+  return LOOM_OK;
+}
+
 LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_PARALLEL, PLUGIN_NAME, "1.0.0",
                                  "optimizer offload: AdamW state, master params and the step "
@@ -434,4 +448,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .optimizer_step = off_optimizer_step,
   .state_items = off_state_items,
   .storage = LOOM_PAR_STORAGE_16BIT, /* the 16-bit gradient staged, the partition's fp32 master stepped */
+  .estimate = off_estimate,
 };

@@ -41,6 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ddp_estimate.h"
+
 enum { AVG_FLOATS = 16384 }; /* the averaging stage: 64 KiB */
 
 typedef struct bucket {
@@ -433,6 +435,19 @@ static int ddp_end_backward(void *ctx, int micro, int n_micro) {
   return LOOM_OK;
 }
 
+/* ABI 1.6: what ddp holds and moves for `plan` (ddp_estimate.c), with the options create()
+ * validates; create() only reads them and the planned mesh. */
+static int ddp_estimate(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                        const loom_estimate_plan_v1 *plan, loom_estimate_v1 *out) {
+  void *ctx = NULL;
+  int rc = ddp_create(api, host, opts, &ctx);
+  if (rc) return rc;
+  const ddp *d = ctx;
+  ddp_estimate_figures(plan, d->overlap, d->force_fp32, d->split_mode, out);
+  ddp_destroy(ctx);
+  return LOOM_OK;
+}
+
 LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_PARALLEL, "ddp", "1.0.0",
                                  "data parallel: bucketed gradient all-reduce overlapped with "
@@ -448,4 +463,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .end_backward = ddp_end_backward,
   .storage = LOOM_PAR_STORAGE_16BIT,
   .grad_sync = LOOM_PAR_GRAD_PREDIVIDED, /* sums only; the host folds in 1/dp (ABI 1.5) */
+  .estimate = ddp_estimate,
 };

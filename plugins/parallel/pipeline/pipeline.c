@@ -36,6 +36,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "pipeline_estimate.h"
+
 enum { SCHED_SEQUENTIAL, SCHED_GPIPE, SCHED_1F1B };
 static const char *const sched_names[] = {"sequential", "gpipe", "1f1b"};
 
@@ -285,6 +287,18 @@ static int pl_run_step(void *ctx, const loom_schedule_v1 *S) {
   return rc;
 }
 
+/* ABI 1.6: what this stage holds and moves for `plan` (pipeline_estimate.c), for the schedule
+ * create() validates (1f1b needs m >= p there; it reads only its option and the mesh). */
+static int pl_estimate(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                       const loom_estimate_plan_v1 *plan, loom_estimate_v1 *out) {
+  void *ctx = NULL;
+  int rc = pl_create(api, host, opts, &ctx);
+  if (rc) return rc;
+  pipeline_estimate_figures(plan, sched_names[((pl *)ctx)->sched], out);
+  pl_destroy(ctx);
+  return LOOM_OK;
+}
+
 LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_PARALLEL, "pipeline", "1.0.0",
                                  "pipeline parallel: contiguous stages over the pp axis, "
@@ -294,4 +308,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .destroy = pl_destroy,
   .run_step = pl_run_step,
   .storage = LOOM_PAR_STORAGE_16BIT, /* it never touches parameter or gradient storage */
+  .estimate = pl_estimate,
 };

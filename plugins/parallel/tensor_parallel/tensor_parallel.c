@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tp_estimate.h"
+
 typedef struct tp_ctx {
   const loom_host_api_v1 *api;
   loom_host *host;
@@ -125,6 +127,18 @@ static int tp_region(void *ctx, int which, int backward, float *buf, size_t n) {
   return rc;
 }
 
+/* ABI 1.6: what tensor parallel holds and moves for `plan` (tp_estimate.c), with the option
+ * create() validates (it reads only it and the planned mesh). */
+static int tp_estimate(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                       const loom_estimate_plan_v1 *plan, loom_estimate_v1 *out) {
+  void *ctx = NULL;
+  int rc = tp_create(api, host, opts, &ctx);
+  if (rc) return rc;
+  tp_estimate_figures(plan, ((tp_ctx *)ctx)->force_fp32, out);
+  tp_destroy(ctx);
+  return LOOM_OK;
+}
+
 LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_PARALLEL, "tensor_parallel", "1.0.0",
                                  "Megatron tensor parallel: heads and MLP units split over the "
@@ -136,4 +150,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .setup = tp_setup,
   .region = tp_region,
   .storage = LOOM_PAR_STORAGE_16BIT,
+  .estimate = tp_estimate,
 };

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 
 #include "zero_common.h"
+#include "zero_estimate.h"
 
 typedef struct zero1 {
   zero *z;
@@ -169,6 +170,19 @@ static int z1_end_step(void *ctx, int step) {
   return z->dp > 1 ? zc_allgather_params(z, z->model->params) : LOOM_OK;
 }
 
+/* ABI 1.6: what this stage holds and moves for `plan` (zero_estimate.c), with the options
+ * create() validates; create() here only reads them and the planned mesh. */
+static int z1_estimate(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                        const loom_estimate_plan_v1 *plan, loom_estimate_v1 *out) {
+  void *ctx = NULL;
+  int rc = z1_create(api, host, opts, &ctx);
+  if (rc) return rc;
+  zero *z = ((zero1 *)ctx)->z;
+  zc_estimate(1, z->reduce_bucket, z->overlap, z->prefetch, plan, out);
+  z1_destroy(ctx);
+  return LOOM_OK;
+}
+
 LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_PARALLEL, "zero1", "1.0.0",
                                  "ZeRO stage 1: optimizer state partitioned over data-parallel "
@@ -186,4 +200,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .end_step = z1_end_step,
   .storage = LOOM_PAR_STORAGE_16BIT, /* partitions, buckets, gathers in param_dtype/grad_dtype */
   .grad_sync = LOOM_PAR_GRAD_PREDIVIDED, /* sums only; the host folds in 1/dp (ABI 1.5) */
+  .estimate = z1_estimate,
 };

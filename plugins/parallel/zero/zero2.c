@@ -39,6 +39,7 @@
  *                          the next one is launched, or at end_backward); false: blocking, in
  *                          post_backward */
 #include "zero_common.h"
+#include "zero_estimate.h"
 
 static int z2_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
                      void **out) {
@@ -94,6 +95,19 @@ static int z2_end_step(void *ctx, int step) {
   return z->dp > 1 ? zc_allgather_params(z, z->model->params) : LOOM_OK;
 }
 
+/* ABI 1.6: what this stage holds and moves for `plan` (zero_estimate.c), with the options
+ * create() validates; create() here only reads them and the planned mesh. */
+static int z2_estimate(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                        const loom_estimate_plan_v1 *plan, loom_estimate_v1 *out) {
+  void *ctx = NULL;
+  int rc = z2_create(api, host, opts, &ctx);
+  if (rc) return rc;
+  zero *z = ctx;
+  zc_estimate(2, z->reduce_bucket, z->overlap, z->prefetch, plan, out);
+  z2_destroy(ctx);
+  return LOOM_OK;
+}
+
 LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_PARALLEL, "zero2", "1.0.0",
                                  "ZeRO stage 2: optimizer state and gradients partitioned over "
@@ -111,4 +125,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .end_step = z2_end_step,
   .storage = LOOM_PAR_STORAGE_16BIT, /* partitions, buckets, gathers in param_dtype/grad_dtype */
   .grad_sync = LOOM_PAR_GRAD_PREDIVIDED, /* sums only; the host folds in 1/dp (ABI 1.5) */
+  .estimate = z2_estimate,
 };

@@ -47,6 +47,7 @@
 #include <stdlib.h>
 
 #include "zero_common.h"
+#include "zero_estimate.h"
 
 enum { G_RELEASED = 0, G_INFLIGHT = 1, G_READY = 2 };
 
@@ -306,6 +307,19 @@ static int z3_end_step(void *ctx, int step) {
   return LOOM_OK;
 }
 
+/* ABI 1.6: what this stage holds and moves for `plan` (zero_estimate.c), with the options
+ * create() validates; create() here only reads them and the planned mesh. */
+static int z3_estimate(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                        const loom_estimate_plan_v1 *plan, loom_estimate_v1 *out) {
+  void *ctx = NULL;
+  int rc = z3_create(api, host, opts, &ctx);
+  if (rc) return rc;
+  zero *z = ((zero3 *)ctx)->z;
+  zc_estimate(3, z->reduce_bucket, z->overlap, z->prefetch, plan, out);
+  z3_destroy(ctx);
+  return LOOM_OK;
+}
+
 LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_PARALLEL, "zero3", "1.0.0",
                                  "ZeRO stage 3: parameters, gradients and optimizer state "
@@ -327,4 +341,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .end_step = z3_end_step,
   .storage = LOOM_PAR_STORAGE_16BIT, /* partitions, buckets, gathers in param_dtype/grad_dtype */
   .grad_sync = LOOM_PAR_GRAD_PREDIVIDED, /* sums only; the host folds in 1/dp (ABI 1.5) */
+  .estimate = z3_estimate,
 };

@@ -95,6 +95,86 @@ typedef struct loom_schedule_v1 {
 #define LOOM_BOUNDARY_GRAD_INPUT 3  /* gradient of the input: send to stage-1 after backward
                                        (the same memory as GRAD_OUTPUT, overwritten) */
 
+/* ---- ABI 1.6: what a strategy holds and moves, for `loom estimate` ----
+ * The plan the host hands loom_parallel_v1.estimate: one pipeline stage of one configuration,
+ * described without a model, a tensor, a device or a communicator (`loom estimate` runs with
+ * none of them). Read fields beyond what you know only when struct_size covers them. */
+typedef struct loom_estimate_plan_v1 {
+  uint32_t struct_size;
+  /* the model, per tensor-parallel rank (the shapes the layer code builds) */
+  int n_layer, n_head, n_embd, vocab_size, max_seq_len;
+  int vocab_rows;               /* rows of the tied embedding (the padded vocabulary) */
+  uint64_t wte_numel;           /* elements of the tied embedding wte (vocab_rows x n_embd) */
+  int n_units;                  /* n_layer + 2, as loom_model_v1.n_units */
+  const uint64_t *unit_offset;  /* n_units + 1 entries: this stage's flat layout as the model
+                                   view will show it (units outside the stage are empty);
+                                   borrowed for the call */
+  uint64_t numel;               /* this stage's parameters (Psi; the last stage's with its
+                                   copy of the tied wte) */
+  int first_unit, last_unit;    /* the stage's units (0 embedding, 1..L blocks, L+1 head) */
+  int n_blocks;                 /* transformer blocks on the stage */
+  int n_recomputed;             /* of them, blocks whose forward runs again in backward (full
+                                   activation checkpointing) */
+  /* the mesh and this stage */
+  int dp, tp, pp, stage;
+  /* the batch */
+  int micro_batch, seq_len;     /* per rank, per micro-batch (B, T) */
+  int n_micro;                  /* micro-batches per optimizer step (train.grad_accum_steps) */
+  /* precision and storage (what loom_model_v1 will say) */
+  loom_dtype compute_dtype, param_dtype, grad_dtype;
+  int grads_predivided;         /* 1: the host will fold 1/dp into the loss gradient
+                                   (api->grads_predivided in the run): the sync only sums */
+  /* the optimizer partition as the plugins called before this one reported it (the host calls
+   * the optimizer owner last, as in setup): elements of the largest rank's, 1 when ranks hold
+   * disjoint partitions */
+  uint64_t partition;
+  int partition_sharded;
+} loom_estimate_plan_v1;
+
+/* Categories a report can hold: loom_mem_category values below this (room to grow). */
+#define LOOM_ESTIMATE_CATEGORIES 16
+
+/* loom_estimate_v1.flags */
+#define LOOM_ESTIMATE_GRAD_COMM_16BIT 1u /* the gradient sync travels in the 16-bit compute dtype */
+
+/* What the plugin reports for the plan: the host zero-fills it and sets struct_size. */
+typedef struct loom_estimate_v1 {
+  uint32_t struct_size;
+  /* Device (and host, LOOM_MEM_HOST) bytes this rank holds at its peak, by loom_mem_category.
+   * A category whose bit (1u << c) is set in `replaces` is the plugin's whole figure for it
+   * (storage it owns: a shard of the parameters, the optimizer state of its partition, or
+   * none of it: 0 with the bit set), replacing the host's default; the others are added to
+   * what the host and the other plugins report (buckets, scratch, a gathered working set). */
+  uint64_t bytes[LOOM_ESTIMATE_CATEGORIES];
+  uint32_t replaces;
+  /* How bytes[c] is made up ("4Psi/N", "unit0 + largest bucket"): the category's text when
+   * replacing; appended as " + TEXT" when adding (empty: nothing appended). */
+  char formula[LOOM_ESTIMATE_CATEGORIES][64];
+  /* Bytes this rank sends per optimizer step (the host's algorithmic count of the collectives
+   * the plugin calls: ring all-reduce 2(N-1)/N, reduce-scatter and all-gather (N-1)/N of the
+   * total, send its bytes), and how ("2(N-1)/N*4Psi"; empty: none). */
+  uint64_t comm_bytes;
+  char comm_formula[128];
+  /* A plugin that publishes the optimizer partition (api->set_partition): its elements on the
+   * largest rank and whether ranks hold disjoint ranges (handed to the plugins after it in
+   * plan.partition). 0: publishes none. */
+  uint64_t partition;
+  int partition_sharded;
+  /* LOOM_PAR_CAP_SHARD_PARAMS: elements of the largest parameter set gathered at once */
+  uint64_t gathered;
+  /* LOOM_PAR_CAP_SCHEDULE: micro-batches whose activations this stage holds at once (the
+   * host holds one activation pool per micro-batch in flight), and the schedule's name */
+  int in_flight;
+  char schedule[16];
+  uint32_t flags;              /* LOOM_ESTIMATE_* */
+  /* Optional: one line the table prints ("" none), and one named figure `loom estimate
+   * --json` prints as "NAME": {"on", "rows", "bytes", "comm_bytes_per_step"} (name "" none). */
+  char note[256];
+  char detail_name[32];
+  int detail_on;
+  uint64_t detail_rows, detail_bytes, detail_comm_bytes;
+} loom_estimate_v1;
+
 typedef struct loom_parallel_v1 {
   loom_plugin_header hdr;
 
@@ -167,6 +247,18 @@ typedef struct loom_parallel_v1 {
    * `storage` is one: a 1.4 host still loads the plugin (and the plugin, asking
    * api->grads_predivided, averages itself there). */
   uint64_t grad_sync;
+  /* ---- ABI 1.6 ---- */
+  /* What the plugin holds and moves for `plan` (`loom estimate`, and `loom conformance`'s
+   * check of a plugin's peak). Called WITHOUT create(): no mesh, model, tensor or device
+   * exists. Usable in `api`: log, set_error, the opt_* getters on `opts` (the plugin's options,
+   * as create() gets them: validate them as create() does; an error fails the estimate with
+   * the same message), size and rank (the planned mesh, rank 0 of each axis but this stage on
+   * pp) and n_micro; nothing else. Fill `out` (zero-filled by the host, struct_size set) and
+   * return LOOM_OK, or an error after api->set_error (`loom estimate` then fails with it).
+   * NULL: the host accounts the plugin by its caps as the reference plugin of each role does
+   * with its default options (docs/abi.md, "Estimates"). Called once per pipeline stage. */
+  int (*estimate)(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                  const loom_estimate_plan_v1 *plan, loom_estimate_v1 *out);
 } loom_parallel_v1;
 
 /* loom_parallel_v1.storage: the plugin handles 16-bit parameter/gradient storage
