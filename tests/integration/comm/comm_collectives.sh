@@ -1,10 +1,12 @@
 #!/bin/bash
+# under the sanitizers: 2 and 3 ranks only, no training runs
+# ctest: sanitized
 # mpi.so's sum collectives on 1, 2, 3 and 4 ranks against exact and float64 references, bit for
-# bit in the documented association (tests/integration/comm_collectives.c says what is checked).
+# bit in the documented association (comm_collectives.c beside it says what is checked).
 # A deadlock in the progress of overlapping collectives shows as the 300 s timeout. Then the
 # end-to-end consequence: ZeRO-2's reduce-scatter of differently cut buckets and ddp's all-reduce
 # give bitwise equal training runs on 3 and 4 ranks (an element's sum does not depend on the cut).
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 exe=$LOOM_BUILD/bin/comm_collectives
 so=$LOOM_BUILD/lib/loom/plugins/mpi.so
 [ -x "$exe" ] && [ -f "$so" ] || die "$exe or $so missing: build first"

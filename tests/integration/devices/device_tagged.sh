@@ -10,7 +10,7 @@
 # resume on the tagged device. The arithmetic is the same code on the same values, so every
 # step's loss and grad norm and the final parameters must be BITWISE equal: any difference, or a
 # crash, means a host-side touch of device memory or a staging bug.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 TAGGED=$LOOM_BUILD/tests/fixtures/tagged_device.so
 export TAGGED_DEVICE_LOG=1 # the device prints the compute dtype the host hints

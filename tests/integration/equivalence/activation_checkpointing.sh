@@ -1,4 +1,5 @@
 #!/bin/bash
+# ctest: labels=integration,asan-full
 # Activation checkpointing under every kind of strategy: the tiny model (3 blocks, 4 heads so
 # tp 2 divides them), 10 steps, under ddp (2 ranks), zero3 (2 ranks), tp 2 and pp 2 1f1b (4
 # micro-batches of 2), each with "activation_checkpointing" none, full and selective (and
@@ -18,7 +19,7 @@
 # same checks hold with the 16-bit terms (checkpointed runs bitwise those without; peak = the
 # estimate to the byte; the per-layer model with 2-byte values and one (B,T,4C/tp) fp32
 # widening buffer per rank).
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
 for p in ddp zero2 zero3 cpu_offload tensor_parallel pipeline; do

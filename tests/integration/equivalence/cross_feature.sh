@@ -28,7 +28,7 @@
 #     rank within the bf16-vs-fp32 tolerance (1e-2, derived in mixed_precision.sh; the seed's
 #     model is off by O(1)), and bf16 ddp dp2 (the host's master) is bitwise bf16 zero3 dp2
 #     (the plugin's master, filled through init_params_range).
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 H='--set model.n_head=4' # 4 heads: tp 2 divides them
 BF='precision={"plugin":"bf16"}'

@@ -4,7 +4,7 @@
 # with gradient accumulation, must give the same per-step loss and grad norm and the same final
 # parameters, 20 steps, within compare_runs.py's tolerances (derived from fp32 rounding:
 # docs/tolerances.md).
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 run 1 ref --set train.micro_batch_size=8
 run 2 ddp2 --set train.micro_batch_size=4
@@ -32,7 +32,7 @@ compare ddp2_host14 ddp2 --bitwise
 # The tolerances are not so loose that a small real difference passes: a learning rate 1% off
 # moves the loss, the grad norm and the parameters 13-70x past them (docs/tolerances.md).
 run 1 lr_1pct_off --set train.micro_batch_size=8 --set optimizer.lr=1.01e-3
-if /usr/bin/python3 "$LOOM_SRC/tests/integration/compare_runs.py" "$WORK/lr_1pct_off/metrics.jsonl" \
+if /usr/bin/python3 "$TESTLIB/compare_runs.py" "$WORK/lr_1pct_off/metrics.jsonl" \
     "$WORK/lr_1pct_off/ckpt" "$WORK/ref/metrics.jsonl" "$WORK/ref/ckpt" >"$WORK/canary.log"; then
   cat "$WORK/canary.log" >&2
   die "compare_runs.py accepted a run whose learning rate is 1% off"

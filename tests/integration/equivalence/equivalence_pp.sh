@@ -1,4 +1,5 @@
 #!/bin/bash
+# ctest: labels=integration,asan-full
 # The equivalence matrix for pipeline parallel (pipeline.so): the tiny model (2 blocks: 4 units
 # embedding, block 0, block 1, head; 4 heads so tp 2 divides them), the same global batch (8
 # sequences of 64 tokens) and seed on 1 rank without any parallel plugin, and under pp 2 and pp 4
@@ -8,7 +9,7 @@
 # items; the last stage's copy of the tied wte checked bitwise equal to the first's) within
 # compare_runs.py's tolerances (docs/tolerances.md) over 20 steps. Then the shapes (each stage
 # holds only its units) and the refusals.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 H='--set model.n_head=4'
 pp() { echo "{\"plugin\":\"pipeline\",\"size\":$1,\"schedule\":\"$2\"${3:-}}"; }

@@ -7,7 +7,7 @@
 # from the tp ranks' shards) within compare_runs.py's tolerances (docs/tolerances.md) over 20
 # steps. Then the traffic check (4
 # all-reduces of B*T*C floats per block per micro-step, ring 2(n-1)/n) and the refusals.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 H='--set model.n_head=4'
 TP2='{"plugin":"tensor_parallel","size":2}'

@@ -1,4 +1,9 @@
 #!/bin/bash
+# ctest: labels=integration,asan-full
+# The 53-run ZeRO x offload x ranks x accumulation matrix: tools/test.sh --full, in the normal
+# build only (9 min under ASan on 2 cores). The test above runs a covering subset of 15 in
+# every pass; the code paths run under ASan in resume_zero and equivalence_tp.
+# ctest: name=integration.equivalence_zero_matrix args=--matrix labels=integration,matrix timeout=1800
 # The equivalence matrix for ZeRO stages 1-3 (zero1/zero2/zero3.so): the same global batch (48
 # sequences of 64 tokens, divisible by 2, 3, 4 ranks x 4 micro-steps) and seed on 1 rank without
 # any parallel plugin, and under each stage on 1, 2, 3 and 4 ranks with gradient accumulation 1
@@ -11,7 +16,7 @@
 # partitions and small buckets, with accumulation, and with blocking reduce-scatters; ZeRO-3
 # without prefetch; ddp, ddp + offload and every stage + offload on uneven partitions with
 # accumulation. `tools/test.sh --full` runs the whole matrix (integration.equivalence_zero_matrix).
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 MATRIX=0
 [ "${1:-}" = --matrix ] && MATRIX=1
 COVERING=" zero1_n3_small zero2_n3_small zero3_n3_small zero1_n4_acc4_small zero2_n4_acc4_small

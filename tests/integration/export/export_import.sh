@@ -1,4 +1,5 @@
 #!/bin/bash
+# ctest: labels=integration,asan-full
 # loom export and init_from (docs/checkpoints.md): a run's checkpoint exported to a Hugging Face
 # GPT-2 safetensors file and an llm.c model file, checked by an independent reader and a torch
 # GPT-2 forward (check_export.py verify: loss within 1e-5 of loom's); export -> init_from ->
@@ -12,10 +13,10 @@
 # tensor or dimension and both values; a resumed run ignores init_from, and `loom check` says so
 # instead of opening the file.
 # Vocabulary 300 (not a multiple of 128): llm.c's file pads it to 384 rows.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 PY=/usr/bin/python3
-CHECK="$LOOM_SRC/tests/integration/check_export.py"
+CHECK="$TESTLIB/check_export.py"
 $PY -c 'import torch' 2>/dev/null || { echo "SKIP: $PY cannot import torch"; exit 77; }
 V='--set model.vocab_size=300'
 export_to() { # export_to SRC FORMAT OUT
@@ -123,7 +124,7 @@ done
 # format 2 (flat items per tp rank, written before the global view) still exports: eq_tp2's
 # checkpoint rewritten as format 2 exports bitwise what its format-3 original does
 mkdir -p "$WORK/eq_tp2_f2"
-$PY "$LOOM_SRC/tests/integration/ckpt_format2.py" "$WORK/eq_tp2/ckpt/step-00000020" \
+$PY "$TESTLIB/ckpt_format2.py" "$WORK/eq_tp2/ckpt/step-00000020" \
   "$WORK/eq_tp2_f2/step-00000020" || die "ckpt_format2.py failed"
 grep -q '"params@tp1of2"' "$WORK/eq_tp2_f2/step-00000020/manifest.json" || die "not format 2"
 export_to "$WORK/eq_tp2_f2/step-00000020" safetensors "$WORK/eq_tp2_f2.safetensors"

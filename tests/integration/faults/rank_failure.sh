@@ -1,4 +1,6 @@
 #!/bin/bash
+# times a stalled rank's watchdog and a SIGTERM'd job's stop: it runs alone
+# ctest: serial
 # A rank that fails must bring the whole job down, non-zero, with a message, within seconds:
 #  1. a rank returns an error mid-run (LOOM_FAULT=1:3:error)
 #  2. a rank dies abruptly mid-run (LOOM_FAULT=1:3:exit)
@@ -6,7 +8,7 @@
 #  4. a rank stalls (SIGSTOP): the others' watchdogs (train.timeout_s) end the job
 #  5. a rank gets SIGTERM (preemption): every rank stops after the same step, a checkpoint is
 #     saved, the job exits 130, and a rerun resumes from it
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 LIMIT=30 # seconds; a hang would run until the 300 s timeout
 

@@ -5,7 +5,7 @@
 #  - an all-zero RNG state with valid checksums is refused (no xoshiro state is all zero);
 #  - a kill after a step directory is published but before `latest` is updated: the next run
 #    resumes from the newer step and says so, it never retrains and overwrites it.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 
 resume() { # resume NRANKS NAME LOG [--set ...]

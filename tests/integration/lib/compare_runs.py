@@ -46,7 +46,7 @@ parallel's partial sums, then stored in 16 bits), each re-rounding within u16 of
                    differs by ~2 u16 of an lr-sized step and they compound over the steps
 
 bf16: 7.8e-3 for loss and grad norm, 1.6e-2 for the parameters at 20 steps; measured worst on
-configs/tiny.json (tests/integration/equivalence_bf16.sh, 20 steps, strategies against 1 rank):
+configs/tiny.json (tests/integration/precision/equivalence_bf16.sh, 20 steps, strategies against 1 rank):
 1.5e-3 on the metrics, 3.6e-3 on the parameters. Without a config in the manifest: 3e-5, 1e-4, 1e-4. A real bug is orders of
 magnitude above these: a missing 1/dp doubles the grad norm (1.0 relative), a dropped micro-batch
 moves the first step's grad norm by ~0.5."""

@@ -1,6 +1,10 @@
 # Shared helpers for the integration tests (sourced). Needs: LOOM_BUILD (build dir), LOOM_SRC.
 set -u
 LOOM=${LOOM_BUILD}/bin/loom
+# TESTLIB: this folder (lib.sh, compare_runs.py and the other python every folder shares);
+# HERE: the running script's folder (its own .py checks, beside it)
+TESTLIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
 # OpenMPI refuses root and more ranks than cores unless told; CI runs as root on 2 cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -78,7 +82,7 @@ run() {
 compare() { # compare A B [compare_runs.py options]
   local a=$1 b=$2
   shift 2
-  /usr/bin/python3 "$LOOM_SRC/tests/integration/compare_runs.py" "$@" \
+  /usr/bin/python3 "$TESTLIB/compare_runs.py" "$@" \
     "$WORK/$a/metrics.jsonl" "$WORK/$a/ckpt" "$WORK/$b/metrics.jsonl" "$WORK/$b/ckpt" ||
     die "$a vs $b differ"
 }

@@ -6,7 +6,7 @@
 # the boundary sends, the tied wte's sum and the dp/tp collectives) are compared with the
 # estimate's stage 0 within 5%; every stage's logged peaks (activations, params, grads, optim)
 # with its stage's estimate, and the schedule's logged "peak N micro-batches in flight" with its in_flight.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
 for p in pipeline ddp tensor_parallel; do

@@ -1,4 +1,5 @@
 #!/bin/bash
+# ctest: labels=integration,asan-full
 # Memory under each precision: the peak bytes per category a rank measures (mem_peak_bytes in
 # the metrics JSONL, rank 0, and the largest over all ranks) against the ZeRO paper's
 # mixed-precision accounting (Rajbhandari et al. 2020, §3: 2Ψ fp16 parameters + 2Ψ fp16
@@ -23,7 +24,7 @@
 # Shape (one function per strategy, each adding runs to RUNS as NAME:STRATEGY:N:PRECISION:ACCUM,
 # and one formula per strategy in the Python below): strategy_ddp here; the ZeRO strategies add
 # strategy_zero1 .. strategy_zero3 (and their FORMULA entries) the same way.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 RUNS=()
 

@@ -1,4 +1,5 @@
 #!/bin/bash
+# ctest: labels=integration,asan-full
 # Memory and traffic under each precision, ZeRO side (issue #8; ddp is memory_precision.sh's):
 # for fp32, bf16 and fp16 at N = 1, 2, 4 ranks and zero1 / zero2 / zero3, 2 steps of the
 # tiny config, rank 0's measured peak bytes per category (mem_peak_bytes in the metrics JSONL)
@@ -20,7 +21,7 @@
 # estimate's comm_bytes_per_step. Variants on 2 ranks: bf16 ddp/zero2/zero3 with cpu_offload
 # (master, m, v on the host), bf16 zero2 with 2 micro-batches (fp32 gradients: G = 4) and bf16
 # zero3 with prefetch (two gathered units at once).
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
 RUNS=()

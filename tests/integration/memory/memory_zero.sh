@@ -1,4 +1,5 @@
 #!/bin/bash
+# ctest: labels=integration,asan-full
 # Memory check: the peak bytes per category a rank measures (mem_peak_bytes in the metrics
 # JSONL, rank 0) against the ZeRO paper's accounting (Rajbhandari et al. 2020, §3-5; fp32:
 # params 4Ψ, grads 4Ψ, Adam K = 8, the sharded terms /N) and against `loom estimate --json` for
@@ -9,7 +10,7 @@
 # per-step communication is compared too (printed; more than 5% off the estimate fails). The
 # estimate must bound every rank: each category and the total of mem_peak_bytes_max (the largest
 # peak over all ranks) must not exceed it.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
 OFF='{"plugin":"cpu_offload","offload_optimizer":{"device":"cpu"}}'

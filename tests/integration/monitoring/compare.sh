@@ -10,7 +10,7 @@
 #      kept in build/test-output/compare/); a page with a broken image is caught.
 # Needs: LOOM_BUILD, LOOM_SRC; gnuplot (runtime); chromium for 6 (skipped without it).
 set -u
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 keep=$LOOM_BUILD/test-output/compare
 rm -rf "$keep"

@@ -8,10 +8,10 @@
 #   3. the reader can fail: one flipped byte is reported as a bad checksum.
 # Needs: LOOM_BUILD, LOOM_SRC; python3-protobuf and python3-crc32c (skipped without them).
 set -u
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 /usr/bin/python3 -c "import google.protobuf, crc32c" 2>/dev/null ||
   { echo "SKIP: python3-protobuf or python3-crc32c not installed"; exit 77; }
-READ="/usr/bin/python3 $LOOM_SRC/tests/integration/tb_read.py"
+READ="/usr/bin/python3 $TESTLIB/tb_read.py"
 make_data
 out=$WORK/tb2
 mkdir -p "$out"

@@ -1,4 +1,5 @@
 #!/bin/bash
+# ctest: labels=integration,asan-full
 # The equivalence matrix under bf16 (bf16.so): every strategy and composition against the
 # 1-rank bf16 run with the same global batch (8 sequences of 64 tokens), seed and 20 steps:
 # ddp (whose gradient all-reduce travels in bf16), zero1/2/3, zero1/2/3 + cpu_offload, tensor
@@ -22,7 +23,7 @@
 # gradients, the tied wte summed over the stages from two bf16 parts) 5.6e-4 / 2.3e-3.
 # Also: ddp's bf16 all-reduce moves exactly half the bytes of the fp32 run's, and so do the
 # pipeline's boundary sends (ZeRO's reduce-scatter and all-gather: memory_precision_zero).
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 H='--set model.n_head=4'
 BF='precision={"plugin":"bf16"}'

@@ -11,7 +11,7 @@
 #  - bf16 (8-bit mantissa) trains the tiny model like fp32 does;
 #  - bf16 with 16-bit storage resumes bitwise, and an fp32 checkpoint resumes in bf16;
 #  - under bf16 and fp16 each rank's measured memory per category = `loom estimate`'s.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 # initial scale 2^8, not DeepSpeed's 2^16: at 2^16 the tiny model's fp16 gradient all-reduce
 # overflows for real in the first steps, which would mix with the injected overflows

@@ -1,4 +1,7 @@
 #!/bin/bash
+# a full configure + build of its own: tools/test.sh runs it once, as its own stage (label
+# fresh), not again under the sanitizers
+# ctest: name=fresh.main_job_build labels=fresh serial processors=1 skip=none env=LOOM_SRC
 # README command 1 on a machine without the test packages: configure and build the main job's
 # way (tools/setup.sh, no --tests) with Check and libsubunit hidden from pkg-config, into a
 # temporary build directory; the build must succeed without them, skip the unit tests with a

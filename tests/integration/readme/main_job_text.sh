@@ -1,4 +1,6 @@
 #!/bin/bash
+# the README's scripts and docs, not memory safety: the normal build only (label readme)
+# ctest: name=readme.main_job_text labels=readme
 # README command 1 on the user's own text (tools/main_job.sh FILES): the main job fits its
 # evaluation to the validation split it was given and says so, refuses a text too small to
 # evaluate with the real minimum and the --set that runs without evaluation, and its run ends
@@ -7,7 +9,7 @@
 # 63 sequences of 128 tokens, where the config's 8 batches x 16 sequences need 128).
 # Needs: LOOM_BUILD, LOOM_SRC.
 set -u
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 text=/usr/share/common-licenses
 [ -d "$text" ] || { echo "SKIP: $text not found"; exit 77; }
 main_job() { # main_job LOG TEXT... [-- ARGS]: the main job on 2 ranks, data and runs in $WORK

@@ -1,4 +1,7 @@
 #!/bin/bash
+# the README's scripts and docs: the normal build only (label readme); trains the 3.3M-
+# parameter model (44 s of CPU, the most of any test), so it runs alone
+# ctest: name=readme.readme_ab labels=readme serial
 # The README's A/B recipe, as the README orders it: after a main job (tools/main_job.sh, short),
 # run the README's own A/B block — extracted from README.md, so the docs and this test cannot
 # drift — with fewer steps, in a scratch copy of the repository layout. The block is one
@@ -6,7 +9,7 @@
 # checkpoint), in their own run directories, and --expect-equal must pass.
 # Needs: LOOM_BUILD, LOOM_SRC; Debian's fortunes (skipped without them).
 set -u
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 [ -d /usr/share/games/fortunes ] || { echo "SKIP: /usr/share/games/fortunes not installed"; exit 77; }
 ab_steps=8
 repo=$WORK/repo

@@ -1,11 +1,13 @@
 #!/bin/bash
+# the README's scripts and docs, not memory safety: the normal build only (label readme)
+# ctest: name=readme.readme_sdk_template labels=readme
 # sdk/template/README.md's build block, as written there (extracted, so the docs and this test
 # cannot drift): install loom into $HOME/loom (HOME is a scratch dir), build a copy of the
 # template against it, list it with the command the README gives, on a PATH without loom, and
 # run `loom conformance` on it from that fresh install (the plugin author's whole path).
 # Needs: LOOM_BUILD, LOOM_SRC.
 set -u
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 readme=$LOOM_SRC/sdk/template/README.md
 awk '/readme_sdk_template.sh runs the block below/ { want = 1; next }
      want && /^    / { inside = 1; sub(/^    /, ""); print; next }

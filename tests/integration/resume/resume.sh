@@ -1,7 +1,7 @@
 #!/bin/bash
 # Resume: 20 steps straight vs 10 steps + checkpoint + a new process resuming + 10 steps must give
 # bitwise identical losses and final parameters (same world size), on 1 and on 2 ranks.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 for n in 1 2; do
   b=$((8 / n))

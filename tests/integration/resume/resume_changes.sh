@@ -7,7 +7,7 @@
 #    proven by the per-sequence trace of LOOM_DATA_TRACE;
 #  - another model key (model.padded_vocab_size too, also by loom check) or vocabulary: refused
 #    before training, naming old and new values.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 
 # resume NRANKS NAME LOG [--set ...]: train again in $WORK/NAME (its checkpoint dir), into LOG

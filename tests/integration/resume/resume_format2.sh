@@ -9,7 +9,7 @@
 # sources without LOOM_CKPT_CAP_GLOBAL_VIEW, as any plugin before ABI 1.4) gets the per-rank
 # layout: it trains and resumes under tp 2 bitwise like checkpoint.so, refuses tp 4 by name, and
 # refuses a global-view checkpoint by name.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 H='--set model.n_head=4'
 TP2='{"plugin":"tensor_parallel","size":2}'
@@ -25,7 +25,7 @@ resume_run() { # resume_run NRANKS NAME MICRO PLUGINS [extra --set ...]
 }
 old_ckpt() { # old_ckpt SRC NAME: SRC's step 10 as format 2, the only checkpoint of NAME
   rm -rf "$WORK/$2" && mkdir -p "$WORK/$2/ckpt"
-  /usr/bin/python3 "$LOOM_SRC/tests/integration/ckpt_format2.py" \
+  /usr/bin/python3 "$TESTLIB/ckpt_format2.py" \
     "$WORK/$1/ckpt/step-00000010" "$WORK/$2/ckpt/step-00000010" || die "ckpt_format2.py failed"
   printf 'step-00000010' >"$WORK/$2/ckpt/latest"
   grep -q '"loom-checkpoint-2"' "$WORK/$2/ckpt/step-00000010/manifest.json" || die "not format 2"

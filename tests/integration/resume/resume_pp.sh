@@ -5,7 +5,7 @@
 # own tensors ("params/h.1.mlp.fc.weight", ...; the global view). Then the pp 2 checkpoint
 # continues under pp 4 (another stage split) like the pp 2 run, within the equivalence
 # tolerances (resume_reshard.sh covers the other layouts).
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 PP2='{"plugin":"pipeline","size":2,"schedule":"1f1b"}'
 resume_run() { # resume_run NRANKS NAME PLUGINS [extra --set ...]

@@ -1,4 +1,9 @@
 #!/bin/bash
+# under the sanitizers its hardest pairs only (they take every code path)
+# ctest: sanitized
+# the full matrix: every source layout continued on every other of the 9 layouts (40 resumes
+# + 9 straight runs); the test above (a covering set) runs its code paths in both builds
+# ctest: name=integration.resume_reshard_matrix args=--matrix labels=integration,matrix timeout=1800
 # Resume on another mesh and strategy (issue 11): a checkpoint saved under one layout continues
 # under another — other world size, tp, pp and stage split, ZeRO stage, offload — like a run
 # trained on the target layout from the start. Each layout trains the same global batch (12
@@ -16,7 +21,7 @@
 # bf16_source). --matrix: every source (ddp dp2, zero3 dp4, tp2, pp2 1f1b, tp2 x pp2 x dp2) to every
 # other layout (ctest label "matrix"). In the sanitized build (LOOM_SANITIZED=1) the hardest
 # pairs only: they run every code path of the others.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 H='--set model.n_head=4' # 4 heads: tp 2 divides them
 TP2='{"plugin":"tensor_parallel","size":2}'

@@ -1,11 +1,12 @@
 #!/bin/bash
+# ctest: labels=integration,asan-full
 # Resume under tensor parallel: 20 steps straight vs 10 steps + checkpoint + a new process
 # resuming + 10 steps must give bitwise identical losses, grad norms and final parameters on the
 # same mesh: tp 2 (2 ranks) and dp 2 x tp 2 with ddp (4 ranks). Each tp rank saves its slice of
 # each global tensor ("params/h.0.attn.qkv.weight", split_index 1 of split_size 2; the global
 # view). Then the tp 2 checkpoint continues under tp 4 like the tp 2 run, within the
 # equivalence tolerances (resume_reshard.sh covers the other layouts).
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 H='--set model.n_head=4'
 TP2='{"plugin":"tensor_parallel","size":2}'

@@ -1,4 +1,6 @@
 #!/bin/bash
+# under the sanitizers its 3-rank and offload cases only
+# ctest: sanitized
 # Resume under ZeRO stages 1-3: 20 steps straight vs 10 steps + checkpoint + a new process
 # resuming + 10 steps must give bitwise identical losses and final parameters, on the same world
 # size (2 ranks, and 3 ranks: uneven partitions). The checkpoint holds the parameters (ZeRO-3:
@@ -7,7 +9,7 @@
 # checkpoint holds each rank's fp32 master partition as the parameters: a resumed rank rounds
 # its own range of the 16-bit parameters from it and ZeRO-1/2 all-gather the others' at the
 # first step, so the continuation is bitwise too.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../lib/lib.sh"
 make_data
 OFF='{"plugin":"cpu_offload"}'
 cases=()
