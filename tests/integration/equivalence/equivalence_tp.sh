@@ -35,19 +35,7 @@ done
 # Traffic: Megatron's count, 2 all-reduces of (B*T*C) floats per block in forward and 2 in
 # backward, each 2(n-1)/n of its bytes with a ring: tp 2 and tp 4, steps without eval/save.
 L=2 C=32 T=64
-/usr/bin/python3 - "$WORK" $L $C $T <<'PY' || die "tensor-parallel traffic differs from Megatron's count"
-import json, sys
-work, L, C, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-for name, tp, B, accum in (("tp2", 2, 8, 1), ("tp4", 4, 8, 1), ("tp2_accum4", 2, 2, 4)):
-    want = L * 4 * accum * 2 * (tp - 1) / tp * B * T * C * 4
-    got = [json.loads(l)["comm_bytes"] for l in open(f"{work}/{name}/metrics.jsonl")
-           if '"loss"' in l]
-    got = sorted(got)[len(got) // 2]  # the median step (step 1 carries start-up control bytes)
-    print(f"traffic {name}: {got} bytes/step sent per rank, Megatron 4 x L x 2(n-1)/n x B*T*C*4"
-          f" x accum = {want:.0f} (ratio {got / want:.4f})")
-    if abs(got - want) > 1e-9 * want:
-        sys.exit(1)
-PY
+/usr/bin/python3 "$HERE/check_tp_traffic.py" "$WORK" $L $C $T || die "tensor-parallel traffic differs from Megatron's count"
 
 # Refusals, before training, with the numbers.
 expect_fail() { # expect_fail NRANKS NEEDLE [--set ...]

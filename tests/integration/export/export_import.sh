@@ -33,20 +33,7 @@ $PY "$CHECK" verify "$WORK/src.safetensors" "$WORK/src.bin" --file-loss "$LOOM_B
 
 # 2. round trips: a config with init_from, exported (its initial parameters), equals the file
 config() { # config NAME INIT_PATH [FORMAT] [extra model JSON]: $WORK/NAME.json from tiny.json
-  $PY - "$LOOM_SRC/configs/tiny.json" "$WORK" "$@" <<'PY'
-import json, sys
-src, work, name, path = sys.argv[1:5]
-c = json.load(open(src))
-c["model"]["vocab_size"] = 300
-c["data"] = {"train": f"{work}/data/train_*.bin", "val": f"{work}/data/val_*.bin",
-             "vocab": f"{work}/data/vocab.json"}
-c["init_from"] = {"path": path}
-if len(sys.argv) > 5 and sys.argv[5]:
-    c["init_from"]["format"] = sys.argv[5]
-if len(sys.argv) > 6:
-    c["model"].update(json.loads(sys.argv[6]))
-json.dump(c, open(f"{work}/{name}.json", "w"), indent=1)
-PY
+  /usr/bin/python3 "$HERE/write_config.py" "$LOOM_SRC/configs/tiny.json" "$WORK" "$@"
 }
 config from_st "$WORK/src.safetensors"
 config from_bin "$WORK/src.bin" llmc
@@ -85,14 +72,7 @@ run 4 init_tp2pp2 $V $S --set "$I" $TP2PP2
 grep -q "parameters initialised from $WORK/src.safetensors (safetensors)" "$WORK/init1/out.log" ||
   die "init1 does not say where its parameters came from"
 compare init1_llmc init1 --bitwise
-$PY - "$WORK" <<'PY' || die "the init_from run does not start from the file"
-import json, sys
-w = sys.argv[1]
-first = lambda n: next(json.loads(l)["loss"] for l in open(f"{w}/{n}/metrics.jsonl") if '"loss"' in l)
-a, b = first("init1"), first("seed1")
-print(f"step 1 loss: from the exported run {a:.4f}, from the seed's initialisation {b:.4f}")
-sys.exit(0 if a < b - 0.05 else 1)
-PY
+/usr/bin/python3 "$HERE/check_init_loss.py" "$WORK" || die "the init_from run does not start from the file"
 for r in init_zero3 init_pp2; do
   echo "== $r vs init1_m2"
   compare "$r" init1_m2
@@ -143,21 +123,7 @@ export_to "$WORK/g2" safetensors "$WORK/g2.safetensors"
 export_to "$WORK/g2" llmc "$WORK/g2.bin"
 $PY "$CHECK" verify "$WORK/g2.safetensors" "$WORK/g2.bin" --file-loss "$LOOM_BUILD/bin/file_loss" \
   --tokens "$(ls "$WORK"/data/val_*.bin | head -1)" --workdir "$WORK" || die "g2 verify failed"
-$PY - "$WORK/g2/ckpt/step-00000002" "$WORK/g2.safetensors" <<'PY' || die "g2 wte"
-import json, os, struct, sys, array
-sys.path.insert(0, os.environ["LOOM_SRC"] + "/tests/integration")
-from compare_runs import read_global
-step, st = sys.argv[1:3]
-man = json.load(open(os.path.join(step, "manifest.json")))
-wte = read_global(step, man, "params/wte")
-d = open(st, "rb").read()
-(n,) = struct.unpack("<Q", d[:8])
-h = json.loads(d[8:8 + n])["wte.weight"]
-b, e = h["data_offsets"]
-got = array.array("f", d[8 + n + b:8 + n + e])
-print(f"checkpoint wte {len(wte) // 32} rows, safetensors wte.weight {h['shape']}")
-sys.exit(0 if h["shape"] == [50257, 32] and got == wte[:50257 * 32] else 1)
-PY
+/usr/bin/python3 "$HERE/check_g2_wte.py" "$WORK/g2/ckpt/step-00000002" "$WORK/g2.safetensors" || die "g2 wte"
 config g2_st "$WORK/g2.safetensors" "" '{"vocab_size": 50257, "padded_vocab_size": 50432}'
 config g2_bin "$WORK/g2.bin" llmc '{"vocab_size": 50257, "padded_vocab_size": 50432}'
 export_to "$WORK/g2_st.json" safetensors "$WORK/g2_rt.safetensors"
@@ -174,23 +140,9 @@ for dev in cpu tagged; do
     --set "device.type=\"$type\""
 done
 compare g2_tagged g2_cpu --bitwise
-$PY - "$WORK/g2_tagged/ckpt/step-00000002" <<'PY' || die "g2_tagged: padded wte rows not zero"
-import json, os, sys
-sys.path.insert(0, os.environ["LOOM_SRC"] + "/tests/integration")
-from compare_runs import read_global
-man = json.load(open(os.path.join(sys.argv[1], "manifest.json")))
-wte = read_global(sys.argv[1], man, "params/wte")
-pad = wte[50257 * 32:]
-print(f"trained from the llm.c file: wte {len(wte) // 32} rows, rows 50257.. all zero: {not any(pad)}")
-sys.exit(0 if len(pad) == (50432 - 50257) * 32 and not any(pad) else 1)
-PY
+/usr/bin/python3 "$HERE/check_padded_rows_zero.py" "$WORK/g2_tagged/ckpt/step-00000002" || die "g2_tagged: padded wte rows not zero"
 
-$PY - "$WORK/init1/ckpt/step-00000003/manifest.json" "$WORK/src.safetensors" <<'PY' ||
-import json, sys
-m = json.load(open(sys.argv[1]))["meta"]["init_from"]
-print(f"manifest meta.init_from: {m}")
-sys.exit(0 if m["path"] == sys.argv[2] and m["format"] == "safetensors" and m["bytes"] > 0 else 1)
-PY
+/usr/bin/python3 "$HERE/check_init_from_meta.py" "$WORK/init1/ckpt/step-00000003/manifest.json" "$WORK/src.safetensors" ||
   die "the checkpoint does not record init_from"
 
 # 4. resume wins: init_from is not even opened when the run resumes
@@ -242,16 +194,7 @@ expect_fail "the file's n_head (metadata loom.model) is 2, the config's model.n_
 config v256 "$WORK/src.bin" "" '{"vocab_size": 256}'
 expect_fail "the file's vocab_size is 300, the config's model.vocab_size is 256" \
   "$LOOM" export "$WORK/v256.json" --format llmc "$WORK/x.bin"
-$PY - "$WORK/src.safetensors" "$WORK/bad_shape.safetensors" <<'PY'
-import json, struct, sys
-d = open(sys.argv[1], "rb").read()
-(n,) = struct.unpack("<Q", d[:8])
-h = json.loads(d[8:8 + n])
-h["h.1.attn.c_attn.weight"]["shape"] = h["h.1.attn.c_attn.weight"]["shape"][::-1]  # (out, in)
-t = json.dumps(h).encode()
-t += b" " * (-(8 + len(t)) % 8)
-open(sys.argv[2], "wb").write(struct.pack("<Q", len(t)) + t + d[8 + n:])
-PY
+/usr/bin/python3 "$HERE/write_bad_shape.py" "$WORK/src.safetensors" "$WORK/bad_shape.safetensors"
 expect_fail "tensor 'h.1.attn.c_attn.weight' has shape [96, 32], the config needs [32, 96] (Conv1D: (in, out))" \
   timeout 120 "$LOOM" train "$LOOM_SRC/configs/tiny.json" $V --set checkpoint=null \
   --set "data.train=$WORK/data/train_*.bin" --set "data.vocab=$WORK/data/vocab.json" \

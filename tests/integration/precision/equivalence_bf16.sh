@@ -60,27 +60,12 @@ for c in "${cases[@]}"; do
 done
 run 2 ddp2_fp32 $H --set train.micro_batch_size=4 --set train.eval_interval=0 \
   --set 'parallel=[{"plugin":"ddp","bucket_size_mb":0.05}]'
-/usr/bin/python3 - "$WORK/ddp2/metrics.jsonl" "$WORK/ddp2_fp32/metrics.jsonl" <<'PY' ||
-import json, sys
-def comm(p):
-    return [r["comm_bytes"] for r in map(json.loads, open(p)) if "skipped" in r]
-a, b = comm(sys.argv[1]), comm(sys.argv[2])
-print(f"ddp2 gradient traffic per step: bf16 {a[-1]} bytes, fp32 {b[-1]} bytes")
-# step 1 also carries 8 bytes of set-up traffic in both runs
-assert len(a) == len(b) == 20 and all(2 * x == y > 0 for x, y in zip(a[1:], b[1:])), (a, b)
-PY
+/usr/bin/python3 "$HERE/check_ddp_bf16_traffic.py" "$WORK/ddp2/metrics.jsonl" "$WORK/ddp2_fp32/metrics.jsonl" ||
   die "ddp's bf16 all-reduce does not halve the traffic"
 # pipeline: the boundary activations travel packed in bf16 (lossless: they are bf16 values),
 # so rank 0 (stage 0, forward sends only) sends A*2*B*T*C = 2*2*4*64*32 = 32768 bytes fewer
 run 2 pp2_fp32 $H --set train.micro_batch_size=4 --set train.grad_accum_steps=2 \
   --set "parallel=[$PP2]" --set train.eval_interval=0
-/usr/bin/python3 - "$WORK/pp2_1f1b/metrics.jsonl" "$WORK/pp2_fp32/metrics.jsonl" <<'PY' ||
-import json, sys
-def comm(p):
-    return [r["comm_bytes"] for r in map(json.loads, open(p)) if "skipped" in r]
-a, b = comm(sys.argv[1]), comm(sys.argv[2])
-print(f"pp2 stage 0 traffic per step: bf16 {a[-1]} bytes, fp32 {b[-1]} bytes")
-assert all(y - x == 32768 for x, y in zip(a[1:], b[1:])), (a, b)
-PY
+/usr/bin/python3 "$HERE/check_pp_bf16_traffic.py" "$WORK/pp2_1f1b/metrics.jsonl" "$WORK/pp2_fp32/metrics.jsonl" ||
   die "the pipeline's bf16 boundaries do not halve the point-to-point traffic"
 echo "equivalence_bf16: every strategy matches the 1-rank bf16 run within 1e-2"

@@ -25,39 +25,7 @@ for r in 0 1; do
   n=$(grep -c "loom\[$r\] info: .*gradient overflow, step skipped" "$WORK/straight/out.log")
   [ "$n" = 2 ] || die "rank $r logged $n skipped steps, expected 2 (steps 3 and 5)"
 done
-/usr/bin/python3 - "$WORK/straight/metrics.jsonl" <<'PY' || die "fp16 scaler metrics"
-import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1])]
-steps = {r["step"]: r for r in recs if "loss" in r and "skipped" in r}
-assert sorted(steps) == list(range(1, 13)), sorted(steps)
-# DeepSpeed's DynamicLossScaler.update_scale (delayed_shift = hysteresis, scale_factor 2,
-# consecutive_hysteresis False), fed the overflow of each step
-scale, it, last, hyst = 2.0 ** 8, 0, -1, 2
-want = {}
-for step in range(1, 13):
-    want[step] = scale
-    overflow = step in (3, 5)
-    if overflow:
-        if hyst == 1:
-            scale = max(scale / 2, 1.0)
-        else:
-            hyst -= 1
-        last = it
-    elif (it - last) % 4 == 0:
-        hyst = 2
-        scale *= 2
-    it += 1
-got = {s: r["loss_scale"] for s, r in steps.items()}
-assert got == want, f"loss scale per step: got {got}, want {want}"
-assert [s for s, r in steps.items() if r["skipped"]] == [3, 5], "skipped steps"
-assert steps[3]["grad_norm"] is None and steps[4]["grad_norm"] is not None
-assert steps[12]["skipped_steps"] == 2
-# the schedule counts steps taken: step 4 runs at step 3's lr, step 6 at step 5's, and the
-# unskipped neighbours differ (the cosine moves every step after the 2 warm-up steps)
-assert steps[4]["lr"] == steps[3]["lr"] and steps[6]["lr"] == steps[5]["lr"], "lr advanced"
-assert steps[5]["lr"] != steps[4]["lr"] and steps[7]["lr"] != steps[6]["lr"]
-print("fp16 scaler: skipped", [3, 5], "scales", sorted(set(want.values())), "as DeepSpeed's")
-PY
+/usr/bin/python3 "$HERE/check_fp16_scaler.py" "$WORK/straight/metrics.jsonl" || die "fp16 scaler metrics"
 
 # resume from step 6: the saved scale is 128 (not the initial 256) and the counters
 grep -Eq '"scale": *128' "$WORK/straight/ckpt/step-00000006/manifest.json" ||
@@ -74,14 +42,7 @@ grep -q "resumed at step 6" "$WORK/resumed/out.log" || die "run did not resume a
 compare resumed straight --bitwise --steps 7:12
 # the scaler continued where it was (a power-of-two scale change leaves fp16 values bitwise the
 # same unless they overflow, so the scale itself is compared): 128, grown back at step 9 as before
-/usr/bin/python3 - "$WORK/resumed/metrics.jsonl" "$WORK/straight/metrics.jsonl" <<'PY' ||
-import json, sys
-def sc(p):
-    return {r["step"]: (r["loss_scale"], r["skipped_steps"], r["lr"])
-            for r in map(json.loads, open(p)) if "skipped" in r and r["step"] > 6}
-a, b = sc(sys.argv[1]), sc(sys.argv[2])
-assert a == b and len(a) == 6, f"resumed {a} vs straight {b}"
-PY
+/usr/bin/python3 "$HERE/check_resumed_scaler.py" "$WORK/resumed/metrics.jsonl" "$WORK/straight/metrics.jsonl" ||
   die "the resumed run's loss scale, skipped count or lr differ from the straight run's"
 unset LOOM_INJECT_INF
 
@@ -108,16 +69,7 @@ grep -q "loss scale is stuck at min_loss_scale 1 at step 2" "$WORK/stuck/out.log
 LOOM_INJECT_INF=1:2,3 run 2 skipped --set "$FP16" --set train.steps=4 --set logging.interval=1 \
   --set train.micro_batch_size=2 --set lr_schedule.warmup_steps=0 \
   --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/skipped/ckpt\",\"every\":1,\"keep\":0}"
-/usr/bin/python3 - "$WORK/skipped/ckpt" <<'PY' || die "a skipped step changed the training state"
-import json, sys
-def crcs(step):
-    m = json.load(open(f"{sys.argv[1]}/step-{step:08d}/manifest.json"))
-    return {(c["name"], c["rank"], c["offset"]): c["crc32"] for sh in m["shards"] for c in sh["chunks"]}
-s1, s2, s3, s4 = (crcs(k) for k in (1, 2, 3, 4))
-assert s1 == s2 == s3, "params / optim.m / optim.v differ across the skipped steps 2 and 3"
-assert all(s4[k] != s3[k] for k in s3 if k[0] == "params"), "step 4 did not update"
-print(f"skipped steps 2, 3: {len(s1)} chunks (params, optim.m, optim.v) bitwise unchanged")
-PY
+/usr/bin/python3 "$HERE/check_skipped_state.py" "$WORK/skipped/ckpt" || die "a skipped step changed the training state"
 mkdir -p "$WORK/skipped_resumed"
 cp -r "$WORK/skipped/ckpt" "$WORK/skipped_resumed/ckpt"
 rm -rf "$WORK/skipped_resumed/ckpt/step-00000004"
@@ -139,15 +91,7 @@ compare skipped_resumed skipped --bitwise --steps 4:4
 # measured worst: 1.2e-4. The runs must also differ (bf16 really rounds).
 run 1 fp32 --set train.steps=20
 run 1 bf16 --set train.steps=20 --set 'precision={"plugin":"bf16"}'
-/usr/bin/python3 - "$WORK/bf16/metrics.jsonl" "$WORK/fp32/metrics.jsonl" <<'PY' || die "bf16 vs fp32"
-import json, sys
-def losses(p):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r and "skipped" in r}
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in b)
-print(f"bf16 vs fp32: worst relative loss difference over 20 steps {worst:.2e}")
-assert worst <= 1e-2 and a != b, worst
-PY
+/usr/bin/python3 "$HERE/check_bf16_vs_fp32.py" "$WORK/bf16/metrics.jsonl" "$WORK/fp32/metrics.jsonl" || die "bf16 vs fp32"
 # bf16 with 16-bit parameter and gradient storage (ddp sets LOOM_PAR_STORAGE_16BIT): a run
 # resumed from its step-4 checkpoint continues bitwise (the checkpoint holds the fp32 master,
 # Adam m and v; the 16-bit parameters are rounded from the master on resume, exactly as after
@@ -175,15 +119,7 @@ for src in bf16_straight fp32_ck; do
   grep -q "resumed at step 4" "$WORK/$dst/out.log" || die "$dst did not resume at step 4"
 done
 compare bf16_straight_resumed bf16_straight --bitwise --steps 5:8
-/usr/bin/python3 - "$WORK/fp32_ck_resumed/metrics.jsonl" "$WORK/fp32_ck/metrics.jsonl" <<'PY' ||
-import json, sys
-def losses(p):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r and "skipped" in r}
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in a)
-print(f"fp32 checkpoint resumed in bf16: steps {sorted(a)}, worst relative loss diff {worst:.2e}")
-assert sorted(a) == [5, 6, 7, 8] and worst <= 1e-2 and a != {s: b[s] for s in a}, (a, worst)
-PY
+/usr/bin/python3 "$HERE/check_fp32_resumed_in_bf16.py" "$WORK/fp32_ck_resumed/metrics.jsonl" "$WORK/fp32_ck/metrics.jsonl" ||
   die "an fp32 checkpoint resumed in bf16 does not continue the fp32 run within bf16's rounding"
 
 # memory under bf16 and fp16: what each rank measures = what `loom estimate` predicts for the
@@ -208,18 +144,5 @@ for strat in ddp zero1 zero2 zero3; do
   grep -q "16-bit storage" "$WORK/mem_bf16_$strat/out.log" &&
     die "$strat under bf16: a line says it runs without 16-bit storage"
 done
-/usr/bin/python3 - "$WORK" "${MEM[@]}" <<'PY' || die "16-bit memory: measurement != estimate"
-import json, os, sys
-work, names = sys.argv[1], sys.argv[2:]
-for name in names:
-    est = json.load(open(os.path.join(work, name, "estimate.json")))
-    rec = [json.loads(l) for l in open(os.path.join(work, name, "metrics.jsonl")) if '"skipped"' in l][-1]
-    got, want, worst = rec["mem_peak_bytes"], est["bytes"], rec["mem_peak_bytes_max"]
-    assert est["precision"] == name.split("_")[1], (name, est["precision"])
-    for cat in ("params", "grads", "optim", "activations"):
-        assert got[cat] == want[cat], f"{name} {cat}: measured {got[cat]}, estimate {want[cat]}"
-    assert got["comm"] <= want["comm"] and worst["total"] <= est["bytes"]["total"], (name, got, want)
-    print(f"{name}: params {got['params']} grads {got['grads']} optim {got['optim']} comm "
-          f"{got['comm']} (estimate {want['comm']}) = estimate")
-PY
+/usr/bin/python3 "$HERE/check_16bit_memory.py" "$WORK" "${MEM[@]}" || die "16-bit memory: measurement != estimate"
 echo "mixed_precision: fp16 skip/scale/resume/stuck, bf16 vs fp32, 16-bit memory = estimate"

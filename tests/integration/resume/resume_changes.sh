@@ -22,11 +22,7 @@ resume() {
     "$@" >"$WORK/$name/$log" 2>&1
 }
 lr_of() { # lr_of NAME STEP: the lr step STEP ran at (metrics.jsonl)
-  /usr/bin/python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    if r.get("step") == int(sys.argv[2]) and "lr" in r: print("%.9g" % r["lr"])' \
-    "$WORK/$1/metrics.jsonl" "$2" | tail -1
+  /usr/bin/python3 "$HERE/lr_of.py" "$WORK/$1/metrics.jsonl" "$2" | tail -1
 }
 fork() { rm -rf "$WORK/$2"; cp -r "$WORK/$1" "$WORK/$2"; } # a copy of a finished run
 
@@ -88,23 +84,7 @@ LOOM_DATA_TRACE=$WORK/trace.txt resume 1 seq out2.log --set train.steps=20 \
   { cat "$WORK/seq/out2.log"; die "resume with seq_len 32 failed"; }
 grep -q "train.seq_len: 64 -> 32 (the data continues at the same token" "$WORK/seq/out2.log" ||
   { cat "$WORK/seq/out2.log"; die "the seq_len change is not reported"; }
-/usr/bin/python3 - "$WORK/trace.txt" <<'PY' || die "the token stream is not continuous"
-import sys
-rows = [l.split() for l in open(sys.argv[1])]
-seqs = [(int(r[1]), int(r[3]), int(r[5]), int(r[7]), int(r[9])) for r in rows]
-steps = sorted({s[0] for s in seqs})
-assert steps == list(range(1, 21)), "steps traced: %s" % steps
-assert {s[4] for s in seqs if s[0] <= 10} == {64} and {s[4] for s in seqs if s[0] > 10} == {32}
-# in step order the input ranges tile the stream: each starts where the previous one ended
-pos = None
-for step, epoch, shard, tok, T in seqs:
-    if pos is not None and (epoch, shard, tok) != pos:
-        sys.exit("step %d reads from token %d (shard %d), the stream continues at %s"
-                 % (step, tok, shard, pos))
-    pos = (epoch, shard, tok + T)
-print("trace: %d sequences, steps 1-10 at T=64 then 11-20 at T=32, tokens [0, %d) each "
-      "read once" % (len(seqs), pos[2]))
-PY
+/usr/bin/python3 "$HERE/check_token_stream.py" "$WORK/trace.txt" || die "the token stream is not continuous"
 
 echo "== optimizer, seed and data files: reported old -> new"
 fork base opt
@@ -146,8 +126,7 @@ if "$LOOM" check "$LOOM_SRC/configs/tiny.json" --set model.padded_vocab_size=320
     >"$WORK/check.log" 2>&1; then die "loom check accepted another padding"; fi
 grep -q "model.padded_vocab_size was 256, this run has 320" "$WORK/check.log" ||
   { cat "$WORK/check.log"; die "loom check does not name the padding change"; }
-/usr/bin/python3 -c 'import json,sys; m = json.load(open(sys.argv[1]))["meta"]["model"]
-sys.exit(m.get("padded_vocab_size") != 256)' "$WORK/base/ckpt/step-00000020/manifest.json" ||
+/usr/bin/python3 "$HERE/check_padded_recorded.py" "$WORK/base/ckpt/step-00000020/manifest.json" ||
   die "the checkpoint does not record model.padded_vocab_size"
 fork base vocab
 printf '{"type": "byte", "vocab_size": 256, "_note": "another vocabulary"}\n' >"$WORK/vocab2.json"
