@@ -25,7 +25,7 @@ LOOM_NO_SETUP=1 LOOM_BUILD_DIR="$LOOM_BUILD" LOOM_WORK_DIR="$repo" \
 [ -d "$repo/runs/fortunes_ddp/ckpt" ] || die "the main job left no checkpoint in runs/fortunes_ddp/ckpt"
 
 # 2. the README's A/B block, with ab_steps steps instead of 100 (warm-up shortened to fit)
-awk '/tests\/integration\/readme_ab.sh runs the block below/ { want = 1; next }
+awk '/readme_ab.sh runs the block below/ { want = 1; next }
      want && /^```sh/ { inside = 1; next }
      inside && /^```/ { exit }
      inside { print }' "$LOOM_SRC/README.md" > "$WORK/ab_readme.sh"
