@@ -86,3 +86,17 @@ compare() { # compare A B [compare_runs.py options]
     "$WORK/$a/metrics.jsonl" "$WORK/$a/ckpt" "$WORK/$b/metrics.jsonl" "$WORK/$b/ckpt" ||
     die "$a vs $b differ"
 }
+
+# expect_refused NRANKS NEEDLE [--set ...]: train configs/tiny.json (no checkpoint) on NRANKS
+# ranks with the --set options: it must fail, with NEEDLE in its output (shown).
+expect_refused() {
+  local n=$1 needle=$2
+  shift 2
+  if "${REFUSED_RUN[@]}" timeout 120 mpirun -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+      --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
+      --set "data.vocab=$WORK/data/vocab.json" --set checkpoint=null "$@" >"$WORK/fail.log" 2>&1; then
+    die "expected a failure containing '$needle'"
+  fi
+  grep -qF "$needle" "$WORK/fail.log" || { cat "$WORK/fail.log" >&2; die "no '$needle' in the error"; }
+  echo "refused: $(grep -m1 -F "$needle" "$WORK/fail.log")"
+}
