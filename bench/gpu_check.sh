@@ -97,7 +97,7 @@ train() {
     "$@" > "$W/logs/$name.txt" 2>&1
 }
 compare() { # compare A B OPTIONS: compare_runs.py, its last line
-  python3 "$SRC/tests/integration/compare_runs.py" "${@:3}" "$W/$1/metrics.jsonl" "$W/$1/ckpt" \
+  python3 "$SRC/tests/integration/lib/compare_runs.py" "${@:3}" "$W/$1/metrics.jsonl" "$W/$1/ckpt" \
     "$W/$2/metrics.jsonl" "$W/$2/ckpt" > "$W/logs/compare_$1_$2.txt" 2>&1
 }
 last() { tail -1 "$1" | cut -c1-160; }

@@ -25,7 +25,8 @@ if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_
 jobs=$(nproc)
 # ctest slots: twice the cores. The multi-rank tests are start-up bound (0.3-0.6 s of CPU per
 # second of wall) and claim 2 slots each (PROCESSORS 2), so two of them share the cores; the
-# timing-sensitive and CPU-heavy ones run alone (RUN_SERIAL): tests/integration/CMakeLists.txt.
+# timing-sensitive and CPU-heavy ones run alone (RUN_SERIAL: a `# ctest: serial` line in the
+# script; tests/integration/CMakeLists.txt).
 slots=$((2 * jobs))
 logs=build-logs
 rm -rf "$logs" && mkdir -p "$logs"
@@ -84,7 +85,7 @@ else
   [ "$full" -eq 1 ] && skip matrix "the setup stage (install + build of build/) failed"
 fi
 # Independent of build/: configures and builds its own temporary tree with Check hidden.
-stage fresh-machine env LOOM_SRC="$PWD" bash tests/integration/fresh_machine.sh
+stage fresh-machine env LOOM_SRC="$PWD" bash tests/integration/readme/fresh_machine.sh
 if stage asan-build configure_and_build build-asan -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=ON \
      -DLOOM_TESTS_REQUIRED=ON; then
   # OpenMPI's own allocations are not freed at exit; leaks are checked in the unit tests only.

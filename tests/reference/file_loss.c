@@ -1,5 +1,5 @@
 /* file_loss: loom's forward loss on fixed tokens with the parameters of a model file, for the
- * export tests (tests/integration/check_export.py recomputes it in torch from the same file).
+ * export tests (tests/integration/lib/check_export.py recomputes it in torch from the same file).
  *
  * Usage: file_loss MODEL safetensors|llmc V maxT L NH C TOKENS B T
  *   MODEL    a file `loom export` wrote (or any GPT-2 file of these dimensions)

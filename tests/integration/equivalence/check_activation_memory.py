@@ -1,0 +1,110 @@
+# activation_checkpointing.sh: WORK RUN...: each run's activation peak and traffic = `loom
+#   estimate`'s, within 5 % of a per-layer model, none > selective > full
+import json, sys
+
+work, runs = sys.argv[1], sys.argv[2:]
+
+
+def last_step(path):
+    rec = None
+    for line in open(path):
+        r = json.loads(line)
+        if "mem_peak_bytes" in r and "loss" in r:
+            rec = r
+    return rec
+
+
+def model_bytes(est, stage, policy, every):
+    """Rank 0's activation bytes by the per-layer model: each micro-batch in flight holds the
+    stage's input (B,T,C), its blocks' saved tensors, the head's, and backward's scratch; one
+    recompute scratch per rank. s = T, b = B, h = C, a = NH, t = tp, V = vocab (fp32; under
+    bf16 the block's saved values are 2 bytes each, its forward computes them in the backward
+    scratch, and one (B,T,4C/t) fp32 buffer per rank widens them for backward)."""
+    m = est["model"]
+    s, b, h, a, V = m["seq_len"], m["micro_batch_size"], m["n_embd"], m["n_head"], m["vocab_size"]
+    t = est["tp"]
+    half = est["precision"] != "fp32"
+    kept = s * b * h * 16 + s * b * h * 48 // t + 16 * s * b   # ln1/ln2 out, residuals, q k v,
+    att = 4 * a * s * s * b // t                                 # attn out, fc, gelu; probs
+    values = 4 * s * b * (3 * h + 12 * h // t)                   # ln1, res2, ln2; qkv, atty, fc, gelu
+    if half:
+        kept -= values // 2
+    first, last = stage["first_unit"], stage["last_unit"]
+    blocks = [u - 1 for u in range(first, last + 1) if 1 <= u <= m["n_layer"]]
+    head = last == m["n_layer"] + 1
+    ck = lambda l: policy != "none" and l % every == 0
+    pool = 4 * s * b * h                                          # the stage's input
+    for l in blocks:
+        if policy == "full" and ck(l):
+            pool += 4 * s * b * h                                 # its output only
+        else:
+            pool += kept + (0 if ck(l) else att)
+    if head:
+        pool += 4 * s * b * h + 8 * s * b + 4 * s * b * V + 4 * s * b  # ln_f, logits, losses
+    block_scratch = 4 * s * b * (4 * h // t * 2 + 3 * h // t + h // t) + att
+    fwd16 = 4 * s * b * (2 * h + 8 * h // t) if half and blocks else 0
+    pool += 2 * 4 * s * b * h + max(4 * s * b * V if head else 0, block_scratch if blocks else 0,
+                                    fwd16)
+    recompute = 0
+    if any(ck(l) for l in blocks):
+        recompute = att + (values + 16 * s * b if policy == "full" else 0)
+    if half and blocks and not (policy == "full" and any(ck(l) for l in blocks)):
+        recompute += 4 * s * b * 4 * h // t
+    return pool * stage["in_flight"] + recompute
+
+
+def block_model(est):
+    """The per-block bytes `loom estimate` prints (Korthikanti-style), from the same terms."""
+    m = est["model"]
+    s, b, h, a, t = m["seq_len"], m["micro_batch_size"], m["n_embd"], m["n_head"], est["tp"]
+    kept = s * b * h * 16 + s * b * h * 48 // t + 16 * s * b
+    if est["precision"] != "fp32":
+        kept -= 2 * s * b * (3 * h + 12 * h // t)
+    return {"none": kept + 4 * a * s * s * b // t, "selective": kept, "full": 4 * s * b * h}
+
+
+fails = 0
+peaks = {}
+print(f"{'run':<16} {'measured':>10} {'estimate':>10} {'model':>10} {'model err':>9}"
+      f" {'comm/step':>10} {'estimate':>10}")
+for name in runs:
+    est = json.load(open(f"{work}/{name}/estimate.json"))
+    rec = last_step(f"{work}/{name}/metrics.jsonl")
+    measured = rec["mem_peak_bytes"]["activations"]
+    stage0 = est["stages"][0]
+    predicted = stage0["bytes"]["activations"]
+    ac = est["activation_checkpointing"]
+    policy = ac["policy"]
+    modelled = model_bytes(est, stage0, policy, ac["every"])
+    err = abs(modelled - measured) / measured
+    comm, comm_est = rec["comm_bytes"], stage0["comm_bytes_per_step"]
+    print(f"{name:<16} {measured:>10} {predicted:>10} {modelled:>10} {err:>9.4f}"
+          f" {comm:>10} {comm_est:>10}")
+    if measured != predicted:
+        print(f"FAIL {name}: measured activation peak {measured} != estimate {predicted}")
+        fails += 1
+    if err > 0.05:
+        print(f"FAIL {name}: the per-layer model {modelled} is {err:.1%} off the measured {measured}")
+        fails += 1
+    if comm != comm_est:
+        print(f"FAIL {name}: rank 0 sent {comm} bytes in a step, the estimate says {comm_est}")
+        fails += 1
+    peaks[name] = measured
+    if ac["block_bytes"] != block_model(est):
+        print(f"FAIL {name}: estimate's per-block bytes {ac['block_bytes']} != {block_model(est)}")
+        fails += 1
+for strat in ("ddp", "zero3", "tp2", "pp2", "ddpbf16", "pp2bf16"):
+    p = {pol: peaks[f"{strat}_{pol}"] for pol in ("none", "selective", "full")}
+    ok = p["none"] > p["selective"] > p["full"]
+    print(f"{strat}: activation peak none {p['none']} > selective {p['selective']} > full "
+          f"{p['full']} ({p['full'] / p['none']:.2f} of none): {'ok' if ok else 'FAIL'}")
+    fails += not ok
+# tensor parallel: full recompute adds one all-reduce of B*T*C floats per block per micro-step
+tp_none, tp_full = (json.load(open(f"{work}/tp2_{p}/estimate.json")) for p in ("none", "full"))
+m = tp_full["model"]
+extra = m["n_layer"] * 2 * (2 - 1) * m["micro_batch_size"] * m["seq_len"] * m["n_embd"] * 4 // 2
+if tp_full["tp_comm_bytes"] - tp_none["tp_comm_bytes"] != extra:
+    print(f"FAIL tp2: full recompute adds {tp_full['tp_comm_bytes'] - tp_none['tp_comm_bytes']} "
+          f"bytes of f/g traffic in the estimate, expected {extra}")
+    fails += 1
+sys.exit(1 if fails else 0)
