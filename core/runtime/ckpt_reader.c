@@ -6,7 +6,8 @@
 
 /* The reader's message, named by the plugin ("checkpoint: runs/x: no checkpoint there ..."). */
 static int reader_error(loom_ckpt_reader *rd, const char *what, char *err, size_t errlen) {
-  snprintf(err, errlen, "%s: %s", rd->plugin.name, rd->host.error[0] ? rd->host.error : what);
+  snprintf(err, errlen, "%s: %s", rd->plugin.u.hdr.name ? rd->plugin.u.hdr.name : rd->plugin.name,
+           rd->host.error[0] ? rd->host.error : what);
   return -1;
 }
 
