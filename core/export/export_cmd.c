@@ -23,7 +23,8 @@
 
 void loom_export_help(FILE *out) {
   fprintf(out,
-          "usage: loom export RUN_OR_CKPT --format safetensors|llmc OUT\n"
+          "usage: loom export RUN_OR_CKPT --format safetensors|llmc OUT [--checkpoint PLUGIN |\n"
+          "                   --config CONFIG.json]\n"
           "Write a checkpoint's parameters as a Hugging Face GPT-2 safetensors file (names\n"
           "wte.weight, h.N.attn.c_attn.weight, ...; Conv1D weights (in, out)) or an llm.c model\n"
           "file (header 20240326, version 3, vocabulary padded to a multiple of 128).\n"
@@ -31,6 +32,10 @@ void loom_export_help(FILE *out) {
           "directory with ckpt/ (its newest checkpoint), written under any layout (ddp, ZeRO,\n"
           "tensor or pipeline parallel); or a config file (CONFIG.json): the parameters its run\n"
           "starts from (init_from or the seed's initialisation).\n"
+          "The checkpoint is read by a checkpoint plugin's reader: loom's own (checkpoint) unless\n"
+          "  --checkpoint PLUGIN  names another (a name on the plugin path, or a .so's path), or\n"
+          "  --config CONFIG.json gives a config whose checkpoint section names the plugin and\n"
+          "                       its options (the run's own config).\n"
           "To start a run from such a file: \"init_from\": {\"path\": FILE} in the config\n"
           "(docs/checkpoints.md).\n");
 }
@@ -122,11 +127,80 @@ static int is_config_file(const char *path) {
   return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && n > 5 && !strcmp(path + n - 5, ".json");
 }
 
+/* The initial parameters of config file `path` to `out`. 0, or -1 with err. */
+static int export_initial(const char *path, const char *out, int format, char *err,
+                          size_t errlen) {
+  loom_config cfg;
+  initial_model im;
+  gpt_model table;
+  if (loom_config_load(&cfg, path, NULL, 0, err, errlen) != 0) return -1;
+  int rc = initial_open(&im, &cfg, err, errlen);
+  if (!rc) {
+    char md[256];
+    snprintf(md, sizeof md, "{\"loom.source\": \"initial parameters of a config\"}");
+    /* the unpadded table: a padded wte's rows past V are no token's and are not exported */
+    rc = loom__gpt2_table(&table, cfg.model.vocab_size, cfg.model.context_length,
+                          cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, err, errlen);
+    if (!rc) {
+      rc = loom__model_file_write(out, (loom_model_format)format, &table, initial_read, &im, md,
+                                  err, errlen);
+      gpt_free(&table);
+    }
+    gpt_free(&im.m);
+    loom__dev_close(&im.dev);
+  }
+  loom_config_free(&cfg);
+  return rc;
+}
+
+/* Checkpoint `src`, read by `plugin` (NULL: loom's own) or by the checkpoint plugin and options
+ * of config file `config`, to `out`. 0, or -1 with err. */
+static int export_checkpoint(const char *src, const char *plugin, const char *config,
+                             const char *out, int format, const char *fmt, char *err,
+                             size_t errlen) {
+  loom_config cfg;
+  loom_ckpt_source from = {.plugin = plugin};
+  if (config) {
+    if (loom_config_load(&cfg, config, NULL, 0, err, errlen) != 0) return -1;
+    if (!cfg.checkpoint.name[0]) {
+      loom__set_err(err, errlen, "%s: checkpoint: the config names no checkpoint plugin "
+                    "(checkpoint is null)", config);
+      loom_config_free(&cfg);
+      return -1;
+    }
+    from = (loom_ckpt_source){.plugin = cfg.checkpoint.name, .options = cfg.checkpoint.options,
+                              .file = cfg.path, .json_path = cfg.checkpoint.json_path};
+  }
+  loom_ckpt_view v;
+  gpt_model table;
+  int rc = loom__ckpt_view_open(&v, &from, src, err, errlen);
+  if (!rc)
+    rc = loom__gpt2_table(&table, v.vocab_size, v.context_length, v.n_layer, v.n_head, v.n_embd,
+                          err, errlen);
+  if (!rc) {
+    char *md = ckpt_metadata(&v);
+    rc = loom__model_file_write(out, (loom_model_format)format, &table, ckpt_read, &v, md, err,
+                                errlen);
+    free(md);
+    gpt_free(&table);
+    if (!rc)
+      printf("loom export: %s (step %d, dp %d x tp %d x pp %d) -> %s (%s)\n", v.dir, v.step,
+             (int)json_integer_value(json_object_get(v.meta, "dp")), v.tp, v.pp, out, fmt);
+  }
+  loom__ckpt_view_close(&v);
+  if (config) loom_config_free(&cfg);
+  return rc;
+}
+
 int loom_cmd_export(int argc, char **argv) {
-  const char *src = NULL, *out = NULL, *fmt = NULL;
+  const char *src = NULL, *out = NULL, *fmt = NULL, *plugin = NULL, *config = NULL;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--format") && i + 1 < argc) fmt = argv[++i];
     else if (!strncmp(argv[i], "--format=", 9)) fmt = argv[i] + 9;
+    else if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) plugin = argv[++i];
+    else if (!strncmp(argv[i], "--checkpoint=", 13)) plugin = argv[i] + 13;
+    else if (!strcmp(argv[i], "--config") && i + 1 < argc) config = argv[++i];
+    else if (!strncmp(argv[i], "--config=", 9)) config = argv[i] + 9;
     else if (argv[i][0] == '-' && argv[i][1]) {
       fprintf(stderr, "loom export: unknown option '%s'\n", argv[i]);
       loom_export_help(stderr);
@@ -148,51 +222,15 @@ int loom_cmd_export(int argc, char **argv) {
     fprintf(stderr, "loom export: --format: expected safetensors or llmc, got '%s'\n", fmt);
     return 2;
   }
-  char err[2048];
-  gpt_model table;
-  int rc;
-  if (is_config_file(src)) {
-    loom_config cfg;
-    initial_model im;
-    if (loom_config_load(&cfg, src, NULL, 0, err, sizeof err) != 0) {
-      loom__put_line(stderr, "loom export: error: ", err);
-      return 1;
-    }
-    rc = initial_open(&im, &cfg, err, sizeof err);
-    if (!rc) {
-      char md[256];
-      snprintf(md, sizeof md, "{\"loom.source\": \"initial parameters of a config\"}");
-      /* the unpadded table: a padded wte's rows past V are no token's and are not exported */
-      rc = loom__gpt2_table(&table, cfg.model.vocab_size, cfg.model.context_length,
-                            cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, err,
-                            sizeof err);
-      if (!rc) {
-        rc = loom__model_file_write(out, (loom_model_format)format, &table, initial_read, &im,
-                                    md, err, sizeof err);
-        gpt_free(&table);
-      }
-      gpt_free(&im.m);
-      loom__dev_close(&im.dev);
-    }
-    loom_config_free(&cfg);
-  } else {
-    loom_ckpt_view v;
-    rc = loom__ckpt_view_open(&v, src, err, sizeof err);
-    if (!rc)
-      rc = loom__gpt2_table(&table, v.vocab_size, v.context_length, v.n_layer, v.n_head,
-                            v.n_embd, err, sizeof err);
-    if (!rc) {
-      char *md = ckpt_metadata(&v);
-      rc = loom__model_file_write(out, (loom_model_format)format, &table, ckpt_read, &v, md, err,
-                                  sizeof err);
-      free(md);
-      gpt_free(&table);
-      if (!rc)
-        printf("loom export: %s (step %d, dp %d x tp %d x pp %d) -> %s (%s)\n", v.dir, v.step,
-               (int)json_integer_value(json_object_get(v.meta, "dp")), v.tp, v.pp, out, fmt);
-    }
-    if (v.man) loom__ckpt_view_close(&v);
+  if (plugin && config) {
+    fprintf(stderr, "loom export: --checkpoint and --config both name the checkpoint plugin: "
+            "give one\n");
+    return 2;
   }
+  char err[2048];
+  int rc = plugin || config || !is_config_file(src)
+               ? export_checkpoint(src, plugin, config, out, format, fmt, err, sizeof err)
+               : export_initial(src, out, format, err, sizeof err);
   if (rc) {
     loom__put_line(stderr, "loom export: error: ", err);
     return 1;

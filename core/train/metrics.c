@@ -334,11 +334,14 @@ void loom_metrics_where(loom_trainer *tr) {
   if (!is_rank0(tr)) return;
   end_live_line(tr);
   const loom_config *c = &tr->cfg;
-  /* the checkpoint plugin's own option; a plugin without "dir" keeps its files elsewhere */
-  json_t *dir = tr->rt.has_checkpoint ? json_object_get(c->checkpoint.options, "dir") : NULL;
+  /* where the plugin says it keeps them (ABI 1.6); the host knows none of its options */
+  const loom_checkpoint_v1 *ck = &tr->rt.checkpoint.u.checkpoint;
+  const char *dir = tr->rt.has_checkpoint && tr->rt.checkpoint_ctx && ck->where
+                        ? ck->where(tr->rt.checkpoint_ctx)
+                        : NULL;
   printf("loom: finished at step %d: metrics in %s, checkpoints in %s\n", tr->step,
          c->logging.metrics[0] ? c->logging.metrics : "(none: logging.metrics is unset)",
-         json_is_string(dir)          ? json_string_value(dir)
+         dir                     ? dir
          : tr->rt.has_checkpoint ? "(see the checkpoint plugin's options)"
                                  : "(none: no checkpoint plugin)");
   fflush(stdout);

@@ -40,6 +40,7 @@
 #include <zlib.h>
 
 #include "manifest.h"
+#include "reader.h"
 #include "slice.h"
 
 typedef struct ckpt {
@@ -206,15 +207,6 @@ static uint32_t crc_of(const void *buf, size_t bytes) {
   return (uint32_t)crc;
 }
 
-/* The step of a directory named exactly "step-%08d", or -1 (".tmp-step-…", "step-5x", …). */
-static int step_of(const char *name) {
-  int step;
-  char tail, canon[32];
-  if (sscanf(name, "step-%d%c", &step, &tail) != 1 || step < 0) return -1;
-  snprintf(canon, sizeof canon, "step-%08d", step);
-  return strcmp(canon, name) == 0 ? step : -1;
-}
-
 static int has_manifest(ckpt *c, const char *name) {
   char p[PATH_MAX];
   path_fmt(p, sizeof p, "%s/%s/manifest.json", c->dir, name);
@@ -228,7 +220,7 @@ static int newest_complete_step(ckpt *c) {
   int best = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
-    int step = step_of(e->d_name);
+    int step = ckpt_step_of(e->d_name);
     if (step > best && has_manifest(c, e->d_name)) best = step;
   }
   closedir(d);
@@ -502,7 +494,7 @@ static void prune(ckpt *c, int current) {
   if (n < 0) return;
   int kept = 0;
   for (int i = n - 1; i >= 0; i--) {
-    int step = step_of(ents[i]->d_name);
+    int step = ckpt_step_of(ents[i]->d_name);
     if (step >= 0 && step <= current && ++kept > c->keep) {
       char p[PATH_MAX];
       path_fmt(p, sizeof p, "%s/%s", c->dir, ents[i]->d_name);
@@ -615,7 +607,7 @@ static int latest_step(ckpt *c) {
   char *text = read_small_file(c, p, 64, &len);
   if (!text) return -1;
   if (len > 0 && text[len - 1] == '\n') text[--len] = '\0';
-  int s = strlen(text) == len ? step_of(text) : -1;
+  int s = strlen(text) == len ? ckpt_step_of(text) : -1;
   free(text);
   return s > 0 ? s : -1;
 }
@@ -906,6 +898,9 @@ static int ckpt_load(void *ctx, int step, loom_ckpt_state_v1 *st, const char **m
   return rc;
 }
 
+/* The checkpoint directory, for the host's end-of-run line. */
+static const char *ckpt_where(void *ctx) { return ((ckpt *)ctx)->dir; }
+
 /* tests/fixtures builds these sources once more as ckpt_per_rank.so with CKPT_FIXTURE_PER_RANK:
  * a checkpoint plugin without the global view (as every one before ABI 1.4), so the tests
  * exercise the host's per-rank layout and its refusals. */
@@ -927,4 +922,11 @@ LOOM_EXPORT const loom_checkpoint_v1 loom_plugin_v1 = {
   .save = ckpt_save,
   .resume_step = ckpt_resume_step,
   .load = ckpt_load,
+  .where = ckpt_where,
+  .reader_open = ckpt_reader_open,
+  .reader_close = ckpt_reader_close,
+  .reader_steps = ckpt_reader_steps,
+  .reader_select = ckpt_reader_select,
+  .reader_tensor = ckpt_reader_tensor,
+  .reader_read = ckpt_reader_read,
 };

@@ -10,6 +10,14 @@
 
 void ckpt_shard_name(char out[32], int rank) { snprintf(out, 32, "rank-%05d.bin", rank); }
 
+int ckpt_step_of(const char *name) {
+  int step;
+  char tail, canon[32];
+  if (sscanf(name, "step-%d%c", &step, &tail) != 1 || step < 0) return -1;
+  snprintf(canon, sizeof canon, "step-%08d", step);
+  return strcmp(canon, name) == 0 ? step : -1;
+}
+
 int ckpt_parse_crc_text(const char *text, size_t len, uint32_t *crc) {
   if (len == 9 && text[8] == '\n') len = 8;
   if (len != 8) return -1;

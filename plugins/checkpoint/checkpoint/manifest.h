@@ -25,6 +25,9 @@
 /* The shard file name of `rank` ("rank-00001.bin") into out[32]. */
 void ckpt_shard_name(char out[32], int rank);
 
+/* The step of a directory named exactly "step-%08d", or -1 (".tmp-step-…", "step-5x", …). */
+int ckpt_step_of(const char *name);
+
 /* Parse the checksum file's text ("%08x" and an optional newline, nothing else) into *crc.
  * 0, or -1 when it is anything else. */
 int ckpt_parse_crc_text(const char *text, size_t len, uint32_t *crc);

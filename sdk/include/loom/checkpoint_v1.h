@@ -80,6 +80,39 @@ typedef struct loom_ckpt_slice_v1 {
  * another tp or pp size. */
 #define LOOM_CKPT_CAP_GLOBAL_VIEW (1u << 1)
 
+/* ---- ABI 1.6: reading a checkpoint outside a job ---- */
+/* What a reader says about the checkpoint step it selected (reader_select). Strings are owned
+ * by the reader and valid until the next reader_select or reader_close. */
+typedef struct loom_ckpt_info_v1 {
+  uint32_t struct_size;  /* the host's sizeof; a plugin fills only the fields it covers */
+  int step;              /* the step selected */
+  const char *where;     /* where that step lies, for messages and records
+                            ("runs/x/ckpt/step-00000100", a URL); never NULL */
+  const char *meta_json; /* the host's metadata as saved (loom_ckpt_state_v1.meta_json) */
+  int n_tensors;         /* saved tensors, for reader_tensor */
+} loom_ckpt_info_v1;
+
+/* One saved tensor as a whole, however many ranks wrote pieces of it and under whichever
+ * slicing. Its name is the item name it was saved under: "KIND/TENSOR" for the global view
+ * ("params/wte", "optim.m/h.0.attn.qkv.weight"), "KIND" or "KIND@..." for a flat item
+ * ("params", "params@pp1of2@tp0of2"); KIND (the state kind: "params", "optim.m", ...) is the
+ * name up to the first '/' or '@' (loom_ckpt_kind_len). */
+typedef struct loom_ckpt_tensor_v1 {
+  uint32_t struct_size;
+  const char *name;  /* owned by the reader, valid until the next reader_select or close */
+  loom_dtype dtype;  /* as saved */
+  uint64_t numel;    /* elements of the whole tensor */
+  int ndim;          /* 1 or 2: the global shape saved with it (a flat item: 1, {numel}) */
+  int64_t shape[4];
+} loom_ckpt_tensor_v1;
+
+/* The length of the state kind at the start of a saved tensor's name ("optim.m/wte": 7). */
+static inline size_t loom_ckpt_kind_len(const char *name) {
+  size_t n = 0;
+  while (name[n] && name[n] != '/' && name[n] != '@') n++;
+  return n;
+}
+
 typedef struct loom_checkpoint_v1 {
   loom_plugin_header hdr;
 
@@ -99,6 +132,46 @@ typedef struct loom_checkpoint_v1 {
    * by the plugin, valid until the next call or destroy). Errors: LOOM_CORRUPT (checksum or
    * shape mismatch, named), LOOM_IO. */
   int (*load)(void *ctx, int step, loom_ckpt_state_v1 *state, const char **meta_json);
+
+  /* ---- ABI 1.6 (each slot NULL when the plugin's struct_size does not cover it) ---- */
+  /* Where this instance keeps its checkpoints, for people ("runs/x/ckpt", a URL): the host
+   * prints it when the run ends. Owned by the plugin, valid until destroy. A NULL slot or
+   * result: the host says "see the checkpoint plugin's options". */
+  const char *(*where)(void *ctx);
+
+  /* The reader: a command (loom export, any tool) opens a checkpoint with no job — no ranks,
+   * no communicators, no device — and reads its tensors into host memory. Nothing is created,
+   * locked or written. The `host` passed to reader_open answers log, set_error and the option
+   * getters only (api->rank, comm, device and the collectives must not be called on it) and
+   * outlives the reader; every error is a message set on it. All reader slots come together:
+   * a plugin with reader_open NULL cannot be read by loom export ("has no reader").
+   *
+   * Open the checkpoints at `path` as the user named them (whatever the plugin accepts: a run
+   * directory, a checkpoint directory, one step's directory, a URL), or, path NULL, where
+   * `opts` (the plugin's options from a config's checkpoint section; may be empty) say. Only
+   * finds them: reader_select reads. *reader: the plugin's handle. Errors: LOOM_IO (nothing
+   * there: say what was expected), LOOM_INVALID_CONFIG (options). */
+  int (*reader_open)(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                     const char *path, void **reader);
+  void (*reader_close)(void *reader);
+  /* The steps with a complete checkpoint, ascending: the first min(*n, max) into steps[],
+   * their count into *n (path naming one step: that one). */
+  int (*reader_steps)(void *reader, int *steps, int max, int *n);
+  /* Select and verify checkpoint `step` (0: the newest complete one, the one a resume would
+   * take; when it fails verification that is the error, never a fall-back to an older one),
+   * and describe it in *info (the host sets info->struct_size). Errors: LOOM_CORRUPT
+   * (checksums, fields: named), LOOM_IO, LOOM_INVALID_USAGE (no such step). */
+  int (*reader_select)(void *reader, int step, loom_ckpt_info_v1 *info);
+  /* Saved tensor i (0 .. info.n_tensors - 1) of the selected step into *out (the host sets
+   * out->struct_size). */
+  int (*reader_tensor)(void *reader, int i, loom_ckpt_tensor_v1 *out);
+  /* Elements [first, first + count) of saved tensor `name` — row-major over its global shape,
+   * whatever slicing or ranks wrote it — into host memory `dst` in the saved dtype
+   * (count * dtype size bytes), each byte verified as the plugin verifies a load. Errors:
+   * LOOM_INVALID_USAGE (no such tensor, range past its end), LOOM_CORRUPT (a checksum, a
+   * missing piece), LOOM_IO. */
+  int (*reader_read)(void *reader, const char *name, uint64_t first, uint64_t count,
+                     void *dst);
 } loom_checkpoint_v1;
 
 #ifdef __cplusplus
