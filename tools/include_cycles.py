@@ -17,6 +17,7 @@ top-level definitions are found by brace depth, `static` ones are file-private. 
 tree's style; a definition it misses only hides an edge, it never invents one.
 
 Usage: include_cycles.py [ROOT]   (default: the repository this script lives in)
+       include_cycles.py --self-test (the check on small made-up trees)
 Exit status 0: no circle outside ALLOWED; 1: the circles found, each with the symbols that close
 it, are printed.
 """
@@ -241,15 +242,15 @@ def strongly_connected(edges):
     return out
 
 
-def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..')
-    root, cycles = find_cycles(root)
+def report(root, cycles, allowed):
+    """Print the circles; the number of problems (circles not allowed, stale allowances)."""
     rel = lambda p: os.path.relpath(p, root)
+    allowed = [frozenset(a) for a in allowed]
     allowed_seen = set()
     bad = 0
     for unit, comp, edges in cycles:
         key = frozenset(rel(p) for p in comp)
-        if key in [frozenset(a) for a in ALLOWED]:
+        if key in allowed:
             allowed_seen.add(key)
             print(f"include_cycles: allowed (see ALLOWED): {' <-> '.join(sorted(key))}")
             continue
@@ -259,11 +260,57 @@ def main():
             for b, names in sorted(edges[a].items()):
                 if b in comp:
                     print(f"  {rel(a)} -> {rel(b)}  (uses {', '.join(sorted(set(names))[:4])})")
-    for a in ALLOWED:
-        if frozenset(a) not in allowed_seen:
+    for a in allowed:
+        if a not in allowed_seen:
             bad += 1
             print(f"include_cycles: ALLOWED lists {' <-> '.join(sorted(a))}, which is no "
                   "longer a circle: remove it from the list")
+    return bad
+
+
+def self_test():
+    """The check on small made-up trees: it finds a circle through headers, and only that."""
+    import tempfile
+    files = {
+        # a circle through the headers: a.c calls b_run (b.h), b.c calls a_helper (a.h)
+        'core/x/a.h': 'int a_helper(int x);\n',
+        'core/x/a.c': '#include "a.h"\n#include "b.h"\nint a_helper(int x) { return x; }\n'
+                      'int a_main(void) { return b_run(); }\n',
+        'core/x/b.h': '#include <stdio.h>\nint b_run(void);\n',
+        'core/x/b.c': '#include "b.h"\n#include "../x/a.h"\n'
+                      'int b_run(void) { return a_helper(1); }\n',
+        # a chain, not a circle: c.c uses a.c, nothing uses c.c
+        'core/y/c.c': '#include "x/a.h"\nstatic int b_run(void) { return a_helper(2); }\n',
+        # a plugin is its own unit: the same names there are no edge into core
+        'plugins/kind/p/p.h': 'int a_helper(int x);\nint p_main(void);\n',
+        'plugins/kind/p/p.c': '#include "p.h"\n/* b_run() */ int p_main(void) { return 0; }\n'
+                              '__attribute__((unused)) static int a_helper2(void) { return 1; }\n',
+    }
+    with tempfile.TemporaryDirectory() as root:
+        for name, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+            with open(os.path.join(root, name), 'w') as f:
+                f.write(text)
+        root, cycles = find_cycles(root)
+        found = [sorted(os.path.relpath(p, root) for p in comp) for _, comp, _ in cycles]
+        want = [['core/x/a.c', 'core/x/b.c']]
+        if found != want:
+            print(f"include_cycles --self-test: found {found}, expected {want}")
+            return 1
+        if report(root, cycles, [{'core/x/a.c', 'core/x/b.c'}]) != 0 or \
+                report(root, [], [{'core/x/a.c', 'core/x/b.c'}]) != 1:
+            print("include_cycles --self-test: the allowlist is not applied as documented")
+            return 1
+    print("include_cycles --self-test: a circle through headers is found, a chain is not")
+    return 0
+
+
+def main():
+    if sys.argv[1:2] == ['--self-test']:
+        return self_test()
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..')
+    root, cycles = find_cycles(root)
+    bad = report(root, cycles, ALLOWED)
     if bad:
         print(f"include_cycles: {bad} problem(s). Break a circle by moving what both files "
               "need into a file of its own (tools/include_cycles.py says why)")
