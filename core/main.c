@@ -19,7 +19,9 @@
 #include "report/commands.h"
 #include "runtime/loader.h"
 #include "runtime/plugins.h"
+#include "runtime/test_hooks.h"
 #include "train/estimate.h"
+#include "train/metrics.h"
 #include "train/preflight.h"
 #include "train/trainer.h"
 #include "util/one_line.h"
@@ -150,8 +152,10 @@ static int cmd_train(int argc, char **argv) {
   if (n < 0) return 2;
   loom_trainer *tr = calloc(1, sizeof *tr);
   if (!tr) return 1;
-  if (loom_trainer_init(tr, argv[2], overrides, n) != 0 || loom_trainer_run(tr) != 0)
+  if (loom_trainer_init(tr, argv[2], overrides, n) != 0 || loom_trainer_run(tr) != 0 ||
+      (!tr->stopped && loom_trainer_sample(tr) != 0))
     loom_trainer_fail(tr, 1); /* prints, takes every rank down, exits */
+  loom_metrics_where(tr);
   int rc = tr->stopped ? 130 : 0; /* 128 + SIGINT, as a shell reports an interrupted job */
   loom_trainer_free(tr);
   free(tr);
@@ -234,6 +238,7 @@ static int cmd_estimate(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  loom__test_hooks_init(); /* the tests' fault knobs, read once before anything runs */
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -10,6 +10,7 @@
 #include "export/model_files.h"
 #include "runtime.h"
 #include "plugins.h"
+#include "test_hooks.h"
 
 void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const char *file,
                      const char *where, json_t *options) {
@@ -407,6 +408,12 @@ static const int32_t *host_micro_tokens(loom_host *h, size_t *n) {
 
 static int host_grads_predivided(loom_host *h) { return loom__grads_predivided(h->rt); }
 
+/* The tests' faults decide (test_hooks.c): a crash armed at `name` ends the process here. */
+static int host_fault_point(loom_host *h, const char *name) {
+  (void)h;
+  return loom__fault_point(name);
+}
+
 static const loom_host_api_v1 host_api = {
   .struct_size = sizeof(loom_host_api_v1),
   .abi_major = LOOM_ABI_MAJOR,
@@ -445,6 +452,7 @@ static const loom_host_api_v1 host_api = {
   .adamw_range_mixed = host_adamw_range_mixed,
   .micro_tokens = host_micro_tokens,
   .grads_predivided = host_grads_predivided,
+  .fault_point = host_fault_point,
 };
 
 /* LOOM_TEST_HOST_MINOR=4 (tests): the table as a 1.4 host offers it — struct_size ending before
@@ -461,12 +469,8 @@ static const loom_host_api_v1 *host_api_as_1_4(void) {
 }
 
 const loom_host_api_v1 *loom__host_api(void) {
-  static int as_1_4 = -1; /* read once: the answer must not change during a run */
-  if (as_1_4 < 0) {
-    const char *m = getenv("LOOM_TEST_HOST_MINOR");
-    as_1_4 = m && strcmp(m, "4") == 0;
-  }
-  return as_1_4 ? host_api_as_1_4() : &host_api;
+  /* read once at start-up (test_hooks.c): the answer must not change during a run */
+  return loom__test_hooks()->host_minor == 4 ? host_api_as_1_4() : &host_api;
 }
 
 int loom__launcher_rank(void) {

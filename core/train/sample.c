@@ -60,6 +60,7 @@ int loom_trainer_sample(loom_trainer *tr) {
   loom_runtime *rt = &tr->rt;
   const loom_config *c = &tr->cfg;
   int T = tr->T, V = c->model.vocab_size, n = c->sample.tokens;
+  if (n <= 0) return 0;
   int cap = (int)strlen(c->sample.prompt) + n + 1;
   int32_t *toks = calloc((size_t)cap, sizeof *toks);
   int32_t *window = calloc((size_t)T, sizeof *window);

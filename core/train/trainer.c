@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "../export/init_from.h"
 #include "../runtime/plugins.h"
 #include "../runtime/pp_split.h"
+#include "../runtime/test_hooks.h"
 #include "lr_schedule.h"
 #include "metrics.h"
 #include "preflight.h"
@@ -306,22 +306,13 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   return 0;
 }
 
-/* LOOM_INJECT_INF="RANK:STEP[,STEP...]" (tests): world rank RANK adds +inf to the first
+/* LOOM_INJECT_INF (tests, runtime/test_hooks.h): the named world rank adds +inf to the first
  * element of its gradient partition at each listed step, after backward and the gradient sync:
  * only that rank sees it, so the overflow flag's agreement over every rank is what makes the
  * others skip too. */
 static void injected_inf(loom_trainer *tr, int step) {
-  const char *f = getenv("LOOM_INJECT_INF");
   loom_runtime *rt = &tr->rt;
-  char *end;
-  if (!f || strtol(f, &end, 10) != rt->mesh.world_rank || *end != ':') return;
-  int hit = 0;
-  for (const char *q = end + 1; *q && !hit; q = *end ? end + 1 : end) {
-    long at = strtol(q, &end, 10);
-    if (end == q) return; /* malformed: inject nothing */
-    hit = at == step;
-  }
-  if (!hit || rt->partition.count == 0) return;
+  if (!loom__hook_inject_inf(rt->mesh.world_rank, step) || rt->partition.count == 0) return;
   float inf = INFINITY;
   if (rt->grad_dtype == LOOM_F32) {
     rt->dev.ops->from_host(rt->dev.ctx, rt->partition.grads, &inf, sizeof inf);
@@ -347,17 +338,15 @@ static int agree_overflow(loom_trainer *tr, int *nonfinite) {
   return 0;
 }
 
-/* Fault injection for the fault tests (SQLite's idea: failures are designed in):
- * LOOM_FAULT="RANK:STEP:error" makes world rank RANK fail with an error at step STEP;
- * "RANK:STEP:exit" makes it die abruptly (_exit, no MPI shutdown), like a crashed process. */
+/* Fault injection for the fault tests (SQLite's idea: failures are designed in): LOOM_FAULT
+ * (runtime/test_hooks.h) makes one world rank fail with an error at one step, or die abruptly
+ * (no MPI shutdown), like a crashed process. */
 static int injected_fault(loom_trainer *tr, int step) {
-  const char *f = getenv("LOOM_FAULT");
-  int rank, at;
-  char kind[16] = "";
-  if (!f || sscanf(f, "%d:%d:%15s", &rank, &at, kind) != 3) return 0;
-  if (rank != tr->rt.mesh.world_rank || at != step) return 0;
-  if (!strcmp(kind, "exit")) _exit(3);
-  return fail(tr, "fault injected by LOOM_FAULT=%s at step %d", f, step);
+  loom_fault_kind kind = loom__hook_fault(tr->rt.mesh.world_rank, step);
+  if (kind == LOOM_FAULT_NONE) return 0;
+  if (kind == LOOM_FAULT_EXIT) loom__fault_crash();
+  return fail(tr, "fault injected by LOOM_FAULT=%s at step %d", loom__test_hooks()->fault.text,
+              step);
 }
 
 /* The message for a failed forward/backward that did not come from a plugin hook. */
@@ -729,12 +718,13 @@ int loom_trainer_eval(loom_trainer *tr, double *val_loss) {
   return 0;
 }
 
-/* LOOM_DATA_TRACE=FILE (tests): rank 0 appends, for every sequence of the global batch of
- * `step`, "step STEP epoch E shard INDEX token OFFSET len T": the tokens [OFFSET, OFFSET + T)
- * of that shard, in epoch E, are the step's inputs. How the resume tests prove no token is read twice or skipped. */
+/* LOOM_DATA_TRACE=FILE (tests, runtime/test_hooks.h): rank 0 appends, for every sequence of
+ * the global batch of `step`, "step STEP epoch E shard INDEX token OFFSET len T": the tokens
+ * [OFFSET, OFFSET + T) of that shard, in epoch E, are the step's inputs. How the resume tests
+ * prove no token is read twice or skipped. */
 static int trace_data(loom_trainer *tr, int step) {
-  const char *path = getenv("LOOM_DATA_TRACE");
-  if (!path || !*path || tr->rt.mesh.world_rank != 0) return 0;
+  const char *path = loom__test_hooks()->data_trace;
+  if (!path || tr->rt.mesh.world_rank != 0) return 0;
   FILE *f = fopen(path, "a");
   if (!f) return fail(tr, "LOOM_DATA_TRACE=%s: cannot open it for appending", path);
   for (uint64_t k = 0; k < tr->G; k++) {
@@ -799,7 +789,6 @@ int loom_trainer_run(loom_trainer *tr) {
         printf("loom: stopped by a signal after step %d%s\n", step,
                rt->has_checkpoint ? "; checkpoint saved, run again to resume" : "");
       tr->stopped = 1;
-      loom_metrics_where(tr);
       return 0;
     }
   }
@@ -812,8 +801,6 @@ int loom_trainer_run(loom_trainer *tr) {
             rt->model.first_unit, rt->model.last_unit,
             rt->dev.bytes_peak[LOOM_MEM_ACTIVATIONS], rt->dev.bytes_peak[LOOM_MEM_PARAMS],
             rt->dev.bytes_peak[LOOM_MEM_GRADS], rt->dev.bytes_peak[LOOM_MEM_OPTIM]);
-  if (cfg->sample.tokens > 0 && loom_trainer_sample(tr) != 0) return -1;
-  loom_metrics_where(tr);
   return 0;
 }
 

@@ -51,13 +51,16 @@ typedef struct loom_trainer {
  * must still call loom_trainer_fail or loom_trainer_free. */
 int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *const *overrides,
                       int n_overrides);
-/* Run the remaining steps (evals, checkpoints, progress), then the sample. 0 or -1 + err.
- * On SIGINT/SIGTERM every rank stops after the same step, saves a checkpoint, and returns 0
- * with tr->stopped set. */
+/* Run the remaining steps (evals, checkpoints, progress). 0 or -1 + err. On SIGINT/SIGTERM
+ * every rank stops after the same step, saves a checkpoint, and returns 0 with tr->stopped
+ * set. The command then samples (loom_trainer_sample, unless stopped) and says where the
+ * run's files are (loom_metrics_where): sampling uses the loop's forward pass, not the
+ * other way round. */
 int loom_trainer_run(loom_trainer *tr);
 /* Mean validation loss over eval_batches micro-batches per data-parallel rank. */
 int loom_trainer_eval(loom_trainer *tr, double *val_loss);
-/* Generate cfg.sample.tokens tokens after the prompt and print them (rank 0). */
+/* Generate cfg.sample.tokens tokens after the prompt and print them (rank 0); nothing when
+ * sample.tokens is 0 (sample.c). */
 int loom_trainer_sample(loom_trainer *tr);
 /* Print err on this rank and bring the whole job down (never returns). */
 void loom_trainer_fail(loom_trainer *tr, int code);

@@ -9,7 +9,7 @@
  *  - what cannot load is refused with a message: a range no chunk covers, chunks that
  *    overlap (a replica written twice), another global shape, a slice descriptor that does
  *    not describe its item.
- * The plugin's source is compiled in with a one-rank fake host (support/ckpt_fake_host.h):
+ * The plugin's objects are linked in with a one-rank fake host (support/ckpt_fake_host.h):
  * one rank writes the chunks of every simulated rank. */
 #define _GNU_SOURCE
 #include <check.h>
@@ -17,10 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../plugins/checkpoint/checkpoint/checkpoint.c"
-#include "../../plugins/checkpoint/checkpoint/manifest.c"
-#include "../../plugins/checkpoint/checkpoint/reader.c" /* the table names its slots */
-#include "../../plugins/checkpoint/checkpoint/slice.c"
+#include "checkpoint.h"
+#include "slice.h"
 #include "support/check_suite.h"
 #include "support/ckpt_fake_host.h"
 #include "support/test_dir.h"

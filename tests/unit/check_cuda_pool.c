@@ -1,5 +1,5 @@
 /* cuda.so's caching allocator (plugins/device/cuda/cuda_alloc.c), its policy tested on the host:
- * the file is compiled in unchanged and the few CUDA runtime calls it makes (cudaMalloc,
+ * its objects are linked in unchanged and the few CUDA runtime calls it makes (cudaMalloc,
  * cudaFree, cudaStreamSynchronize, cudaGetLastError) are defined below on host memory, with a
  * capacity so out-of-memory can be provoked. What is proved: a steady state of allocations
  * (the same sizes freed and allocated again, step after step) calls cudaMalloc only in the first
@@ -13,7 +13,10 @@
 #include <stdlib.h>
 
 #ifdef LOOM_TEST_HAVE_CUDA
-#include "../../plugins/device/cuda/cuda_internal.h"
+#include <string.h>
+
+#include "cuda_alloc.h" /* linked: cuda.so's objects (cuda_alloc_obj) */
+#include "cuda_check.h"
 
 /* ---- the CUDA runtime, on host memory ---- */
 static size_t fake_capacity = (size_t)1 << 40; /* bytes cudaMalloc may hand out in total */
@@ -49,7 +52,6 @@ int cuda_check(cuda_ctx *c, cudaError_t rc, const char *what) {
   return 0;
 }
 
-#include "../../plugins/device/cuda/cuda_alloc.c"
 #include "support/check_suite.h"
 
 static cuda_ctx ctx;

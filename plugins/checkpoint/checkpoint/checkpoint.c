@@ -39,6 +39,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "checkpoint.h"
 #include "manifest.h"
 #include "reader.h"
 #include "slice.h"
@@ -583,9 +584,11 @@ static int ckpt_save(void *ctx, const loom_ckpt_state_v1 *st) {
     }
     char latest[PATH_MAX];
     path_fmt(latest, sizeof latest, "%s/latest", c->dir);
-    /* Fault injection for tests/integration/resume_verify.sh: die between publishing the
-     * step and updating `latest`, the window a kill can land in. */
-    if (ok && getenv("LOOM_FAULT_CKPT_BEFORE_LATEST")) _exit(3);
+    /* The host's fault point for tests/integration/resume_verify.sh: a crash between
+     * publishing the step and updating `latest`, the window a kill can land in. */
+    if (ok && LOOM_HOST_HAS(c->api, fault_point) &&
+        c->api->fault_point(c->host, "ckpt.before_latest") != LOOM_OK)
+      ok = 0;
     if (ok && (write_file_atomic(latest, name, strlen(name)) != 0 || fsync_path(c->dir) != 0))
       ok = io_fail(c, "updating %s: %s", latest, strerror(errno));
     if (ok) prune(c, st->step);

@@ -1,6 +1,6 @@
-/* Internal to mpi.so: its types, shared by mpi_comm.c (MPI calls on host buffers: the
- * plugin's table and lifecycle) and mpi_staging.c (the table's collectives: device memory that
- * is not host memory staged through host buffers, then the mpi_raw_* call). */
+/* Internal to mpi.so: its types, shared by mpi_comm.c (the plugin's table and lifecycle),
+ * mpi_staging.c (the table's collectives: device memory that is not host memory staged through
+ * host buffers, then the mpi_raw_* call) and mpi_raw.c (the MPI calls on host buffers). */
 #ifndef LOOM_MPI_INTERNAL_H
 #define LOOM_MPI_INTERNAL_H
 
@@ -51,10 +51,17 @@ typedef struct mpi_ctx {
 /* out[i] = a[i] + b[i] for n elements of dt (LOOM_F32, LOOM_BF16, LOOM_F16); 16-bit values are
  * widened to fp32, added and rounded back once (nearest even). out may be a or b (mpi_sum.c). */
 void mpi_sum(loom_dtype dt, void *out, const void *a, const void *b, size_t n);
-/* Set the plugin's error from an MPI error code: "<what> failed: <MPI's string>"; LOOM_REMOTE. */
+/* Set the plugin's error from an MPI error code: "<what> failed: <MPI's string>"; LOOM_REMOTE
+ * (mpi_raw.c). */
 int mpi_fail(mpi_ctx *c, int mpi_err, const char *what);
+/* Return mpi_fail(...) from the calling function when an MPI call fails. */
+#define CHECK_MPI(c, call, what)            \
+  do {                                      \
+    int rc_ = (call);                       \
+    if (rc_ != MPI_SUCCESS) return mpi_fail((c), rc_, (what)); \
+  } while (0)
 
-/* The MPI operations on host buffers (mpi_comm.c): comm_v1's semantics, req NULL = blocking. */
+/* The MPI operations on host buffers (mpi_raw.c): comm_v1's semantics, req NULL = blocking. */
 int mpi_raw_all_reduce(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
                        loom_red_op op, loom_request **req);
 int mpi_raw_reduce_scatter(void *ctx, loom_comm *comm, const void *send, void *recv,
@@ -75,6 +82,11 @@ int mpi_raw_all_gather_v(void *ctx, loom_comm *comm, const void *send, void *rec
                          const size_t *counts, loom_dtype dt, loom_request **req);
 /* Complete n stages: copy received data back to the device (when ok), free the host copies. */
 void mpi_stages_finish(const loom_device_v1 *dev, void *dev_ctx, stage *st, int n, int ok);
+/* comm_v1's test, wait and barrier (mpi_raw.c): a request of either kind (Open MPI's or an own
+ * collective) is driven, completed and freed, its stages finished, by these. */
+int mpi_test(void *ctx, loom_request *req, int *done);
+int mpi_wait(void *ctx, loom_request *req);
+int mpi_barrier(void *ctx, loom_comm *comm);
 
 /* The table's collectives (mpi_staging.c): the mpi_raw_* call, through host copies when the
  * host's device is not host-addressable. */

@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_internal.h"
+#include "cuda_alloc.h"
+#include "cuda_check.h"
 
 #define SMALL_GRANULE ((size_t)512)
 #define LARGE_GRANULE ((size_t)2 << 20)

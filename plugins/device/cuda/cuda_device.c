@@ -33,34 +33,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_alloc.h"
+#include "cuda_check.h"
+#include "cuda_gemm.h"
 #include "cuda_internal.h"
+#include "cuda_kernels.h"
 
 #define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20) /* NVIDIA's recommendation for Hopper */
 #define RESULT_DOUBLES (1 + CUDA_REDUCE_BLOCKS)   /* sum_squares' result and partials */
-
-int cuda_check(cuda_ctx *c, cudaError_t rc, const char *what) {
-  if (rc == cudaSuccess) return 0;
-  if (!c->failed) {
-    snprintf(c->last_error, sizeof c->last_error, "%s: %s (%s)", what, cudaGetErrorString(rc),
-             cudaGetErrorName(rc));
-    fprintf(stderr, "cuda.so: GPU %d: %s; later kernels of this device are skipped\n",
-            c->device, c->last_error);
-    c->failed = 1;
-  }
-  return 1;
-}
-
-int cuda_check_blas(cuda_ctx *c, cublasStatus_t rc, const char *what) {
-  if (rc == CUBLAS_STATUS_SUCCESS) return 0;
-  if (!c->failed) {
-    snprintf(c->last_error, sizeof c->last_error, "%s: %s (%s)", what, cublasGetStatusString(rc),
-             cublasGetStatusName(rc));
-    fprintf(stderr, "cuda.so: GPU %d: %s; later kernels of this device are skipped\n",
-            c->device, c->last_error);
-    c->failed = 1;
-  }
-  return 1;
-}
 
 /* Every slot starts here: the context's GPU becomes the calling thread's current device (a
  * process may hold contexts on several GPUs), and a failed context does nothing more. */

@@ -8,7 +8,10 @@
  * TF32 when the "tf32" option is on (CUBLAS_COMPUTE_32F_FAST_TF32: operands rounded to 10
  * mantissa bits, fp32 accumulation), and after set_compute_dtype(BF16 / F16) the model's GEMMs
  * (cuda_gemm_compute) on 16-bit operands with fp32 accumulation and fp32 output. */
-#include "cuda_internal.h"
+#include "cuda_alloc.h"
+#include "cuda_check.h"
+#include "cuda_gemm.h"
+#include "cuda_kernels.h"
 
 static cublasOperation_t op(int trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 

@@ -1,7 +1,13 @@
-/* Internal to cuda.so: the device context every slot receives, the caching allocator, the
- * cuBLAS GEMM helper and the kernel launchers of cuda_kernels.cu. Nothing here is global: every
- * piece of state lives in one cuda_ctx, so several contexts (several GPUs, or a conformance
- * suite creating and destroying them) never share anything but the CUDA runtime itself.
+/* Internal to cuda.so: the device context every slot receives (types only). Nothing here is
+ * global: every piece of state lives in one cuda_ctx, so several contexts (several GPUs, or a
+ * conformance suite creating and destroying them) never share anything but the CUDA runtime
+ * itself. The functions live one header per file, each file including only what it uses (no
+ * file needs one that needs it back: tools/include_cycles.py):
+ *   cuda_check.h    failures of CUDA and cuBLAS calls     (cuda_check.c)
+ *   cuda_alloc.h    the caching allocator, scratch         (cuda_alloc.c)
+ *   cuda_gemm.h     GEMMs on cuBLAS                        (cuda_gemm.c)
+ *   cuda_kernels.h  the kernel launchers                   (cuda_kernels.cu)
+ *   the device table itself                                (cuda_device.c)
  *
  * Legend: B = batch, T = time, C = channels, NH = heads, HS = head size, V = vocab, N = B*T rows,
  * OC = output channels. All float tensors are fp32 device pointers, row-major.
@@ -16,13 +22,8 @@
 #include <cuda_runtime_api.h>
 #include <loom/device_v1.h>
 #include <stddef.h>
-#include <stdint.h>
 
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-/* ---- caching allocator (cuda_alloc.c) ---- */
+/* ---- the caching allocator's state (cuda_alloc.h) ---- */
 
 /* One cudaMalloc'd block, either handed out (live) or cached for reuse (free). */
 typedef struct cuda_block {
@@ -75,113 +76,4 @@ typedef struct cuda_ctx {
   int failed;           /* set once a CUDA call failed: later kernels are skipped */
 } cuda_ctx;
 
-/* Record a failed CUDA runtime call (first one wins) and print it once to stderr: the kernel
- * slots return void, so a failure can only be reported and remembered. Returns 0 when ok. */
-int cuda_check(cuda_ctx *c, cudaError_t rc, const char *what);
-int cuda_check_blas(cuda_ctx *c, cublasStatus_t rc, const char *what);
-
-/* Round a request up to the size the pool reserves: 512 B granules below 1 MiB, 2 MiB above
- * (PyTorch's caching allocator's classes), so recurring sizes reuse the same blocks. */
-size_t cuda_pool_round(size_t bytes);
-/* A block of at least `bytes` from the cache (best fit within 2x) or cudaMalloc; NULL when the
- * GPU is out of memory even after the cache was released. Not zeroed. */
-void *cuda_pool_alloc(cuda_ctx *c, size_t bytes);
-/* Return a live block to the cache. Safe without a stream sync: every use of the block was
- * enqueued on ctx->stream, and so is every later use by whoever gets it next. */
-void cuda_pool_free(cuda_ctx *c, void *ptr);
-/* cudaFree every cached block (after synchronising the stream). */
-void cuda_pool_release_cached(cuda_ctx *c);
-/* cudaFree everything, live blocks too (destroy). */
-void cuda_pool_destroy(cuda_ctx *c);
-
-/* Scratch buffer `which` of at least `bytes`, grown through the pool when too small (the old
- * contents are not kept). NULL when out of memory. */
-void *cuda_scratch_get(cuda_ctx *c, int which, size_t bytes);
-
-/* ---- GEMMs (cuda_gemm.c) ---- */
-
-/* Row-major C = alpha * op(A) @ op(B) + beta * C, as cblas_sgemm(CblasRowMajor, ...) with
- * trans_a/trans_b 0 = NoTrans, 1 = Trans, repeated `batch` times with element strides
- * stride_a/b/c between the matrices (batch 1: strides ignored). fp32 in, fp32 out; the math mode
- * follows the context (TF32 option). Enqueued on ctx->stream. */
-void cuda_gemm_f32(cuda_ctx *c, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                   const float *A, int lda, long long stride_a, const float *B, int ldb,
-                   long long stride_b, float beta, float *C, int ldc, long long stride_c,
-                   int batch);
-/* The same for one GEMM whose fp32 operands are all representable in ctx->compute_dtype (the
- * set_compute_dtype promise): converted exactly into 16-bit scratch and multiplied with fp32
- * accumulation and fp32 output. Falls back to cuda_gemm_f32 when the compute dtype is fp32. */
-void cuda_gemm_compute(cuda_ctx *c, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                       int ldc);
-
-/* ---- kernel launchers (cuda_kernels.cu); every one enqueues on `stream` and returns ---- */
-
-void cuda_launch_scale(cudaStream_t s, float *x, float alpha, size_t n);
-void cuda_launch_axpy(cudaStream_t s, float *y, float alpha, const float *x, size_t n);
-/* Blocks of the first pass of sum_squares: its partials are reduced in this fixed order. */
-#define CUDA_REDUCE_BLOCKS 256
-/* out[0] (device double) = sum x_i^2, in an order fixed by n alone (deterministic);
- * out[1..CUDA_REDUCE_BLOCKS] hold the first pass's partials. */
-void cuda_launch_sum_squares(cudaStream_t s, double *out, const float *x, size_t n);
-/* *bad (device int, zeroed by the caller) = 1 if some element is inf or NaN */
-void cuda_launch_any_nonfinite(cudaStream_t s, int *bad, const float *x, size_t n);
-void cuda_launch_adamw(cudaStream_t s, float *param, const float *grad, float *m, float *v,
-                       size_t n, float lr, float beta1, float beta2, float eps,
-                       float weight_decay, float grad_scale, float bc1, float bc2);
-void cuda_launch_encoder_forward(cudaStream_t s, float *out, const int32_t *inp,
-                                 const float *wte, const float *wpe, int B, int T, int C);
-/* dwpe part of encoder_backward: per (t, c), the batch summed in order */
-void cuda_launch_encoder_backward_wpe(cudaStream_t s, float *dwpe, const float *dout, int B,
-                                      int T, int C);
-/* dwte part: stable sort of (token, position) then one owner per (token, column) walking its
- * positions in order. keys/vals/keys_sorted/vals_sorted: 4 int32 arrays of B*T in scratch;
- * temp/temp_bytes: cub's scratch (cuda_encoder_sort_temp_bytes). Returns a cudaError_t. */
-size_t cuda_encoder_sort_temp_bytes(int BT);
-int cuda_launch_encoder_backward_wte(cudaStream_t s, float *dwte, const float *dout,
-                                     const int32_t *inp, int BT, int C, int32_t *scratch4,
-                                     void *temp, size_t temp_bytes);
-void cuda_launch_layernorm_forward(cudaStream_t s, float *out, float *mean, float *rstd,
-                                   const float *inp, const float *weight, const float *bias,
-                                   int N, int C);
-void cuda_launch_layernorm_backward_dinp(cudaStream_t s, float *dinp, const float *dout,
-                                         const float *inp, const float *weight,
-                                         const float *mean, const float *rstd, int N, int C);
-/* Rows per chunk of the two-pass column sums: partials hold ceil(N / chunk) rows of C. */
-#define CUDA_COLSUM_CHUNK 64
-/* out[c] += sum over rows n of f(n, c) in a fixed order, for f = dout (bias gradients) or
- * norm * dout (layernorm weight). partial: scratch of ceil(N/CUDA_COLSUM_CHUNK) * C floats. */
-void cuda_launch_colsum(cudaStream_t s, float *out, const float *dout, int N, int C,
-                        float *partial);
-void cuda_launch_layernorm_dweight_dbias(cudaStream_t s, float *dweight, float *dbias,
-                                         const float *dout, const float *inp, const float *mean,
-                                         const float *rstd, int N, int C, float *partial);
-/* out (N,OC) = bias broadcast over rows: the C operand of a GEMM with beta = 1 */
-void cuda_launch_bias_fill(cudaStream_t s, float *out, const float *bias, int N, int OC);
-/* att (rows of length T, BH*T of them): causal softmax in place of the scaled scores */
-void cuda_launch_causal_softmax(cudaStream_t s, float *att, int BH, int T);
-/* datt = att * (datt - rowsum(att*datt)) * scale, causal, in place */
-void cuda_launch_causal_softmax_backward(cudaStream_t s, float *datt, const float *att, int BH,
-                                         int T, float scale);
-void cuda_launch_gelu_forward(cudaStream_t s, float *out, const float *inp, size_t n);
-void cuda_launch_gelu_backward(cudaStream_t s, float *dinp, const float *inp, const float *dout,
-                               size_t n);
-void cuda_launch_residual(cudaStream_t s, float *out, const float *a, const float *b, size_t n);
-void cuda_launch_crossentropy_forward(cudaStream_t s, float *losses, float *probs,
-                                      const float *logits, const int32_t *targets, int N, int V);
-void cuda_launch_crossentropy_backward(cudaStream_t s, float *dlogits, const float *probs,
-                                       const int32_t *targets, float dloss, int N, int V);
-void cuda_launch_crossentropy_fused(cudaStream_t s, float *losses, float *dlogits,
-                                    const float *logits, const int32_t *targets, float dloss,
-                                    int N, int V);
-/* x = round-trip through bf16 / fp16 (round to nearest even, NaN kept quiet: loom/half_v1.h) */
-void cuda_launch_round_to(cudaStream_t s, float *x, loom_dtype dtype, size_t n);
-void cuda_launch_pack16(cudaStream_t s, uint16_t *dst, const float *src, loom_dtype dtype,
-                        size_t n);
-void cuda_launch_unpack16(cudaStream_t s, float *dst, const uint16_t *src, loom_dtype dtype,
-                          size_t n);
-
-#ifdef __cplusplus
-}
-#endif
 #endif

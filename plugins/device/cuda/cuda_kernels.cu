@@ -19,7 +19,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
-#include "cuda_internal.h"
+#include "cuda_kernels.h"
 
 #define LN_EPS 1e-5f
 #define GELU_SCALING 0.7978845608028654f /* sqrt(2/pi) */

@@ -264,6 +264,18 @@ typedef struct loom_host_api_v1 {
    * 0: the 1.0 contract (the sync averages, sum / dp). Fixed from create on. A plugin checks
    * LOOM_HOST_HAS(api, grads_predivided) first: an older host never predivides. */
   int (*grads_predivided)(loom_host *h);
+
+  /* ---- ABI 1.6 ---- */
+  /* A named point in the plugin's work where the host's tests inject a failure (SQLite's
+   * designed-in faults): the plugin calls it where a crash or an error must be provable, e.g.
+   * checkpoint.so between publishing a step and updating `latest` ("ckpt.before_latest").
+   * name: a "<plugin>.<point>" string the plugin owns; the host knows the points its tests arm
+   * and ignores the rest. Returns LOOM_OK when nothing is armed there (always in a production
+   * run); a crash armed there ends the process inside the call (exit status 3, as a crashed
+   * rank: the call does not return); any other return is an error the plugin fails the current
+   * call with (the host has set the message). A plugin checks LOOM_HOST_HAS(api, fault_point)
+   * first: an older host has no fault points. */
+  int (*fault_point)(loom_host *h, const char *name);
 } loom_host_api_v1;
 
 /* True when the host's table is large enough to hold `slot`. */
