@@ -8,8 +8,9 @@
 #include "device_open.h"
 #include "../config/config_internal.h"
 #include "export/model_files.h"
+#include "abi_compat.h"
 #include "runtime.h"
-#include "plugins.h"
+#include "storage_plan.h"
 
 void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const char *file,
                      const char *where, json_t *options) {
@@ -447,27 +448,7 @@ static const loom_host_api_v1 host_api = {
   .grads_predivided = host_grads_predivided,
 };
 
-/* LOOM_TEST_HOST_MINOR=4 (tests): the table as a 1.4 host offers it — struct_size ending before
- * the 1.5 slots — so the tests can run a 1.5 plugin's fallback for an older host (ddp then
- * averages itself, and the host does not predivide: loom__grads_predivided asks this table). */
-static const loom_host_api_v1 *host_api_as_1_4(void) {
-  static loom_host_api_v1 t;
-  if (!t.struct_size) {
-    t = host_api;
-    t.struct_size = (uint32_t)offsetof(loom_host_api_v1, grads_predivided);
-    t.abi_minor = 4;
-  }
-  return &t;
-}
-
-const loom_host_api_v1 *loom__host_api(void) {
-  static int as_1_4 = -1; /* read once: the answer must not change during a run */
-  if (as_1_4 < 0) {
-    const char *m = getenv("LOOM_TEST_HOST_MINOR");
-    as_1_4 = m && strcmp(m, "4") == 0;
-  }
-  return as_1_4 ? host_api_as_1_4() : &host_api;
-}
+const loom_host_api_v1 *loom__host_api(void) { return loom__abi_host_table(&host_api); }
 
 int loom__launcher_rank(void) {
   static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};

@@ -49,8 +49,9 @@ int loom__model_view_build(loom_runtime *rt) {
   v->unit_offset = rt->unit_offset;
   v->numel = m->num_parameters;
   v->compute_dtype = rt->compute_dtype;
-  v->param_dtype = rt->param_dtype;
-  v->grad_dtype = rt->grad_dtype;
+  v->param_dtype = rt->plan.v.param_dtype;
+  v->grad_dtype = rt->plan.v.grad_dtype;
+  v->plan = &rt->plan.v;
   v->params = m->params_memory;
   v->grads = m->grads_memory;
   v->n_tensors = k;

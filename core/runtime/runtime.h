@@ -9,6 +9,7 @@
 #include "../device/device.h"
 #include "../model/gpt.h"
 #include "loader.h"
+#include "storage_plan.h"
 
 typedef struct loom_runtime loom_runtime;
 
@@ -75,7 +76,9 @@ struct loom_runtime {
   void *precision_ctx;
   loom_host precision_host;
   loom_dtype compute_dtype;     /* the precision plugin's: the model's 16-bit stores (gpt.h) */
-  loom_dtype param_dtype, grad_dtype; /* storage of the flat buffers (loom__storage_dtypes) */
+  loom_plan plan;               /* the storage plan (storage_plan.c), decided once in
+                                   loom__plugins_create: plan.v.param_dtype / grad_dtype are
+                                   the flat buffers' storage; model_view.plan points here */
 
   int has_checkpoint;
   loom_plugin checkpoint;
@@ -105,13 +108,6 @@ struct loom_runtime {
 /* Floats of rt->stage: bounded, whatever the model size (64 KiB). */
 #define LOOM_STAGE_FLOATS 16384
 
-/* The storage dtypes of the flat parameter and gradient buffers (ABI 1.4, docs/
- * mixed_precision.md "Storage"): the 16-bit compute dtype when every parallel plugin sets
- * LOOM_PAR_STORAGE_16BIT (all_cap16), else fp32; gradients fp32 whenever more than one
- * micro-batch accumulates (grad_accum_dtype = fp32). */
-void loom__storage_dtypes(loom_dtype compute, int all_cap16, int accum, loom_dtype *param,
-                          loom_dtype *grad);
-
 /* Format an error for the user: "loom: LABEL: MESSAGE" (LABEL = plugin and config path). */
 void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const char *file,
                      const char *where, json_t *options);
@@ -120,7 +116,7 @@ void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const ch
 void loom__host_release(loom_host *h);
 
 /* The host API table (static, one for all plugins; as a 1.4 host offers it under
- * LOOM_TEST_HOST_MINOR=4, for the tests of 1.5 plugins on an older host). */
+ * LOOM_TEST_HOST_MINOR=4, for the tests of 1.5 plugins on an older host: abi_compat.c). */
 const loom_host_api_v1 *loom__host_api(void);
 
 /* Rank of this process as the launcher tells it (before MPI is up), 0 when not launched. */

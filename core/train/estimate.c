@@ -552,10 +552,11 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   for (int i = 0; i < rt->n_parallel; i++) {
     snprintf(e->plugins[i].name, sizeof e->plugins[i].name, "%s", cfg->parallel[i].name);
     e->plugins[i].caps = rt->parallel[i].u.hdr.caps;
-    if ((e->plugins[i].caps & LOOM_PAR_CAP_GRAD_SYNC) &&
-        (rt->parallel[i].u.parallel.grad_sync & LOOM_PAR_GRAD_PREDIVIDED))
-      e->predivide = 1;
   }
+  /* the storage plan the host will follow (storage_plan.c), for `world` data-parallel ranks:
+   * the dtypes of the flat buffers, and whether the gradient sync only sums (predivided) */
+  loom__storage_plan(rt, e->dtype, world, &rt->plan);
+  e->predivide = rt->plan.v.grads_predivided;
   decide_roles(e);
   /* ddp-like gradient sync (no sharding role) reduces in the compute dtype unless told fp32 */
   int sync = plain_sync_owner(e);
@@ -565,14 +566,8 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
                       : NULL;
     e->sync16 = !(json_is_string(cdt) && strcmp(json_string_value(cdt), "fp32") == 0);
   }
-  /* real 16-bit storage (ABI 1.4): under bf16/fp16 when every parallel plugin declares it
-   * handles it, the host's rule (docs/mixed_precision.md, "Storage"); otherwise fp32 buffers
-   * holding 16-bit values. Gradients stay fp32 with accumulation over micro-batches. */
-  int all16 = 1;
-  for (int i = 0; i < rt->n_parallel; i++)
-    all16 &= !!(rt->parallel[i].u.parallel.storage & LOOM_PAR_STORAGE_16BIT);
-  loom__storage_dtypes(e->dtype, all16, cfg->train.grad_accum_steps, &e->param_dtype,
-                       &e->grad_dtype);
+  e->param_dtype = rt->plan.v.param_dtype;
+  e->grad_dtype = rt->plan.v.grad_dtype;
   e->storage16 = e->param_dtype != LOOM_F32;
   e->grad16 = e->grad_dtype != LOOM_F32;
   if (world > 1 && !e->grad_sync) {

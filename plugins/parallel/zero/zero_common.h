@@ -68,8 +68,8 @@ typedef struct zero {
   uint64_t cvt_n;          /* elements per half of cvt */
   uint64_t *bound;         /* dp + 1 entries: rank i owns [bound[i], bound[i+1]) */
   uint64_t begin, count;   /* this rank's partition */
-  int predivided;          /* the host divides the loss gradient by dp (api->grads_predivided,
-                              ABI 1.5): a reduced block is the average already */
+  int predivided;          /* the host divides the loss gradient by dp (the storage plan's
+                              grads_predivided, from setup): a reduced block is the average */
   float inv_dp;            /* what a reduced block is multiplied by: 1 / dp, or 1 predivided */
   int *t_first;            /* n_units + 1: unit u's tensors are [t_first[u], t_first[u+1]) */
   int wte;                 /* index of the tied embedding "wte" (unit 0, read by the head) */
