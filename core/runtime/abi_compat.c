@@ -66,6 +66,11 @@ static int test_minor(void) {
 
 int loom__abi_host_minor(void) { return test_minor(); }
 
+uint32_t loom__abi_model_view_size(void) {
+  return test_minor() == 4 ? (uint32_t)offsetof(loom_model_v1, plan)
+                           : (uint32_t)sizeof(loom_model_v1);
+}
+
 /* The table as a 1.4 host offers it — struct_size ending before the 1.5 slots — so the tests
  * can run a 1.5 plugin's fallback for an older host (ddp then averages itself, and the host
  * does not predivide: storage_plan.c asks loom__abi_host_minor). */

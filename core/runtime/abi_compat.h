@@ -37,4 +37,9 @@ const loom_host_api_v1 *loom__abi_host_table(const loom_host_api_v1 *full);
 /* The minor of the host API this run offers (LOOM_ABI_MINOR, or 4 as above). */
 int loom__abi_host_minor(void);
 
+/* struct_size of the model view this run hands plugins: sizeof(loom_model_v1), or under
+ * LOOM_TEST_HOST_MINOR=4 the size a 1.4 host's view has (ending before the 1.6 plan), so a
+ * plugin reads the plan through compat.h's rebuild as it would on such a host. */
+uint32_t loom__abi_model_view_size(void);
+
 #endif

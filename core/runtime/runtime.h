@@ -9,9 +9,16 @@
 #include "../device/device.h"
 #include "../model/gpt.h"
 #include "loader.h"
-#include "storage_plan.h"
 
 typedef struct loom_runtime loom_runtime;
+
+/* The run's storage plan as the host keeps it (decided by loom__storage_plan, storage_plan.c). */
+typedef struct loom_plan {
+  loom_storage_plan_v1 v; /* what plugins read (loom_model_v1.plan); v.reason points at reason */
+  int legacy;             /* the first parallel plugin without LOOM_PAR_STORAGE_16BIT (under a
+                             16-bit precision it keeps the buffers fp32), or -1 */
+  char reason[384];
+} loom_plan;
 
 #define LOOM_MAX_STAGES 64 /* pipeline stages */
 

@@ -11,14 +11,7 @@
 
 #include <loom/loom.h>
 
-typedef struct loom_runtime loom_runtime;
-
-typedef struct loom_plan {
-  loom_storage_plan_v1 v; /* what plugins read; v.reason points at reason */
-  int legacy;             /* the first parallel plugin without LOOM_PAR_STORAGE_16BIT (under a
-                             16-bit precision it keeps the buffers fp32), or -1 */
-  char reason[384];
-} loom_plan;
+#include "runtime.h" /* loom_runtime, loom_plan */
 
 /* Decide the plan into *out for a run of `dp` data-parallel ranks computing in `compute`.
  * Reads rt->cfg (grad_accum_steps, the plugins' names and JSON paths for the reason),

@@ -67,7 +67,7 @@ typedef struct offload {
   const loom_model_v1 *model;
   loom_partition_v1 part;     /* copy of the host's partition at setup */
   int host_accounted;         /* 1: buffers from api->alloc(LOOM_MEM_HOST); 0: malloc */
-  loom_dtype pdt, gdt;        /* the model's storage dtypes (ABI 1.4; F32 before) */
+  loom_dtype pdt, gdt;        /* the storage plan's param_dtype / grad_dtype */
   size_t gel;                 /* bytes per gradient element */
   float *m, *v, *master;      /* host, part.count floats each; master only with fp32 storage
                                  (16-bit: the partition's master, see above) */

@@ -110,7 +110,7 @@ int zc_setup(zero *z, int want_params, int want_grads) {
   }
   z->numel = m->numel;
   const loom_storage_plan_v1 plan = loom_storage_plan_of(api, z->host, m);
-  /* the host folds 1/dp into the loss gradient when it can (ABI 1.5): then sum only */
+  /* the plan says whether the host folds 1/dp into the loss gradient: then sum only */
   z->predivided = z->dp > 1 && plan.grads_predivided;
   z->inv_dp = z->predivided ? 1.0f : 1.0f / (float)z->dp;
   z->pdt = plan.param_dtype;

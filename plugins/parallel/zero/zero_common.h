@@ -56,10 +56,9 @@ typedef struct zero {
   loom_comm *comm;
   int dp, rank;
   uint64_t numel;
-  /* storage (ABI 1.4, loom_model_v1.param_dtype / grad_dtype): the flat parameter and gradient
-   * elements, and everything this plugin holds of them (partitions, gathers, buckets, the
-   * collectives' payloads), are of these dtypes: bf16/fp16 under a 16-bit precision (the
-   * gradients fp32 with accumulation over micro-batches), fp32 otherwise */
+  /* storage: the host's storage plan (loom_storage_plan_v1 param_dtype / grad_dtype, read in
+   * setup): the flat parameter and gradient elements, and everything this plugin holds of them
+   * (partitions, gathers, buckets, the collectives' payloads), are of these dtypes */
   loom_dtype pdt, gdt;
   size_t pel, gel;         /* their element sizes in bytes */
   float *cvt;              /* 2 x ZC_CVT_CHUNK fp32 (LOOM_MEM_COMM) when either is 16-bit: where
