@@ -215,6 +215,32 @@ START_TEST(test_plan_legacy_plugin) {
 }
 END_TEST
 
+/* The host publishes its plan through the model view (ABI 1.6 loom_model_v1.plan), and a
+ * plugin's loom_storage_plan_of returns exactly it. */
+START_TEST(test_model_view_publishes_plan) {
+  open_config((const char *const[]){"ddp"}, 1, 2);
+  loom__storage_plan(&rt, LOOM_F32, 2, &rt.plan);
+  char err[256] = "";
+  ck_assert_int_eq(loom__dev_open(&rt.dev, loom__cpu_device(), "{}", 0, err, sizeof err),
+                   LOOM_OK);
+  gpt_config gc = {.vocab_size = 17, .max_seq_len = 8, .n_layer = 1, .n_head = 2, .n_embd = 8};
+  ck_assert_int_eq(gpt_init(&rt.model, &gc, &rt.dev, err, sizeof err), LOOM_OK);
+  ck_assert_int_eq(loom__model_view_build(&rt), 0);
+  const loom_model_v1 *m = &rt.model_view;
+  ck_assert(LOOM_HAS(m, plan));
+  ck_assert_ptr_eq(m->plan, &rt.plan.v);
+  loom_storage_plan_v1 p = loom_storage_plan_of(loom__host_api(), NULL, m);
+  ck_assert_int_eq(p.grads_predivided, 1);
+  ck_assert_int_eq(p.dp, 2);
+  ck_assert_ptr_eq(p.reason, rt.plan.reason);
+  ck_assert_int_eq(p.param_dtype, m->param_dtype);
+  loom__model_view_free(&rt);
+  gpt_free(&rt.model);
+  loom__dev_close(&rt.dev);
+  plan_teardown();
+}
+END_TEST
+
 /* ---- compat.h: the plan from any host ------------------------------------------------------ */
 
 static int fake_dp = 2, fake_predivided = 1;
@@ -278,6 +304,7 @@ static Suite *abi_compat_suite(void) {
   tcase_add_test(tc, test_plan_fp32);
   tcase_add_test(tc, test_plan_16bit);
   tcase_add_test(tc, test_plan_legacy_plugin);
+  tcase_add_test(tc, test_model_view_publishes_plan);
   suite_add_tcase(s, tc);
   return s;
 }
