@@ -291,22 +291,22 @@ START_TEST(test_plan_of_any_host) {
 }
 END_TEST
 
-static Suite *abi_compat_suite(void) {
-  Suite *s = suite_create("abi_compat");
-  TCase *tc = tcase_create("sdk");
-  tcase_add_test(tc, test_has_reads_struct_size);
-  tcase_add_test(tc, test_value_accessors);
-  tcase_add_test(tc, test_plan_of_any_host);
+/* One TCase per side of the boundary, each a list of the tests above. */
+static void add_tcase(Suite *s, const char *name, const TTest *const *tests, size_t n) {
+  TCase *tc = tcase_create(name);
+  for (size_t i = 0; i < n; i++) tcase_add_test(tc, tests[i]);
   suite_add_tcase(s, tc);
-  tc = tcase_create("host");
-  tcase_add_test(tc, test_device_copy_zero_fills);
-  tcase_add_test(tc, test_loader_defaults_old_fields);
-  tcase_add_test(tc, test_plan_fp32);
-  tcase_add_test(tc, test_plan_16bit);
-  tcase_add_test(tc, test_plan_legacy_plugin);
-  tcase_add_test(tc, test_model_view_publishes_plan);
-  suite_add_tcase(s, tc);
-  return s;
 }
 
-int main(void) { return check_run_suite(abi_compat_suite(), CK_FORK_GETENV); }
+int main(void) {
+  static const TTest *sdk[3], *host[6];
+  sdk[0] = test_has_reads_struct_size, sdk[1] = test_value_accessors;
+  sdk[2] = test_plan_of_any_host;
+  host[0] = test_device_copy_zero_fills, host[1] = test_loader_defaults_old_fields;
+  host[2] = test_plan_fp32, host[3] = test_plan_16bit, host[4] = test_plan_legacy_plugin;
+  host[5] = test_model_view_publishes_plan;
+  Suite *s = suite_create("abi_compat");
+  add_tcase(s, "sdk", sdk, sizeof sdk / sizeof *sdk);
+  add_tcase(s, "host", host, sizeof host / sizeof *host);
+  return check_run_suite(s, CK_FORK_GETENV);
+}

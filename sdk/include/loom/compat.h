@@ -11,7 +11,8 @@
  *   ABI 1.2  host: n_micro
  *   ABI 1.3  loom_model_v1.compute_dtype; device round_to / convert
  *   ABI 1.4  loom_model_v1.param_dtype / grad_dtype, loom_partition_v1.master; host:
- *            adamw_range_mixed, micro_tokens; device create_ex, native_stream, crossentropy_fused
+ *            adamw_range_mixed, micro_tokens; device create_ex, native_stream, crossentropy_fused;
+ *            loom_ckpt_state_v1.slices (LOOM_CKPT_HAS_SLICES, kept in checkpoint_v1.h)
  *   ABI 1.5  host: grads_predivided
  *   ABI 1.6  loom_model_v1.plan (loom_storage_plan_v1) */
 #ifndef LOOM_COMPAT_H
