@@ -117,12 +117,12 @@ int loom_device_conformance_main(int argc, char **argv) {
     s.dtype = pass ? LOOM_BF16 : LOOM_F32;
     if ((pass == 0 && !strcmp(dtypes, "bf16")) || (pass == 1 && !strcmp(dtypes, "fp32")))
       continue;
-    if (pass == 1 && !LOOM_DEVICE_HAS(s.ops, round_to)) {
+    if (pass == 1 && !s.ops->round_to) {
       dc_line("SKIP", "bf16", "the backend has no 16-bit storage (ABI 1.3 slots)");
       s.skipped++;
       continue;
     }
-    if (LOOM_DEVICE_HAS(s.ops, set_compute_dtype)) s.ops->set_compute_dtype(s.ctx, s.dtype);
+    if (s.ops->set_compute_dtype) s.ops->set_compute_dtype(s.ctx, s.dtype);
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
       if (!quick || shapes[i].B * shapes[i].T * shapes[i].C <= 8192) {
         dc_check_gpt(&s, &shapes[i]);

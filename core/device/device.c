@@ -3,6 +3,7 @@
  * knows its size and category and close() can release whatever is still live. The list is
  * short (tens of entries: parameter, gradient, optimizer, activation pools): O(n) is fine. */
 #include "device.h"
+#include "../runtime/abi_compat.h"
 
 #include <assert.h>
 #include <stdint.h>
@@ -49,7 +50,10 @@ int loom__dev_open_ex(loom_dev *dev, const loom_device_v1 *ops, const char *opti
   const char *opts = options_json ? options_json : "{}";
   void *ctx = NULL;
   int rc;
-  if (LOOM_DEVICE_HAS(ops, create_ex)) {
+  /* every consumer reads the full-size copy: a slot the backend's minor lacks is NULL */
+  loom__abi_copy_device(&dev->table, ops);
+  ops = &dev->table;
+  if (ops->create_ex) {
     /* the backend says why (no GPU, no driver, too few GPUs for the local ranks) */
     char why[512] = "";
     rc = ops->create_ex(opts, local_rank, local_size < 1 ? 1 : local_size, &ctx, why,

@@ -10,7 +10,10 @@
 typedef struct loom_dev_alloc loom_dev_alloc; /* one live allocation (internal list node) */
 
 typedef struct loom_dev {
-  const loom_device_v1 *ops; /* the backend's kernels and memory functions */
+  const loom_device_v1 *ops; /* the backend's kernels and memory functions: &table while open
+                                (a slot an older backend lacks is NULL there) */
+  loom_device_v1 table;      /* this host's full-size, zero-filled copy of the backend's table
+                                (abi_compat.c); hdr.struct_size = the bytes it really holds */
   void *ctx;                 /* the backend's context, passed to every ops call */
   size_t bytes_now[LOOM_MEM__COUNT];  /* live bytes per category */
   size_t bytes_peak[LOOM_MEM__COUNT]; /* high-water mark per category */
@@ -18,10 +21,6 @@ typedef struct loom_dev {
   loom_dev_alloc *allocs;             /* live allocations, for free() and leak reports */
 } loom_dev;
 
-/* True when a backend's table (as it was built: hdr.struct_size) holds `slot` and sets it. */
-#define LOOM_DEVICE_HAS(ops, slot)                                                         \
-  ((ops)->hdr.struct_size >= offsetof(loom_device_v1, slot) + sizeof((ops)->slot) &&      \
-   (ops)->slot)
 /* Device memory is host memory (the CPU device): buffers may be handed to host code as is. */
 #define LOOM_DEVICE_HOST_ADDRESSABLE(ops) (((ops)->hdr.caps & LOOM_DEVICE_CAP_HOST_ADDRESSABLE) != 0)
 

@@ -803,12 +803,9 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   return LOOM_OK;
 }
 
-/* 1 if the device has the fused classifier (device ABI 1.4; NULL or an older table: the separate
- * crossentropy_forward / crossentropy_backward kernels, probs in the backward scratch). */
-static int has_fused_classifier(const gpt_model *m) {
-  return OPS->hdr.struct_size > offsetof(loom_device_v1, crossentropy_fused) &&
-         OPS->crossentropy_fused;
-}
+/* 1 if the device has the fused classifier (NULL: the separate crossentropy_forward /
+ * crossentropy_backward kernels, probs in the backward scratch). */
+static int has_fused_classifier(const gpt_model *m) { return OPS->crossentropy_fused != NULL; }
 
 /* ln_f, the tied logits and the loss. A training forward (gpt_set_train_dloss: dloss known
  * before the forward) on a device with the fused classifier also writes dlogits in place over
@@ -1035,11 +1032,9 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
                "the compute dtype %d", cfg->param_dtype, cfg->grad_dtype, cfg->dtype);
     return LOOM_INVALID_CONFIG;
   }
-  /* a backend built against device ABI 1.2 or older has no 16-bit stores (dev NULL: a table
-   * only, for planning); convert (same ABI 1.3 block) packs and widens the saved activations */
-  if (cfg->dtype != LOOM_F32 && dev &&
-      (dev->ops->hdr.struct_size <= offsetof(loom_device_v1, convert) || !dev->ops->round_to ||
-       !dev->ops->convert)) {
+  /* a backend without 16-bit stores (dev NULL: a table only, for planning); convert packs and
+   * widens the saved activations */
+  if (cfg->dtype != LOOM_F32 && dev && (!dev->ops->round_to || !dev->ops->convert)) {
     if (err)
       snprintf(err, errlen, "device '%s' (ABI %d.%d) has no round_to: bf16/fp16 precision needs "
                "a device built against ABI 1.3 or newer", dev->ops->hdr.name,

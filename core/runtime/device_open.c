@@ -109,7 +109,7 @@ int loom__device_open(loom_runtime *rt, int threads, char *err, size_t errlen) {
 
 void loom__device_hint_dtype(loom_runtime *rt) {
   const loom_device_v1 *ops = rt->dev.ops;
-  if (ops && LOOM_DEVICE_HAS(ops, set_compute_dtype))
+  if (ops && ops->set_compute_dtype)
     ops->set_compute_dtype(rt->dev.ctx, rt->compute_dtype);
 }
 

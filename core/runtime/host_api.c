@@ -8,8 +8,9 @@
 #include "device_open.h"
 #include "../config/config_internal.h"
 #include "export/model_files.h"
+#include "abi_compat.h"
 #include "runtime.h"
-#include "plugins.h"
+#include "storage_plan.h"
 #include "test_hooks.h"
 
 void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const char *file,
@@ -455,23 +456,7 @@ static const loom_host_api_v1 host_api = {
   .fault_point = host_fault_point,
 };
 
-/* LOOM_TEST_HOST_MINOR=4 (tests): the table as a 1.4 host offers it — struct_size ending before
- * the 1.5 slots — so the tests can run a 1.5 plugin's fallback for an older host (ddp then
- * averages itself, and the host does not predivide: loom__grads_predivided asks this table). */
-static const loom_host_api_v1 *host_api_as_1_4(void) {
-  static loom_host_api_v1 t;
-  if (!t.struct_size) {
-    t = host_api;
-    t.struct_size = (uint32_t)offsetof(loom_host_api_v1, grads_predivided);
-    t.abi_minor = 4;
-  }
-  return &t;
-}
-
-const loom_host_api_v1 *loom__host_api(void) {
-  /* read once at start-up (test_hooks.c): the answer must not change during a run */
-  return loom__test_hooks()->host_minor == 4 ? host_api_as_1_4() : &host_api;
-}
+const loom_host_api_v1 *loom__host_api(void) { return loom__abi_host_table(&host_api); }
 
 int loom__launcher_rank(void) {
   static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};

@@ -1,4 +1,5 @@
 #include "loader.h"
+#include "abi_compat.h"
 #include "elf_check.h"
 
 #include <dirent.h>
@@ -23,17 +24,6 @@ const char *loom__kind_name(loom_plugin_kind kind) {
     case LOOM_KIND_DEVICE: return "device";
   }
   return "unknown";
-}
-
-static size_t kind_struct_size(loom_plugin_kind kind) {
-  switch (kind) {
-    case LOOM_KIND_PARALLEL: return sizeof(loom_parallel_v1);
-    case LOOM_KIND_PRECISION: return sizeof(loom_precision_v1);
-    case LOOM_KIND_CHECKPOINT: return sizeof(loom_checkpoint_v1);
-    case LOOM_KIND_COMM: return sizeof(loom_comm_v1);
-    case LOOM_KIND_DEVICE: return sizeof(loom_device_v1);
-  }
-  return 0;
 }
 
 /* Callbacks a plugin of each kind must provide (byte offsets into its struct). Optional hooks
@@ -191,7 +181,7 @@ int loom__plugin_open(loom_plugin *p, const char *name, loom_plugin_kind kind, c
              name, p->path, hdr->abi_major, hdr->abi_minor, LOOM_ABI_MAJOR, LOOM_ABI_MINOR);
     goto fail;
   }
-  size_t full = kind_struct_size((loom_plugin_kind)hdr->kind);
+  size_t full = loom__abi_table_size((loom_plugin_kind)hdr->kind);
   if (full == 0) {
     snprintf(err, errlen, "plugin '%s' (%s): unknown plugin kind %u", name, p->path,
              hdr->kind);
@@ -208,9 +198,8 @@ int loom__plugin_open(loom_plugin *p, const char *name, loom_plugin_kind kind, c
              p->path, hdr->struct_size);
     goto fail;
   }
-  /* OBS's rule: zero-fill, copy what both sides know. */
-  size_t n = hdr->struct_size < full ? hdr->struct_size : full;
-  memcpy(&p->u, hdr, n);
+  /* OBS's rule: zero-fill, copy what both sides know, default what an older minor lacks */
+  loom__abi_copy_table(&p->u, sizeof p->u, hdr);
   p->kind = (loom_plugin_kind)hdr->kind;
 
   const required_slot *req = required_for(p->kind);

@@ -1,6 +1,7 @@
 /* The plugin loader: find a plugin by name or path, dlopen it, check its identity and ABI, and
- * copy its table into a host-side struct of the kind (zero-filled, min(size) copied, so fields
- * an older plugin lacks read as NULL = "use the default").
+ * copy its table into a host-side struct of the kind (zero-filled, full size, min(size) copied,
+ * so fields an older plugin lacks read as NULL = "use the default": abi_compat.c). Consumers
+ * of p->u test a slot for NULL; hdr.struct_size and hdr.abi_minor stay the plugin's own.
  *
  * Search order for a bare name NAME (file NAME.so): each directory of $LOOM_PLUGIN_PATH
  * (colon-separated), then <directory of the loom executable>/../lib/loom/plugins (build and install trees alike),

@@ -38,7 +38,7 @@ static int comm_error(loom_runtime *rt, char *err, size_t errlen) {
 int loom__comm_check_options(loom_runtime *rt, char *err, size_t errlen) {
   if (comm_host_init(rt, err, errlen) != 0) return -1;
   const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
-  if (c->hdr.struct_size <= offsetof(loom_comm_v1, check_options) || !c->check_options)
+  if (!c->check_options)
     return 0; /* a 1.4 plugin: train's create() validates them */
   if (c->check_options(loom__host_api(), &rt->comm_host, &rt->comm_host.opts) != LOOM_OK)
     return comm_error(rt, err, errlen);

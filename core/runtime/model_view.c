@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi_compat.h"
 #include "runtime.h"
 
 int loom__model_view_build(loom_runtime *rt) {
@@ -39,7 +40,7 @@ int loom__model_view_build(loom_runtime *rt) {
     t->data = &p->data;
     t->grad = &p->grad;
   }
-  v->struct_size = sizeof *v;
+  v->struct_size = loom__abi_model_view_size(); /* sizeof *v, but for LOOM_TEST_HOST_MINOR */
   v->n_layer = m->cfg.n_layer;
   v->n_head = m->cfg.n_head;
   v->n_embd = m->cfg.n_embd;
@@ -49,8 +50,9 @@ int loom__model_view_build(loom_runtime *rt) {
   v->unit_offset = rt->unit_offset;
   v->numel = m->num_parameters;
   v->compute_dtype = rt->compute_dtype;
-  v->param_dtype = rt->param_dtype;
-  v->grad_dtype = rt->grad_dtype;
+  v->param_dtype = rt->plan.v.param_dtype;
+  v->grad_dtype = rt->plan.v.grad_dtype;
+  v->plan = &rt->plan.v;
   v->params = m->params_memory;
   v->grads = m->grads_memory;
   v->n_tensors = k;

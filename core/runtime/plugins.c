@@ -6,6 +6,7 @@
 
 #include "device_open.h"
 #include "plugins.h"
+#include "storage_plan.h"
 
 /* Roles this host version can run (ABI 1.2: pipeline parallel, schedule and axis pp, too);
  * anything else is refused clearly instead of run wrong. */
@@ -224,14 +225,6 @@ int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
   return 0;
 }
 
-int loom__grads_predivided(const loom_runtime *rt) {
-  int i = rt->grad_sync_owner;
-  /* the loader zero-filled what a plugin of ABI <= 1.4 lacks: grad_sync reads 0 there; and the
-   * host predivides only where its table tells the plugins so (LOOM_TEST_HOST_MINOR=4: not) */
-  return i >= 0 && rt->mesh.dp > 1 && LOOM_HOST_HAS(loom__host_api(), grads_predivided) &&
-         (rt->parallel[i].u.parallel.grad_sync & LOOM_PAR_GRAD_PREDIVIDED) != 0;
-}
-
 static char *label_for(const loom_plugin_cfg *pc) {
   size_t n = strlen(pc->name) + strlen(pc->json_path) + 4;
   char *s = malloc(n);
@@ -283,8 +276,7 @@ int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen) {
   loom__device_hint_dtype(rt);
   const loom_device_v1 *dev = rt->dev.ops;
   loom_dtype dt = rt->compute_dtype;
-  int dev_has_16 = dev->hdr.struct_size > offsetof(loom_device_v1, convert) && dev->round_to &&
-                   dev->convert;
+  int dev_has_16 = dev->round_to && dev->convert;
   if (dt != LOOM_F32 && ((dt != LOOM_BF16 && dt != LOOM_F16) || !dev_has_16)) {
     snprintf(err, errlen, "%s: %s: plugin '%s' computes in dtype %d; the %s device (ABI %d.%d) "
              "runs %s", cfg->path, cfg->precision.json_path, cfg->precision.name, (int)dt,
@@ -292,15 +284,9 @@ int loom__plugins_create(loom_runtime *rt, char *err, size_t errlen) {
              dev_has_16 ? "fp32, bf16 and fp16 only" : "fp32 only (16-bit needs ABI 1.3)");
     return -1;
   }
-  int all_cap16 = 1;
-  const char *legacy = NULL;
-  for (int i = 0; i < rt->n_parallel; i++)
-    if (!(rt->parallel[i].u.parallel.storage & LOOM_PAR_STORAGE_16BIT)) {
-      all_cap16 = 0;
-      if (!legacy) legacy = rt->parallel_host[i].label;
-    }
-  loom__storage_dtypes(dt, all_cap16, cfg->train.grad_accum_steps, &rt->param_dtype,
-                       &rt->grad_dtype);
+  /* the storage plan, once: what every plugin's setup reads through the model view */
+  loom__storage_plan(rt, dt, rt->mesh.dp, &rt->plan);
+  const char *legacy = rt->plan.legacy >= 0 ? rt->parallel_host[rt->plan.legacy].label : NULL;
   if (dt != LOOM_F32 && legacy && rt->mesh.world_rank == 0)
     fprintf(stderr, "loom[0] info: plugin %s does not declare 16-bit storage "
             "(LOOM_PAR_STORAGE_16BIT, ABI 1.4): parameters and gradients are kept as %s "
@@ -369,10 +355,4 @@ const char *loom__status_text(int rc) {
 #undef LOOM__STATUS_TEXT
   }
   return "error";
-}
-
-void loom__storage_dtypes(loom_dtype compute, int all_cap16, int accum, loom_dtype *param,
-                          loom_dtype *grad) {
-  *param = compute != LOOM_F32 && all_cap16 ? compute : LOOM_F32;
-  *grad = *param != LOOM_F32 && accum <= 1 ? compute : LOOM_F32;
 }

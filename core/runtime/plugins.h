@@ -3,6 +3,7 @@
 #define LOOM_CORE_PLUGINS_H
 
 #include "runtime.h"
+#include "storage_plan.h"
 
 /* dlopen and check every plugin the config names (comm included); refuse conflicting roles (two owners of
  * gradient sync, of the optimizer step, of the schedule) and capabilities this host cannot
@@ -16,10 +17,8 @@ int loom__precision_create(loom_runtime *rt, char *err, size_t errlen);
 /* Call setup() of each parallel plugin (the model exists). */
 int loom__plugins_setup(loom_runtime *rt, char *err, size_t errlen);
 void loom__plugins_destroy(loom_runtime *rt);
-/* 1 when the loss gradient is divided by the data-parallel size (the gradient-sync owner set
- * LOOM_PAR_GRAD_PREDIVIDED, ABI 1.5, and dp > 1): backward then yields gradient/dp and the sync
- * sums only. Needs the mesh. What api->grads_predivided answers and the trainer's dloss uses. */
-int loom__grads_predivided(const loom_runtime *rt);
+/* loom__grads_predivided (1 when the loss gradient is divided by dp) lives with the rest of
+ * the storage plan: storage_plan.h. */
 /* Format the error of parallel plugin i's failed `hook` into err; returns -1. */
 int loom__hook_error(loom_runtime *rt, int i, const char *hook, int rc, char *err,
                      size_t errlen);

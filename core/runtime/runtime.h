@@ -12,6 +12,14 @@
 
 typedef struct loom_runtime loom_runtime;
 
+/* The run's storage plan as the host keeps it (decided by loom__storage_plan, storage_plan.c). */
+typedef struct loom_plan {
+  loom_storage_plan_v1 v; /* what plugins read (loom_model_v1.plan); v.reason points at reason */
+  int legacy;             /* the first parallel plugin without LOOM_PAR_STORAGE_16BIT (under a
+                             16-bit precision it keeps the buffers fp32), or -1 */
+  char reason[384];
+} loom_plan;
+
 #define LOOM_MAX_STAGES 64 /* pipeline stages */
 
 /* The handle a plugin receives: knows which plugin it serves (for messages) and its options. */
@@ -75,7 +83,9 @@ struct loom_runtime {
   void *precision_ctx;
   loom_host precision_host;
   loom_dtype compute_dtype;     /* the precision plugin's: the model's 16-bit stores (gpt.h) */
-  loom_dtype param_dtype, grad_dtype; /* storage of the flat buffers (loom__storage_dtypes) */
+  loom_plan plan;               /* the storage plan (storage_plan.c), decided once in
+                                   loom__plugins_create: plan.v.param_dtype / grad_dtype are
+                                   the flat buffers' storage; model_view.plan points here */
 
   int has_checkpoint;
   loom_plugin checkpoint;
@@ -105,13 +115,6 @@ struct loom_runtime {
 /* Floats of rt->stage: bounded, whatever the model size (64 KiB). */
 #define LOOM_STAGE_FLOATS 16384
 
-/* The storage dtypes of the flat parameter and gradient buffers (ABI 1.4, docs/
- * mixed_precision.md "Storage"): the 16-bit compute dtype when every parallel plugin sets
- * LOOM_PAR_STORAGE_16BIT (all_cap16), else fp32; gradients fp32 whenever more than one
- * micro-batch accumulates (grad_accum_dtype = fp32). */
-void loom__storage_dtypes(loom_dtype compute, int all_cap16, int accum, loom_dtype *param,
-                          loom_dtype *grad);
-
 /* Format an error for the user: "loom: LABEL: MESSAGE" (LABEL = plugin and config path). */
 void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const char *file,
                      const char *where, json_t *options);
@@ -120,7 +123,7 @@ void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const ch
 void loom__host_release(loom_host *h);
 
 /* The host API table (static, one for all plugins; as a 1.4 host offers it under
- * LOOM_TEST_HOST_MINOR=4, for the tests of 1.5 plugins on an older host). */
+ * LOOM_TEST_HOST_MINOR=4, for the tests of 1.5 plugins on an older host: abi_compat.c). */
 const loom_host_api_v1 *loom__host_api(void);
 
 /* Rank of this process as the launcher tells it (before MPI is up), 0 when not launched. */

@@ -63,7 +63,7 @@ static int flat_items(loom_trainer *tr, loom_ckpt_item_v1 *items, int *n) {
   loom_runtime *rt = &tr->rt;
   uint64_t N = rt->model.num_parameters;
   int k = 0;
-  if (rt->param_dtype != LOOM_F32) /* 16-bit storage: the fp32 master is the parameter value,
+  if (rt->plan.v.param_dtype != LOOM_F32) /* 16-bit storage: the fp32 master is the parameter value,
                                       so the checkpoint does not depend on the precision */
     items[k++] = rt->partition.sharded || rt->shard_params
                      ? partition_item(rt, "params", rt->partition.master)
@@ -384,8 +384,8 @@ static int load_state(loom_trainer *tr, const loom_ckpt_meta *m) {
 static int params_from_master(loom_trainer *tr) {
   loom_runtime *rt = &tr->rt;
   const loom_partition_v1 *p = &rt->partition;
-  if (rt->param_dtype == LOOM_F32 || p->count == 0) return 0;
-  if (rt->dev.ops->convert(rt->dev.ctx, p->params, rt->param_dtype, p->master, LOOM_F32,
+  if (rt->plan.v.param_dtype == LOOM_F32 || p->count == 0) return 0;
+  if (rt->dev.ops->convert(rt->dev.ctx, p->params, rt->plan.v.param_dtype, p->master, LOOM_F32,
                            (size_t)p->count) != LOOM_OK) {
     snprintf(tr->err, sizeof tr->err, "resume: the device cannot round the fp32 master to "
              "16 bits");

@@ -145,8 +145,7 @@ static int describe(loom_runtime *rt, const loom_estimate *e, const gpt_model *m
     loom_estimate_v1 *r = &rep[i];
     memset(r, 0, sizeof *r);
     r->struct_size = sizeof *r;
-    if (p->hdr.struct_size >= offsetof(loom_parallel_v1, estimate) + sizeof p->estimate &&
-        p->estimate) {
+    if (p->estimate) { /* the loader's full-size copy: NULL when the plugin predates the slot */
       loom_host *h = &rt->parallel_host[i];
       h->error[0] = '\0';
       int prc = p->estimate(loom__host_api(), h, &h->opts, &pl, r);
@@ -392,16 +391,11 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   st->total = e->total;
   st->model_states = e->model_states;
 }
-/* The storage dtypes of the run (ABI 1.4), decided as the host decides them: 16-bit under
- * bf16/fp16 when every parallel plugin declares LOOM_PAR_STORAGE_16BIT (docs/mixed_precision.md,
- * "Storage"), otherwise fp32 buffers holding 16-bit values; gradients fp32 with accumulation
- * over micro-batches. The one place the estimate computes them. */
+/* The storage dtypes of the run: the host's storage plan (runtime/storage_plan.c, computed in
+ * loom_estimate_compute for the planned world), never decided here. */
 static void storage_plan(loom_estimate *e, const loom_runtime *rt) {
-  int all16 = 1;
-  for (int i = 0; i < rt->n_parallel; i++)
-    all16 &= !!(rt->parallel[i].u.parallel.storage & LOOM_PAR_STORAGE_16BIT);
-  loom__storage_dtypes(e->dtype, all16, rt->cfg->train.grad_accum_steps, &e->param_dtype,
-                       &e->grad_dtype);
+  e->param_dtype = rt->plan.v.param_dtype;
+  e->grad_dtype = rt->plan.v.grad_dtype;
   e->storage16 = e->param_dtype != LOOM_F32;
   e->grad16 = e->grad_dtype != LOOM_F32;
 }
@@ -488,10 +482,11 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   for (int i = 0; i < rt->n_parallel; i++) {
     snprintf(e->plugins[i].name, sizeof e->plugins[i].name, "%s", cfg->parallel[i].name);
     e->plugins[i].caps = rt->parallel[i].u.hdr.caps;
-    if ((e->plugins[i].caps & LOOM_PAR_CAP_GRAD_SYNC) &&
-        (rt->parallel[i].u.parallel.grad_sync & LOOM_PAR_GRAD_PREDIVIDED))
-      e->predivide = 1;
   }
+  /* the storage plan the host will follow (storage_plan.c), for `world` data-parallel ranks:
+   * the dtypes of the flat buffers, and whether the gradient sync only sums (predivided) */
+  loom__storage_plan(rt, e->dtype, world, &rt->plan);
+  e->predivide = rt->plan.v.grads_predivided;
   decide_roles(e);
   storage_plan(e, rt);
   if (world > 1 && !e->grad_sync) {

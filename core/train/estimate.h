@@ -2,7 +2,7 @@
  * before anything runs (no MPI, no training, no tensor allocated).
  *
  * Mixed precision (bf16.so, fp16.so), 16-bit storage (ABI 1.4: every parallel plugin sets
- * LOOM_PAR_STORAGE_16BIT; loom__storage_dtypes decides as the host does): parameters P = 2
+ * LOOM_PAR_STORAGE_16BIT; loom__storage_plan decides as the host does): parameters P = 2
  * bytes, gradients G = 2 (4 with grad_accum_steps > 1: fp32 accumulation), optimizer K = 12
  * (fp32 master, m, v), so the ZeRO paper's own mixed-precision formulas hold exactly: DDP 16Ψ,
  * ZeRO-1 4Ψ + 12Ψ/N, ZeRO-2 2Ψ + 14Ψ/N, ZeRO-3 16Ψ/N + 2·gathered; cpu_offload's host memory
@@ -106,7 +106,7 @@ typedef struct loom_estimate {
   int stage;                /* 0 (none/DDP), 1, 2, 3: the highest sharding role */
   loom_dtype dtype;         /* the precision plugin's compute dtype */
   int sync16;               /* the gradient all-reduce travels in dtype (ddp under bf16/fp16) */
-  loom_dtype param_dtype, grad_dtype; /* storage (loom__storage_dtypes; ABI 1.4) */
+  loom_dtype param_dtype, grad_dtype; /* storage (loom__storage_plan; ABI 1.4) */
   int storage16;            /* 16-bit parameter storage (ABI 1.4; every plugin can) */
   int grad16;               /* 16-bit gradient storage (storage16 and one micro-batch) */
   int param_elem, grad_elem, optim_k; /* bytes per element: params P, grads G, optimizer K */

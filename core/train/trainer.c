@@ -173,7 +173,7 @@ gpt_hooks loom__forward_hooks(loom_trainer *tr) {
 static int setup_master(loom_trainer *tr) {
   loom_runtime *rt = &tr->rt;
   loom_partition_v1 *p = &rt->partition;
-  if (rt->param_dtype == LOOM_F32) {
+  if (rt->plan.v.param_dtype == LOOM_F32) {
     p->master = p->params;
     return 0;
   }
@@ -239,8 +239,8 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                    .tp_rank = rt->mesh.tp_rank,
                    .ckpt_policy = cfg->activation_checkpointing.policy,
                    .ckpt_every = cfg->activation_checkpointing.every,
-                   .dtype = (int)rt->compute_dtype, .param_dtype = (int)rt->param_dtype,
-                   .grad_dtype = (int)rt->grad_dtype};
+                   .dtype = (int)rt->compute_dtype, .param_dtype = (int)rt->plan.v.param_dtype,
+                   .grad_dtype = (int)rt->plan.v.grad_dtype};
   if (rt->mesh.pp > 1) {
     /* the split loom estimate accounts by (core/runtime/pp_split.c) */
     if (loom__pp_split(rt, &mc, e, sizeof e) != 0) return fail(tr, "%s: %s", cfg->path, e);
@@ -314,11 +314,11 @@ static void injected_inf(loom_trainer *tr, int step) {
   loom_runtime *rt = &tr->rt;
   if (!loom__hook_inject_inf(rt->mesh.world_rank, step) || rt->partition.count == 0) return;
   float inf = INFINITY;
-  if (rt->grad_dtype == LOOM_F32) {
+  if (rt->plan.v.grad_dtype == LOOM_F32) {
     rt->dev.ops->from_host(rt->dev.ctx, rt->partition.grads, &inf, sizeof inf);
   } else { /* +inf is exact in bf16 and fp16 */
     rt->dev.ops->from_host(rt->dev.ctx, rt->stage, &inf, sizeof inf);
-    rt->dev.ops->convert(rt->dev.ctx, rt->partition.grads, rt->grad_dtype, rt->stage, LOOM_F32,
+    rt->dev.ops->convert(rt->dev.ctx, rt->partition.grads, rt->plan.v.grad_dtype, rt->stage, LOOM_F32,
                          1);
   }
   fprintf(stderr, "loom[%d] info: LOOM_INJECT_INF: +inf in this rank's gradient at step %d\n",
@@ -363,13 +363,13 @@ static int pass_failed(loom_trainer *tr, const char *pass, int rc) {
  * widened through rt->stage, exact). */
 static double grad_sum_squares(loom_runtime *rt, const float *grads, uint64_t k, uint64_t n) {
   const loom_device_v1 *dev = rt->dev.ops;
-  if (rt->grad_dtype == LOOM_F32) return dev->sum_squares(rt->dev.ctx, grads + k, (size_t)n);
-  const size_t es = loom_dtype_size(rt->grad_dtype);
+  if (rt->plan.v.grad_dtype == LOOM_F32) return dev->sum_squares(rt->dev.ctx, grads + k, (size_t)n);
+  const size_t es = loom_dtype_size(rt->plan.v.grad_dtype);
   double sq = 0.0;
   for (uint64_t i = 0; i < n; i += LOOM_STAGE_FLOATS) {
     size_t c = (size_t)(n - i < LOOM_STAGE_FLOATS ? n - i : LOOM_STAGE_FLOATS);
     dev->convert(rt->dev.ctx, rt->stage, LOOM_F32, (const char *)grads + (k + i) * es,
-                 rt->grad_dtype, c);
+                 rt->plan.v.grad_dtype, c);
     sq += dev->sum_squares(rt->dev.ctx, rt->stage, c);
   }
   return sq;
@@ -527,19 +527,19 @@ static int pp_tied_sum(loom_trainer *tr) {
    * owned range is read from, and its sum written back to, the published partition's gradient,
    * which a sharding plugin may keep outside the flat buffer (zero1 receives its reduce-scatter
    * there); the flat buffer gets the whole sum as before. */
-  const size_t es = loom_dtype_size(rt->grad_dtype);
+  const size_t es = loom_dtype_size(rt->plan.v.grad_dtype);
   const size_t n_own = (size_t)(hi - lo);
   float *sum_own = rt->emb_buf + (lo - w->offset);
   char *flat_own = (char *)w->grad + (lo - w->offset) * es;
   char *own = lo >= hi ? NULL
               : part->sharded ? (char *)part->grads + (lo - part->begin) * es : flat_own;
-  if (own) move_grads(rt, sum_own, LOOM_F32, own, rt->grad_dtype, n_own);
+  if (own) move_grads(rt, sum_own, LOOM_F32, own, rt->plan.v.grad_dtype, n_own);
   if (loom__host_api()->all_reduce(&tr->core_host, rt->emb_comm, rt->emb_buf, w->numel,
                                    LOOM_F32, LOOM_OP_SUM, NULL) != LOOM_OK)
     return fail(tr, "summing the tied embedding's gradient between the first and last "
                 "pipeline stage failed: %s", tr->core_host.error);
-  if (own && own != flat_own) move_grads(rt, own, rt->grad_dtype, sum_own, LOOM_F32, n_own);
-  move_grads(rt, w->grad, rt->grad_dtype, rt->emb_buf, LOOM_F32, w->numel);
+  if (own && own != flat_own) move_grads(rt, own, rt->plan.v.grad_dtype, sum_own, LOOM_F32, n_own);
+  move_grads(rt, w->grad, rt->plan.v.grad_dtype, rt->emb_buf, LOOM_F32, w->numel);
   return 0;
 }
 
@@ -624,7 +624,7 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
    * averaging pass over the whole gradient (bitwise the same for a power-of-two dp: scaling by
    * 2^-k commutes with every rounding of backward and of the sum) */
   float rows = (float)tr->B * (float)tr->T * (float)tr->accum;
-  if (loom__grads_predivided(rt)) rows *= (float)rt->mesh.dp;
+  if (rt->plan.v.grads_predivided) rows *= (float)rt->mesh.dp;
   float dloss = loss_scale / rows;
   /* known before forward: the fused classifier writes dlogits during the forward */
   gpt_set_train_dloss(&rt->model, dloss);
@@ -683,8 +683,8 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
       /* fp32: the master is the parameters themselves (adamw_range, bitwise) */
       int rc = loom__host_api()->adamw_range_mixed(
           &tr->core_host, &args, part->begin, part->count, part->master, part->grads,
-          rt->grad_dtype, rt->optim_m, rt->optim_v,
-          part->master == part->params ? NULL : part->params, rt->param_dtype);
+          rt->plan.v.grad_dtype, rt->optim_m, rt->optim_v,
+          part->master == part->params ? NULL : part->params, rt->plan.v.param_dtype);
       if (rc != LOOM_OK) return fail(tr, "optimizer step: %s", tr->core_host.error);
     }
   }

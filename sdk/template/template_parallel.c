@@ -13,9 +13,10 @@
  *   4. Declare what you own in PLUGIN_CAPS (LOOM_PAR_CAP_* in loom/parallel_v1.h): roles such as
  *      GRAD_SYNC or OPTIMIZER, and exactly one axis. The host refuses two owners of a role.
  *      GRAD_SYNC averages the gradients over the data-parallel ranks — or only sums them when
- *      the table sets .grad_sync = LOOM_PAR_GRAD_PREDIVIDED and api->grads_predivided(host)
- *      says 1 (ABI 1.5: the host then puts 1/dp into the loss gradient; ask it, after
- *      LOOM_HOST_HAS, because an older host does not).
+ *      the table sets .grad_sync = LOOM_PAR_GRAD_PREDIVIDED and the storage plan says
+ *      grads_predivided (the host then puts 1/dp into the loss gradient). Read the plan in
+ *      setup with loom_storage_plan_of(api, host, api->model(host)) (compat.h: it answers for
+ *      a host of any minor); it also gives the dtypes of the buffers you touch.
  *   5. List your option keys in tpl_create's `keys` and read each with api->opt_*(); an error
  *      there already names the config file and the JSON path for you.
  *   6. Write the hooks you need. Remove the slots you don't from the table at the bottom: a NULL

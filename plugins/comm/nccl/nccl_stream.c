@@ -34,8 +34,7 @@ int nccl_device_stream(nccl_ctx *c, cudaStream_t *stream, int *on_device) {
   *on_device = dev != NULL;
   *stream = NULL;
   if (!dev) return LOOM_OK;
-  size_t need = offsetof(loom_device_v1, native_stream) + sizeof dev->native_stream;
-  void *s = dev->hdr.struct_size >= need && dev->native_stream ? dev->native_stream(dctx) : NULL;
+  void *s = LOOM_HAS(dev, native_stream) ? dev->native_stream(dctx) : NULL;
   if (!s) {
     c->api->set_error(c->host, "nccl.so needs the CUDA device (device.type \"cuda\"): device "
                       "'%s' has no native CUDA stream; use comm \"mpi\" with it",

@@ -69,7 +69,7 @@ typedef struct offload {
   const loom_model_v1 *model;
   loom_partition_v1 part;     /* copy of the host's partition at setup */
   int host_accounted;         /* 1: buffers from api->alloc(LOOM_MEM_HOST); 0: malloc */
-  loom_dtype pdt, gdt;        /* the model's storage dtypes (ABI 1.4; F32 before) */
+  loom_dtype pdt, gdt;        /* the storage plan's param_dtype / grad_dtype */
   size_t gel;                 /* bytes per gradient element */
   float *m, *v, *master;      /* host, part.count floats each; master only with fp32 storage
                                  (16-bit: the partition's master, see above) */
@@ -222,11 +222,12 @@ static int off_setup(void *ctx) {
       o->seg[o->n_seg++] = (struct seg){lo - begin, hi - begin, wd};
   }
 
-  o->pdt = LOOM_MODEL_PARAM_DTYPE(m);
-  o->gdt = LOOM_MODEL_GRAD_DTYPE(m);
+  const loom_storage_plan_v1 plan = loom_storage_plan_of(api, o->host, m);
+  o->pdt = plan.param_dtype;
+  o->gdt = plan.grad_dtype;
   o->gel = loom_dtype_size(o->gdt);
   o->host_accounted = (o->dev->hdr.caps & LOOM_DEVICE_CAP_HOST_ADDRESSABLE) != 0;
-  if (o->pdt != LOOM_F32 && (!o->host_accounted || !o->dev->convert)) {
+  if (o->pdt != LOOM_F32 && (!o->host_accounted || !LOOM_HAS(o->dev, convert))) {
     api->set_error(o->host, "16-bit parameter storage needs a host-addressable device with "
                    "convert (the fp32 master is host memory the device rounds from); device "
                    "'%s' is not", o->dev->hdr.name ? o->dev->hdr.name : "?");
@@ -338,8 +339,7 @@ static int off_optimizer_step(void *ctx, const loom_step_args_v1 *a) {
   if (o->pdt != LOOM_F32) {
     /* the partition's fp32 master (host memory, set by the host after setup) */
     const loom_partition_v1 *p = o->api->partition(o->host);
-    master = p && p->struct_size >= offsetof(loom_partition_v1, master) + sizeof(float *)
-                 ? p->master : NULL;
+    master = p ? LOOM_PARTITION_MASTER(p) : NULL;
     if (!master) {
       o->api->set_error(o->host, "16-bit parameter storage but the host published no fp32 "
                         "master for the partition (loom_partition_v1.master)");
@@ -357,9 +357,8 @@ static int off_optimizer_step(void *ctx, const loom_step_args_v1 *a) {
     o->dev_m = o->dev_v = NULL;
   }
   o->dev->to_host(o->dev_ctx, o->gstage, o->part.grads, n * o->gel);
-  /* host-side fields of the args, read defensively (struct_size) */
-  float grad_scale = a->struct_size >= offsetof(loom_step_args_v1, grad_scale) + sizeof(float)
-                         ? a->grad_scale : 1.0f;
+  /* a host-side field of the args, read through the compat accessor */
+  float grad_scale = LOOM_STEP_GRAD_SCALE(a);
   const float bc1 = (float)(1.0 - pow((double)a->beta1, a->step));
   const float bc2 = (float)(1.0 - pow((double)a->beta2, a->step));
   for (int s = 0; s < o->n_seg; s++) {

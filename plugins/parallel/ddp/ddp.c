@@ -58,6 +58,7 @@ typedef struct ddp {
   int dp;
   loom_comm *comm;
   const loom_model_v1 *model;
+  loom_storage_plan_v1 plan; /* the host's storage plan (loom_storage_plan_of, from setup) */
   bucket *buckets;  /* buckets[0] covers the highest offsets (ready first) */
   int n_buckets;
   int next;         /* first bucket not launched yet in this sync micro-step */
@@ -67,7 +68,7 @@ typedef struct ddp {
   loom_dtype grad_dt; /* the model's gradient storage */
   void *stage;      /* the buckets in comm_dt when it differs from grad_dt (numel elements,
                        LOOM_MEM_COMM), else NULL */
-  int predivided;   /* the host divides the loss gradient by dp (api->grads_predivided): the
+  int predivided;   /* the host divides the loss gradient by dp (plan.grads_predivided): the
                        all-reduce's sum is the average, nothing to scale */
   float *avg;       /* AVG_FLOATS fp32 (LOOM_MEM_COMM): averaging 16-bit buckets when not
                        predivided, else NULL */
@@ -162,7 +163,7 @@ static const char *split_blocker(const ddp *d, loom_dtype dt) {
   if (!LOOM_HOST_HAS(d->api, micro_tokens)) return "the host has no micro_tokens (ABI < 1.4)";
   if (d->api->size(d->host, LOOM_AXIS_TP) != 1 || d->api->size(d->host, LOOM_AXIS_PP) != 1)
     return "the model is split by tensor or pipeline parallelism";
-  if (m->n_tensors < 2 || !m->grads || LOOM_MODEL_GRAD_DTYPE(m) != LOOM_F32)
+  if (m->n_tensors < 2 || !m->grads || d->plan.grad_dtype != LOOM_F32)
     return "gradients are not stored in fp32";
   const loom_tensor_v1 *t = LOOM_TENSOR_AT(m, 0);
   if (strcmp(t->name, "wte") != 0 || t->unit != 0 || t->offset != 0 || t->ndim != 2 ||
@@ -195,7 +196,8 @@ static int ddp_setup(void *ctx) {
   ddp *d = ctx;
   d->model = d->api->model(d->host);
   const loom_model_v1 *m = d->model;
-  loom_dtype dt = LOOM_MODEL_COMPUTE_DTYPE(m);
+  d->plan = loom_storage_plan_of(d->api, d->host, m);
+  loom_dtype dt = d->plan.compute_dtype;
   d->split = split_decide(d, dt);
   if (d->split) {
     d->head_unit = m->n_units - 1;
@@ -222,13 +224,12 @@ static int ddp_setup(void *ctx) {
               d->split ? "; wte split: head part after the head, token rows after the encoder"
                        : "");
   d->dev = d->api->device(d->host, &d->dev_ctx);
-  d->grad_dt = LOOM_MODEL_GRAD_DTYPE(m);
-  d->comm_dt = d->dp > 1 && dt != LOOM_F32 && !d->force_fp32 ? dt : LOOM_F32;
+  d->grad_dt = d->plan.grad_dtype;
+  /* the plan's default wire dtype (the compute dtype with dp > 1), unless told fp32 */
+  d->comm_dt = d->dp > 1 && !d->force_fp32 ? d->plan.grad_comm_dtype : LOOM_F32;
   if (d->dp <= 1) return LOOM_OK;
-  d->predivided = LOOM_HOST_HAS(d->api, grads_predivided) && d->api->grads_predivided(d->host);
-  int has_convert = d->dev->hdr.struct_size > offsetof(loom_device_v1, convert) &&
-                    d->dev->convert;
-  if ((d->comm_dt != LOOM_F32 || d->grad_dt != LOOM_F32) && !has_convert) {
+  d->predivided = d->plan.grads_predivided;
+  if ((d->comm_dt != LOOM_F32 || d->grad_dt != LOOM_F32) && !LOOM_HAS(d->dev, convert)) {
     d->api->set_error(d->host, "16-bit gradient all-reduce needs the device's convert (device "
                       "ABI 1.3); set communication_data_type to \"fp32\"");
     return LOOM_UNSUPPORTED;

@@ -224,9 +224,10 @@ static int pl_run_step(void *ctx, const loom_schedule_v1 *S) {
   if (!P->dev) { /* first step: the model exists; its compute dtype decides the packing */
     P->dev = P->api->device(P->host, &P->dev_ctx);
     const loom_model_v1 *model = P->api->model(P->host);
-    loom_dtype dt = model ? LOOM_MODEL_COMPUTE_DTYPE(model) : LOOM_F32;
-    int can = P->dev->hdr.struct_size > offsetof(loom_device_v1, convert) && P->dev->convert;
-    P->dt = (dt == LOOM_BF16 || dt == LOOM_F16) && can ? dt : LOOM_F32;
+    /* the boundary tensors travel in the plan's activation dtype (16-bit under bf16/fp16) */
+    loom_dtype dt =
+        model ? loom_storage_plan_of(P->api, P->host, model).activation_comm_dtype : LOOM_F32;
+    P->dt = (dt == LOOM_BF16 || dt == LOOM_F16) && LOOM_HAS(P->dev, convert) ? dt : LOOM_F32;
   }
   if (m > P->n_req || S->boundary_numel != P->pack_numel) {
     free_packed(P); /* every send completed at the end of the previous step */

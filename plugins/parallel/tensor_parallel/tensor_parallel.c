@@ -79,12 +79,12 @@ static int tp_setup(void *ctx) {
   const loom_model_v1 *m = t->api->model(t->host);
   if (!m || m->n_tensors == 0) return LOOM_OK;
   t->dev = t->api->device(t->host, &t->dev_ctx);
-  loom_dtype dt = LOOM_MODEL_COMPUTE_DTYPE(m);
+  /* f/g travel in the plan's activation dtype (16-bit under bf16/fp16) unless told fp32 */
+  loom_dtype dt = loom_storage_plan_of(t->api, t->host, m).activation_comm_dtype;
   t->comm_dt = LOOM_F32;
-  if (dt != LOOM_F32 && !t->force_fp32 && t->tp > 1 &&
-      t->dev->hdr.struct_size > offsetof(loom_device_v1, convert) && t->dev->convert)
+  if (dt != LOOM_F32 && !t->force_fp32 && t->tp > 1 && LOOM_HAS(t->dev, convert))
     t->comm_dt = dt;
-  if (m->tensors[0].struct_size < offsetof(loom_tensor_v1, split_parts) + sizeof(int)) {
+  if (!LOOM_MODEL_HAS_SPLITS(m)) {
     t->api->set_error(t->host, "this loom does not describe split tensors (ABI < 1.1)");
     return LOOM_UNSUPPORTED;
   }

@@ -18,9 +18,6 @@ int zc_create(const loom_host_api_v1 *api, loom_host *host, const char *name, ze
   z->dp = api->size(host, LOOM_AXIS_DP);
   z->rank = api->rank(host, LOOM_AXIS_DP);
   z->comm = api->comm(host, LOOM_AXIS_DP);
-  /* the host folds 1/dp into the loss gradient when it can (ABI 1.5): then sum only */
-  z->predivided = z->dp > 1 && LOOM_HOST_HAS(api, grads_predivided) && api->grads_predivided(host);
-  z->inv_dp = z->predivided ? 1.0f : 1.0f / (float)z->dp;
   *out = z;
   return LOOM_OK;
 }
@@ -112,8 +109,12 @@ int zc_setup(zero *z, int want_params, int want_grads) {
     return LOOM_INVALID_USAGE;
   }
   z->numel = m->numel;
-  z->pdt = LOOM_MODEL_PARAM_DTYPE(m);
-  z->gdt = LOOM_MODEL_GRAD_DTYPE(m);
+  const loom_storage_plan_v1 plan = loom_storage_plan_of(api, z->host, m);
+  /* the plan says whether the host folds 1/dp into the loss gradient: then sum only */
+  z->predivided = z->dp > 1 && plan.grads_predivided;
+  z->inv_dp = z->predivided ? 1.0f : 1.0f / (float)z->dp;
+  z->pdt = plan.param_dtype;
+  z->gdt = plan.grad_dtype;
   z->pel = loom_dtype_size(z->pdt);
   z->gel = loom_dtype_size(z->gdt);
   if ((z->pdt != LOOM_F32 && z->pel != 2) || (z->gdt != LOOM_F32 && z->gel != 2)) {
@@ -135,7 +136,7 @@ int zc_setup(zero *z, int want_params, int want_grads) {
   z->begin = z->bound[z->rank];
   z->count = z->bound[z->rank + 1] - z->begin;
   if (z->pdt != LOOM_F32 || z->gdt != LOOM_F32) {
-    if (!z->dev->convert) {
+    if (!LOOM_HAS(z->dev, convert)) {
       api->set_error(z->host, "%s: 16-bit storage needs the device's convert slot (ABI 1.3)",
                      z->name);
       return LOOM_UNSUPPORTED;

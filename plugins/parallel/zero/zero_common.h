@@ -56,10 +56,9 @@ typedef struct zero {
   loom_comm *comm;
   int dp, rank;
   uint64_t numel;
-  /* storage (ABI 1.4, loom_model_v1.param_dtype / grad_dtype): the flat parameter and gradient
-   * elements, and everything this plugin holds of them (partitions, gathers, buckets, the
-   * collectives' payloads), are of these dtypes: bf16/fp16 under a 16-bit precision (the
-   * gradients fp32 with accumulation over micro-batches), fp32 otherwise */
+  /* storage: the host's storage plan (loom_storage_plan_v1 param_dtype / grad_dtype, read in
+   * setup): the flat parameter and gradient elements, and everything this plugin holds of them
+   * (partitions, gathers, buckets, the collectives' payloads), are of these dtypes */
   loom_dtype pdt, gdt;
   size_t pel, gel;         /* their element sizes in bytes */
   float *cvt;              /* 2 x ZC_CVT_CHUNK fp32 (LOOM_MEM_COMM) when either is 16-bit: where
@@ -68,8 +67,8 @@ typedef struct zero {
   uint64_t cvt_n;          /* elements per half of cvt */
   uint64_t *bound;         /* dp + 1 entries: rank i owns [bound[i], bound[i+1]) */
   uint64_t begin, count;   /* this rank's partition */
-  int predivided;          /* the host divides the loss gradient by dp (api->grads_predivided,
-                              ABI 1.5): a reduced block is the average already */
+  int predivided;          /* the host divides the loss gradient by dp (the storage plan's
+                              grads_predivided, from setup): a reduced block is the average */
   float inv_dp;            /* what a reduced block is multiplied by: 1 / dp, or 1 predivided */
   int *t_first;            /* n_units + 1: unit u's tensors are [t_first[u], t_first[u+1]) */
   int wte;                 /* index of the tied embedding "wte" (unit 0, read by the head) */

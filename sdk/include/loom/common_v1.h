@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 1
-#define LOOM_ABI_MINOR 5
+#define LOOM_ABI_MINOR 6
 
 /* Mark the single symbol a plugin exports; build plugins with -fvisibility=hidden. */
 #if defined(__GNUC__)
@@ -105,6 +105,26 @@ typedef struct loom_plugin_header {
   const char *description; /* one line for `loom plugins` */
   uint64_t caps;           /* capability flags; meaning depends on kind (see each kind's header) */
 } loom_plugin_header;
+
+/* ---- ABI 1.6: probing a struct that crosses the boundary ----
+ * Every ABI struct starts with its size: the host's own structs (loom_host_api_v1,
+ * loom_model_v1, loom_partition_v1, loom_step_args_v1, ...) with `struct_size`, a plugin's
+ * table with hdr.struct_size, which is the same first four bytes. A struct written by an older
+ * minor ends earlier; reading a field past its end reads someone else's memory.
+ *
+ * LOOM_STRUCT_SIZE(p): the size the writer of *p declared (bytes).
+ * LOOM_COVERS(p, field): 1 when *p, as its writer built it, extends over the whole of `field`
+ *   (for value fields such as loom_model_v1.param_dtype, where 0 is a meaningful value).
+ * LOOM_HAS(p, slot): LOOM_COVERS and the slot is set (non-NULL / non-zero): the test before
+ *   calling an optional function slot of a table someone else built — the host API table,
+ *   the device table from api->device(), a plugin's table in the host.
+ * The host zero-fills its own full-size copy of every plugin table it loads, so host code
+ * tests a slot for NULL; a plugin, which gets structs from hosts of any minor, uses these. */
+#define LOOM_STRUCT_SIZE(p) ((size_t)*(const uint32_t *)(const void *)(p))
+#define LOOM_COVERS(p, field)                                                            \
+  (LOOM_STRUCT_SIZE(p) >=                                                                \
+   (size_t)((const char *)&(p)->field - (const char *)(p)) + sizeof((p)->field))
+#define LOOM_HAS(p, slot) (LOOM_COVERS(p, slot) && (p)->slot)
 
 /* Opaque handles owned by the host. */
 typedef struct loom_host loom_host;         /* the host runtime instance */

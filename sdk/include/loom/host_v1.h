@@ -4,7 +4,7 @@
  * options, the process mesh and collectives, device memory and kernels, the model's tensors —
  * comes through this table. It is append-only: a slot is never removed or reordered; a plugin
  * that needs a slot added in a later minor version checks LOOM_HOST_HAS(api, slot) first
- * (Redis's RMAPI_FUNC_SUPPORTED). */
+ * (Redis's RMAPI_FUNC_SUPPORTED; compat.h). */
 #ifndef LOOM_HOST_V1_H
 #define LOOM_HOST_V1_H
 
@@ -62,6 +62,43 @@ typedef struct loom_tensor_v1 {
 #define LOOM_TENSOR_AT(model, i) \
   ((loom_tensor_v1 *)((char *)(model)->tensors + (size_t)(i) * (model)->tensors[0].struct_size))
 
+/* ---- ABI 1.6: the storage plan ----
+ * How the run stores and moves the model's numbers, decided ONCE by the host from the roles
+ * and storage flags of the loaded parallel plugins, the precision plugin's compute dtype,
+ * train.grad_accum_steps and the data-parallel size (core/runtime/storage_plan.c), before any
+ * plugin's setup. Every plugin reads it from loom_model_v1.plan instead of re-deriving the
+ * rules; a plugin that must also run on an older host reads it through loom_storage_plan_of
+ * (compat.h), which rebuilds it there from the fields that host published. Owned by the host,
+ * valid from setup() to destroy(), never changes during a run. */
+typedef struct loom_storage_plan_v1 {
+  uint32_t struct_size;
+  loom_dtype compute_dtype;  /* the precision plugin's: GEMMs, activations, gradient values */
+  loom_dtype param_dtype;    /* elements of model->params and every tensor's *data */
+  loom_dtype grad_dtype;     /* elements of model->grads and every tensor's *grad; also what
+                                collectives over stored gradient buckets move (ZeRO's
+                                reduce-scatters) */
+  loom_dtype master_dtype;   /* the optimizer's copy (loom_partition_v1.master): LOOM_F32 */
+  int master_is_params;      /* 1: param_dtype is LOOM_F32 and the parameters are their own
+                                master (partition.master == partition.params); 0: a separate
+                                fp32 master the host allocates (mixed-precision storage) */
+  loom_dtype grad_comm_dtype; /* the default wire dtype of a data-parallel gradient reduction
+                                that packs its payload (ddp's communication_data_type absent):
+                                compute_dtype under a 16-bit precision with dp > 1, else
+                                LOOM_F32. A plugin option may still ask for fp32 */
+  loom_dtype param_comm_dtype; /* parameter all-gathers (ZeRO-1/2 after the step, ZeRO-3
+                                around each unit): param_dtype */
+  loom_dtype activation_comm_dtype; /* the default wire dtype of activations and their
+                                gradients: tensor parallel's f/g all-reduces, the pipeline's
+                                boundary tensors (compute_dtype under bf16/fp16, else F32) */
+  int grads_predivided;      /* 1: the host folds 1/dp into the loss gradient (the gradient-
+                                sync owner set LOOM_PAR_GRAD_PREDIVIDED and dp > 1): the sync
+                                only sums. What api->grads_predivided answers */
+  int dp;                    /* the data-parallel size the plan was made for */
+  const char *reason;        /* why, one line for logs (host-owned): e.g. "bf16 values in fp32
+                                buffers: ddp (parallel[0]) does not set
+                                LOOM_PAR_STORAGE_16BIT; ..." */
+} loom_storage_plan_v1;
+
 typedef struct loom_model_v1 {
   uint32_t struct_size;
   int n_layer, n_head, n_embd, vocab_size, max_seq_len;
@@ -89,19 +126,10 @@ typedef struct loom_model_v1 {
    * grad_accum_dtype). The fp32 master copy the optimizer steps is loom_partition_v1.master. */
   loom_dtype param_dtype;
   loom_dtype grad_dtype;
+  /* ---- ABI 1.6 ---- */
+  const loom_storage_plan_v1 *plan; /* the run's storage plan (never NULL from a 1.6 host):
+                                       read it with loom_storage_plan_of (compat.h) */
 } loom_model_v1;
-
-/* The compute dtype of a model view from any host (LOOM_F32 before ABI 1.3). */
-#define LOOM_MODEL_COMPUTE_DTYPE(m)                                                      \
-  ((m)->struct_size >= offsetof(loom_model_v1, compute_dtype) + sizeof(loom_dtype)       \
-       ? (m)->compute_dtype : LOOM_F32)
-/* The storage dtypes of a model view from any host (LOOM_F32 before ABI 1.4). */
-#define LOOM_MODEL_PARAM_DTYPE(m)                                                        \
-  ((m)->struct_size >= offsetof(loom_model_v1, param_dtype) + sizeof(loom_dtype)         \
-       ? (m)->param_dtype : LOOM_F32)
-#define LOOM_MODEL_GRAD_DTYPE(m)                                                         \
-  ((m)->struct_size >= offsetof(loom_model_v1, grad_dtype) + sizeof(loom_dtype)          \
-       ? (m)->grad_dtype : LOOM_F32)
 
 /* The part of the flat parameter buffer this rank's optimizer steps (ZeRO's partition).
  * Default: the whole model, replicated on every data-parallel rank. A plugin that shards the
@@ -278,9 +306,7 @@ typedef struct loom_host_api_v1 {
   int (*fault_point)(loom_host *h, const char *name);
 } loom_host_api_v1;
 
-/* True when the host's table is large enough to hold `slot`. */
-#define LOOM_HOST_HAS(api, slot) \
-  ((api)->struct_size >= offsetof(loom_host_api_v1, slot) + sizeof((api)->slot) && (api)->slot)
+/* LOOM_HOST_HAS(api, slot) and the other accessors for older hosts: compat.h. */
 
 #ifdef __cplusplus
 }

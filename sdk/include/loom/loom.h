@@ -8,6 +8,7 @@
 #include "checkpoint_v1.h"
 #include "comm_v1.h"
 #include "common_v1.h"
+#include "compat.h"
 #include "device_v1.h"
 #include "host_v1.h"
 #include "parallel_v1.h"
@@ -25,6 +26,7 @@ typedef loom_step_args_v1 loom_step_args;
 typedef loom_partition_v1 loom_partition;
 typedef loom_ckpt_item_v1 loom_ckpt_item;
 typedef loom_ckpt_state_v1 loom_ckpt_state;
+typedef loom_storage_plan_v1 loom_storage_plan;
 
 /* The entry symbol of the current ABI. */
 #define LOOM_PLUGIN_SYMBOL "loom_plugin_v1"
