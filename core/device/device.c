@@ -3,7 +3,7 @@
  * knows its size and category and close() can release whatever is still live. The list is
  * short (tens of entries: parameter, gradient, optimizer, activation pools): O(n) is fine. */
 #include "device.h"
-#include "../runtime/abi_compat.h"
+#include "abi/abi_compat.h"
 
 #include <assert.h>
 #include <stdint.h>

@@ -7,11 +7,11 @@
 
 #include "device_open.h"
 #include "../config/config_internal.h"
-#include "export/model_files.h"
-#include "abi_compat.h"
+#include "formats/model_files.h"
+#include "abi/abi_compat.h"
 #include "runtime.h"
 #include "storage_plan.h"
-#include "test_hooks.h"
+#include "util/test_hooks.h"
 
 void loom__host_init(loom_host *h, loom_runtime *rt, const char *label, const char *file,
                      const char *where, json_t *options) {

@@ -1,5 +1,5 @@
 #include "loader.h"
-#include "abi_compat.h"
+#include "abi/abi_compat.h"
 #include "elf_check.h"
 
 #include <dirent.h>

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "abi_compat.h"
+#include "abi/abi_compat.h"
 #include "runtime.h"
 
 int loom__model_view_build(loom_runtime *rt) {

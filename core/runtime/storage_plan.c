@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "abi_compat.h"
+#include "abi/abi_compat.h"
 #include "runtime.h"
 
 static const char *dtype_name(loom_dtype dt) {

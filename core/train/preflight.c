@@ -16,13 +16,13 @@
 #include "../data/shards.h"
 #include "../data/tokenizer.h"
 #include "../device/device.h"
-#include "../export/init_from.h"
+#include "formats/init_from.h"
 #include "../model/gpt.h"
 #include "../runtime/plugins.h"
 #include "../runtime/pp_split.h"
 #include "../runtime/runtime.h"
 #include "../util/input_file.h"
-#include "ckpt_compat.h"
+#include "train/ckpt/ckpt_compat.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

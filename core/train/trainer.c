@@ -13,10 +13,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "../export/init_from.h"
+#include "formats/init_from.h"
 #include "../runtime/plugins.h"
 #include "../runtime/pp_split.h"
-#include "../runtime/test_hooks.h"
+#include "util/test_hooks.h"
 #include "lr_schedule.h"
 #include "metrics.h"
 #include "preflight.h"

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 
 #include "device/device.h"
-#include "export/gpt2_layout.h"
-#include "export/model_files.h"
+#include "formats/gpt2_layout.h"
+#include "formats/model_files.h"
 #include "model/gpt.h"
 
 int main(int argc, char **argv) {

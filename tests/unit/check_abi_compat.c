@@ -5,7 +5,7 @@
 #include <loom/loom.h>
 
 #include "device/device.h"
-#include "runtime/abi_compat.h"
+#include "abi/abi_compat.h"
 #include "runtime/loader.h"
 #include "runtime/plugins.h"
 #include "runtime/storage_plan.h"

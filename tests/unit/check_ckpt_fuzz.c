@@ -18,7 +18,7 @@
 
 #include "checkpoint.h"
 #include "slice.h"
-#include "train/ckpt_meta.h"
+#include "train/ckpt/ckpt_meta.h"
 #include "support/check_suite.h"
 #include "support/ckpt_fake_host.h"
 #include "support/test_dir.h"

@@ -1,4 +1,4 @@
-/* Model files (core/export/model_files.h): a model written as safetensors or llm.c and read
+/* Model files (core/formats/model_files.h): a model written as safetensors or llm.c and read
  * back into every layout a rank can hold — whole, tensor-parallel slices, pipeline stages (the
  * last stage's tied wte copy included), arbitrary flat ranges (ZeRO-3 partitions) — must give
  * bitwise the values gpt_init_weights_range puts there for that layout (the seed's GPT-2
@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "device/device.h"
-#include "export/gpt2_layout.h"
-#include "export/model_files.h"
+#include "formats/gpt2_layout.h"
+#include "formats/model_files.h"
 #include "model/gpt.h"
 #include "support/check_suite.h"
 #include "support/test_dir.h"

@@ -1,5 +1,5 @@
 /* Unit tests for the monitoring outputs: core/monitor (TensorBoard records: CRC-32C, framing,
- * the JSONL record -> scalars sink) and core/report (reading a run's JSONL, the divergence
+ * the JSONL record -> scalars sink) and core/cli/report (reading a run's JSONL, the divergence
  * loom compare reports). The event files are decoded here with a small protobuf walker written
  * from the wire format, independent of the protobuf-c code that wrote them (the integration test
  * tensorboard.sh reads them with python3-protobuf as well). */
@@ -15,8 +15,8 @@
 
 #include "monitor/tb_sink.h"
 #include "monitor/tb_writer.h"
-#include "report/compare_table.h"
-#include "report/run_metrics.h"
+#include "cli/report/compare_table.h"
+#include "cli/report/run_metrics.h"
 #include "support/check_suite.h"
 #include "support/test_dir.h"
 

@@ -1,4 +1,4 @@
-/* Check suite for the test and fault hooks (core/runtime/test_hooks.h): each knob parsed once,
+/* Check suite for the test and fault hooks (core/util/test_hooks.h): each knob parsed once,
  * as the tests that set it expect, and the fault point the checkpoint plugin calls through the
  * host table (loom_host_api_v1.fault_point, ABI 1.6). Every case runs in its own process (fork
  * mode, forced): it sets the environment, then reads the hooks for the first time. */
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "runtime/runtime.h"
-#include "runtime/test_hooks.h"
+#include "util/test_hooks.h"
 #include "support/check_suite.h"
 
 static void clear_env(void) {

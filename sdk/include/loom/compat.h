@@ -1,6 +1,6 @@
 /* loom ABI v1 — the plugin side of compatibility: reading what a host of ANY 1.x minor hands
  * a plugin. The one place a plugin's sources learn ABI history; the host side (adapting an
- * older plugin's tables) is core/runtime/abi_compat.c.
+ * older plugin's tables) is core/abi/abi_compat.c.
  *
  * A plugin built against these headers may be loaded by an older host, whose structs end
  * earlier (their struct_size): a field past the end is not there. Each accessor below says

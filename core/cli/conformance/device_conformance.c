@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conformance/device_conformance.h"
-#include "conformance/device_suite.h"
+#include "device_conformance.h"
+#include "device_suite.h"
 #include "device/device.h"
 #include "runtime/device_open.h"
 #include "runtime/loader.h"

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conformance/device_reference.h"
-#include "conformance/device_suite.h"
+#include "device_reference.h"
+#include "device_suite.h"
 #include "device/device.h"
 
 double dc_tol(double u, double n) { return LAMBDA * sqrt(n < 1 ? 1 : n) * u; }

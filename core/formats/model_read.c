@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "export/gpt2_layout.h"
-#include "export/half.h"
-#include "export/model_files.h"
+#include "gpt2_layout.h"
+#include "half.h"
+#include "model_files.h"
 #include "util/fs_util.h"
 #include "util/input_file.h"
 

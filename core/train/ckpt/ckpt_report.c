@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "ckpt_resume.h"
-#include "lr_schedule.h"
+#include "train/lr_schedule.h"
 
 static const char *base_name(const char *p) {
   const char *s = strrchr(p, '/');

@@ -13,11 +13,11 @@
 
 #include "config/config.h"
 #include "device/device.h"
-#include "export/ckpt_view.h"
-#include "export/export_cmd.h"
-#include "export/gpt2_layout.h"
-#include "export/init_from.h"
-#include "export/model_files.h"
+#include "ckpt_view.h"
+#include "export_cmd.h"
+#include "formats/gpt2_layout.h"
+#include "formats/init_from.h"
+#include "formats/model_files.h"
 #include "util/fs_util.h"
 #include "util/one_line.h"
 

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conformance/device_reference.h"
-#include "conformance/device_suite.h"
+#include "device_reference.h"
+#include "device_suite.h"
 #include "device/device.h"
 
 /* Bitwise equality of n floats (the same bits: -0 vs +0 and NaN payloads count); one line. */

@@ -6,7 +6,7 @@
  *   loom report RUN_DIR [--out DIR]           one run's table, plots and HTML page
  *   loom export RUN_OR_CKPT --format safetensors|llmc OUT   parameters for HF / llm.c
  *   loom plugins                              list the plugins on the search path
- *   loom conformance PLUGIN [...]             the conformance battery (core/conformance/)
+ *   loom conformance PLUGIN [...]             the conformance battery (core/cli/conformance/)
  *   loom version
  *   loom help [COMMAND], loom COMMAND --help  usage, per command */
 #include <stdio.h>
@@ -14,13 +14,13 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "conformance/conformance.h"
-#include "export/export_cmd.h"
-#include "report/commands.h"
+#include "cli/conformance/conformance.h"
+#include "export_cmd.h"
+#include "cli/report/commands.h"
 #include "runtime/loader.h"
 #include "runtime/plugins.h"
-#include "runtime/test_hooks.h"
-#include "train/estimate.h"
+#include "util/test_hooks.h"
+#include "estimate.h"
 #include "train/metrics.h"
 #include "train/preflight.h"
 #include "train/trainer.h"

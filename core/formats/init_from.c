@@ -1,9 +1,9 @@
 /* init_from: opening the model file a run starts from (init_from.h). */
-#include "export/init_from.h"
+#include "init_from.h"
 
 #include <sys/stat.h>
 
-#include "export/gpt2_layout.h"
+#include "gpt2_layout.h"
 #include "util/fs_util.h"
 
 int loom__init_from_open(const loom_config *cfg, loom_model_file **out, char *err,

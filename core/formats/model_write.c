@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "export/gpt2_layout.h"
-#include "export/model_files.h"
+#include "gpt2_layout.h"
+#include "model_files.h"
 #include "util/fs_util.h"
 #include "util/input_file.h"
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conformance/device_reference.h"
-#include "conformance/device_suite.h"
+#include "device_reference.h"
+#include "device_suite.h"
 #include "device/device.h"
 
 void dc_check_vectors(dc_suite *s, size_t n) {

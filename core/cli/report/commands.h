@@ -1,4 +1,4 @@
-/* loom compare and loom report (core/main.c dispatches to these). Both return the process's
+/* loom compare and loom report (core/cli/main.c dispatches to these). Both return the process's
  * exit status: 0, 1 on a failure or (compare --expect-equal) a difference, 2 on bad usage. */
 #ifndef LOOM_CORE_REPORT_COMMANDS_H
 #define LOOM_CORE_REPORT_COMMANDS_H

@@ -5,8 +5,8 @@
  * job uses; the checks that need training jobs (equivalence, resume, faults, collectives,
  * precision, checkpoint) run in the installed battery script, which this front execs with what
  * it learned in LOOM_CONF_* variables. One line per check: "PASS|FAIL|SKIP  NAME  detail". */
-#include "conformance/conformance.h"
-#include "conformance/device_conformance.h"
+#include "conformance.h"
+#include "device_conformance.h"
 
 #include <limits.h>
 #include <stddef.h>

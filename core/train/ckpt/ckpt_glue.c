@@ -12,13 +12,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../runtime/device_open.h"
-#include "../runtime/plugins.h"
+#include "runtime/device_open.h"
+#include "runtime/plugins.h"
 #include "ckpt_compat.h"
 #include "ckpt_meta.h"
 #include "ckpt_resume.h"
-#include "lr_schedule.h"
-#include "trainer.h"
+#include "train/lr_schedule.h"
+#include "train/trainer.h"
 
 #define MAX_FLAT 16 /* flat state items: params, optim.m, optim.v, a plugin's own */
 

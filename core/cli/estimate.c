@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../device/device.h"
-#include "../model/gpt.h"
-#include "../runtime/plugins.h"
-#include "../runtime/pp_split.h"
+#include "device/device.h"
+#include "model/gpt.h"
+#include "runtime/plugins.h"
+#include "runtime/pp_split.h"
 #include "estimate_roles.h"
 
 

@@ -1,5 +1,5 @@
 #include "plots.h"
-#include "../util/fs_util.h"
+#include "util/fs_util.h"
 
 #include <errno.h>
 #include <math.h>

@@ -4,7 +4,7 @@
  * float64 is exact enough (its error, ~sqrt(n) 2^-53, is 2^-29 times the fp32 bounds) that the
  * whole difference measured is the device's fp32 rounding. Inputs are the fp32 values the
  * device got; outputs are double. */
-#include "conformance/device_reference.h"
+#include "device_reference.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conformance/device_reference.h"
-#include "conformance/device_suite.h"
+#include "device_reference.h"
+#include "device_suite.h"
 #include "device/device.h"
 
 void dc_check_gpt(dc_suite *s, const dc_shape *sh) {

@@ -70,8 +70,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../config/config.h"
-#include "../runtime/runtime.h"
+#include "config/config.h"
+#include "runtime/runtime.h"
 
 /* One pipeline stage's accounting (pp 1: the single stage, the whole model). */
 typedef struct loom_estimate_stage {

@@ -10,7 +10,7 @@
 #include <stddef.h>
 
 #include "config/config.h"
-#include "export/model_files.h"
+#include "model_files.h"
 
 /* Open cfg->init_from's file and check it against the config's whole model (model.*): *out is
  * the open file (close with loom__model_file_close), or NULL when init_from is unset. 0, or -1

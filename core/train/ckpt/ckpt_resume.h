@@ -4,7 +4,7 @@
 #define LOOM_CORE_CKPT_RESUME_H
 
 #include "ckpt_meta.h"
-#include "trainer.h"
+#include "train/trainer.h"
 
 /* Set the train loader's cursor from the saved position (epoch, shard, token offset): the same
  * tokens continue under another seq_len or world size. The shard is found by path (then by

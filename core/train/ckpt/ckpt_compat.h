@@ -8,9 +8,9 @@
 
 #include <stddef.h>
 
-#include "../config/config.h"
-#include "../data/tokenizer.h"
-#include "../runtime/runtime.h"
+#include "config/config.h"
+#include "data/tokenizer.h"
+#include "runtime/runtime.h"
 #include "ckpt_meta.h"
 
 /* The identity of the vocabulary: FNV-1a 64 of data.vocab's canonical JSON (sorted keys,

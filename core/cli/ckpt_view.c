@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "export/gpt2_layout.h"
-#include "export/half.h"
+#include "formats/gpt2_layout.h"
+#include "formats/half.h"
 #include "util/fs_util.h"
 
 /* An integer of the metadata (meta.KEY or meta.OBJ.KEY) in [lo, hi] into *out. */

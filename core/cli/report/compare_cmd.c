@@ -21,7 +21,7 @@
 #include "html_page.h"
 #include "plots.h"
 #include "run_metrics.h"
-#include "../util/fs_util.h"
+#include "util/fs_util.h"
 
 enum { MAX_SETS = 64, MAX_VARIANT_SETS = 16 };
 

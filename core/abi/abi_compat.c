@@ -1,7 +1,7 @@
 /* Host-side ABI shims (see abi_compat.h): every adaptation of an older minor's plugin table,
  * and the host table cut to an older minor for the tests. */
 #include "abi_compat.h"
-#include "test_hooks.h"
+#include "util/test_hooks.h"
 
 #include <stdlib.h>
 #include <string.h>

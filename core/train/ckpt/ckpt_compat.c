@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../runtime/plugins.h"
+#include "runtime/plugins.h"
 
 int loom__vocab_fingerprint(const loom_config *cfg, char out[17], char *err, size_t errlen) {
   /* the file was loaded and checked by the tokenizer already; it is read again here without
