@@ -41,13 +41,7 @@ static void dir_setup(void) {
 
 static void dir_teardown(void) { test_dir_remove(g_dir); }
 
-static char *path_in(const char *name) {
-  static char buf[4][512];
-  static int k;
-  char *p = buf[k++ & 3];
-  snprintf(p, 512, "%s/%s", g_dir, name);
-  return p;
-}
+static char *path_in(const char *name) { return test_dir_path(g_dir, name); }
 
 static void write_bytes(const char *path, const void *data, size_t n) {
   FILE *f = fopen(path, "wb");

@@ -28,13 +28,7 @@ static void dir_setup(void) {
 
 static void dir_teardown(void) { test_dir_remove(g_dir); }
 
-static char *path_in(const char *name) {
-  static char buf[4][512];
-  static int k;
-  char *p = buf[k++ & 3];
-  snprintf(p, 512, "%s/%s", g_dir, name);
-  return p;
-}
+static char *path_in(const char *name) { return test_dir_path(g_dir, name); }
 
 /* Write shard `name` of n tokens holding positions first, first+1, ... (mod 65536). */
 static void write_pos_shard(const char *name, size_t n, size_t first) {
