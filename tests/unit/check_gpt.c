@@ -23,6 +23,7 @@
 #include "model/gpt.h"
 #include "util/rng.h"
 #include "support/check_suite.h"
+#include "support/host_scratch.h"
 
 static const gpt_config tiny = {
     .vocab_size = 17, .max_seq_len = 8, .n_layer = 2, .n_head = 2, .n_embd = 8};
@@ -33,32 +34,20 @@ static loom_dev dev;
 static gpt_model model;
 static loom_rng rng;
 
-#define MAX_HOST_BUFS 64
-static void *host_bufs[MAX_HOST_BUFS];
-static int n_host_bufs;
-
 static void setup(void) {
   char err[256];
   ck_assert_int_eq(loom__dev_open(&dev, loom__cpu_device(), "{}", 0, err, sizeof err), LOOM_OK);
   memset(&model, 0, sizeof model);
   loom__rng_seed(&rng, 2024);
-  n_host_bufs = 0;
 }
 
 static void teardown(void) {
   if (model.params) gpt_free(&model);
-  for (int i = 0; i < n_host_bufs; i++) free(host_bufs[i]);
-  n_host_bufs = 0;
+  host_scratch_free_all();
   loom__dev_close(&dev);
 }
 
-static void *hmem(size_t bytes) {
-  ck_assert_int_lt(n_host_bufs, MAX_HOST_BUFS);
-  void *p = calloc(1, bytes ? bytes : 1);
-  ck_assert_ptr_nonnull(p);
-  host_bufs[n_host_bufs++] = p;
-  return p;
-}
+static void *hmem(size_t bytes) { return host_scratch(bytes); }
 
 static void init_model(const gpt_config *cfg) {
   char err[256];
