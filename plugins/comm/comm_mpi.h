@@ -1,9 +1,11 @@
 /* What the two MPI-launched comm plugins share (mpi.so and nccl.so, each built from the SDK
- * alone; both CMakeLists put plugins/comm/ on the include path): the MPI datatype of a loom
- * dtype, and the message of a failed MPI call. Header-only: each plugin is its own .so. */
+ * alone; both CMakeLists put plugins/comm/ on the include path): joining the MPI job, the MPI
+ * datatype of a loom dtype, the message of a failed MPI call and a new communicator.
+ * Header-only: each plugin is its own .so. */
 #ifndef LOOM_COMM_MPI_H
 #define LOOM_COMM_MPI_H
 
+#include <dlfcn.h>
 #include <loom/loom.h>
 #include <mpi.h>
 
@@ -31,6 +33,38 @@ static inline int comm_mpi_fail(const loom_host_api_v1 *api, loom_host *host, in
   MPI_Error_string(mpi_rc, msg, &len);
   api->set_error(host, "%s failed: %s", what, msg);
   return LOOM_REMOTE;
+}
+
+/* Joins the MPI job at create: libmpi's symbols made global (Open MPI dlopens its own
+ * components, which need them, and a plugin is loaded RTLD_LOCAL), MPI_Init_thread unless the
+ * process did it already (then *initialized_here = 1: the plugin finalizes MPI at destroy), and
+ * MPI_COMM_WORLD's errors returned instead of fatal. LOOM_SYSTEM, with the message, when MPI
+ * cannot start. */
+static inline int comm_mpi_start(const loom_host_api_v1 *api, loom_host *host,
+                                 int *initialized_here) {
+  dlopen("libmpi.so.40", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+      api->set_error(host, "MPI_Init_thread failed (is this run under mpirun/srun?)");
+      return LOOM_SYSTEM;
+    }
+    *initialized_here = 1;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  return LOOM_OK;
+}
+
+/* split's MPI part: MPI_Comm_split of parent into *out (MPI_COMM_NULL for color MPI_UNDEFINED),
+ * its errors returned instead of fatal. On failure: comm_mpi_fail's LOOM_REMOTE. */
+static inline int comm_mpi_split(const loom_host_api_v1 *api, loom_host *host, MPI_Comm parent,
+                                 int color, int key, MPI_Comm *out) {
+  int rc = MPI_Comm_split(parent, color, key, out);
+  if (rc != MPI_SUCCESS) return comm_mpi_fail(api, host, rc, "MPI_Comm_split");
+  MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+  return LOOM_OK;
 }
 
 #endif
