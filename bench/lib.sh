@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # What the benchmark scripts share: their option parsing, their setup, and the throughput
 # benchmarks' timed training run, anchors and report. Sourced by every bench/*.sh; each script
 # sets root and its defaults first.
