@@ -13,19 +13,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build steps=12 skip=2 rounds=2 micro=8 precisions=fp32,bf16
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build) build=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --skip) skip=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --micro) micro=$2; shift 2 ;;
-    --precisions) precisions=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
-    *) echo "activation_checkpointing.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
 . "$root/bench/lib.sh"
+bench_options activation_checkpointing.sh 2,13 "build steps skip rounds micro precisions" "$@"
 bench_setup activation_checkpointing.sh activation_checkpointing
 cfg=$root/configs/fortunes_ddp.json
 policies=(none selective full every2)

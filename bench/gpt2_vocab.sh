@@ -34,33 +34,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build steps=20 skip=5 torch_steps=12 rounds=1 out="" torch=1 comm_ab=0
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build) build=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --skip) skip=$2; shift 2 ;;
-    --torch-steps) torch_steps=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --no-torch) torch=0; shift ;;
-    --comm-ab) comm_ab=1; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
-    *) echo "gpt2_vocab.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-build=$(cd "$build" && pwd)
-bin=$build/bin
-for exe in loom loom-sgemm-peak; do
-  [ -x "$bin/$exe" ] || { echo "gpt2_vocab.sh: $bin/$exe missing: build first" >&2; exit 2; }
-done
+. "$root/bench/lib.sh"
+bench_options gpt2_vocab.sh 2,31 \
+  "build steps skip torch-steps rounds out no-torch:torch=0 comm-ab:comm_ab=1" "$@"
 [ "$steps" -gt "$((skip + 2))" ] || { echo "gpt2_vocab.sh: --steps must exceed --skip + 2" >&2; exit 2; }
-out=${out:-$build/bench-runs/gpt2_vocab}
-rm -rf "$out"
+bench_init gpt2_vocab.sh gpt2_vocab loom loom-sgemm-peak
 mkdir -p "$out/data"
-if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-ncores=$(getconf _NPROCESSORS_ONLN)
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-t_start=$(date +%s)
 torch_skip=$(( torch_steps > 6 ? 3 : 1 ))
 if [ "$torch" = 1 ] && ! /usr/bin/python3 -c 'import torch' 2> /dev/null; then
   echo "gpt2_vocab.sh: no PyTorch under /usr/bin/python3 (Debian python3-torch): skipping it" >&2
@@ -68,16 +47,7 @@ if [ "$torch" = 1 ] && ! /usr/bin/python3 -c 'import torch' 2> /dev/null; then
 fi
 
 # random-token shards in llm.c's format (the loom loader's and llm.c's): 2^20 tokens each
-/usr/bin/python3 - "$out/data" <<'EOF'
-import array, random, struct, sys
-for name, vocab in (("gpt2", 50257), ("byte", 256)):
-    rng = random.Random(1337)
-    n = 1 << 20
-    toks = array.array("H", (rng.randrange(vocab) for _ in range(n)))
-    with open(f"{sys.argv[1]}/{name}_train.bin", "wb") as f:
-        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-        f.write(toks.tobytes())
-EOF
+/usr/bin/python3 "$root/bench/token_shards.py" "$out/data" gpt2:50257 byte:256
 
 model_gpt2="--set model.vocab_size=50257 --set model.context_length=64 --set model.n_layer=4
   --set model.n_head=4 --set model.n_embd=256 --set train.seq_len=64"
@@ -190,8 +160,7 @@ if [ -n "${LLMC_DIR:-}" ]; then
   fi
 fi
 
-echo "== loom GPT-2-vocabulary benchmark: $(date -u '+%Y-%m-%d %H:%M UTC'), $ncores cores," \
-     "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_banner GPT-2-vocabulary
 if [ "$comm_ab" = 1 ]; then
   echo "== mpi.so \"collectives\": \"loom\" vs \"mpi\": gpt2 ddp / zero1 / zero2 on 2 ranks," \
        "$steps steps (first $skip skipped), $rounds round(s)"
@@ -248,11 +217,7 @@ for r in $(seq 1 "$rounds"); do
     llmcrun byte-llmc-1r byte "$r"
   fi
 done
-echo "== anchor (after)"
-"$bin/loom-sgemm-peak" -B 4 -T 64 -C 256 -H 4 -V 50257 -L 4 > "$out/sgemm_after.txt"
-tail -1 "$out/sgemm_after.txt"
-echo "== load average now $(cut -d' ' -f1-3 /proc/loadavg); $(( $(date +%s) - t_start )) s in all"
-echo
+bench_anchor_after -B 4 -T 64 -C 256 -H 4 -V 50257 -L 4
 python3 "$root/bench/gpt2_vocab_report.py" --dir "$out" --rounds "$rounds" --skip "$skip" \
   --torch-skip "$torch_skip" --llmc-skip 3 | tee "$out/report.txt"
 echo

@@ -13,15 +13,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build ranks="1 2 4" steps=3 skip=0
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build) build=$2; shift 2 ;;
-    --ranks) ranks=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
-    *) echo "memory_precision.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
 . "$root/bench/lib.sh"
+bench_options memory_precision.sh 2,12 "build ranks" "$@"
 bench_setup memory_precision.sh memory_precision
 cfg=$root/configs/fortunes_ddp.json
 export OMPI_MCA_rmaps_base_oversubscribe=1

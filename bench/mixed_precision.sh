@@ -20,20 +20,10 @@
 # machine; a missing .seconds leaves the time column out).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$root/build steps=600 np=2 skip=0 precisions="fp32 bf16 fp16" report=
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build) build=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --np) np=$2; shift 2 ;;
-    --precisions) precisions=$2; shift 2 ;;
-    --report-only) report=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
-    *) echo "mixed_precision.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-if [ -z "$report" ]; then
+build=$root/build steps=600 np=2 skip=0 precisions="fp32 bf16 fp16" report_only=
 . "$root/bench/lib.sh"
+bench_options mixed_precision.sh 2,21 "build steps np precisions report-only" "$@"
+if [ -z "$report_only" ]; then
 bench_setup mixed_precision.sh mixed_precision
 for prec in $precisions; do
   echo "== $prec: $np ranks, $steps steps"
@@ -47,7 +37,7 @@ for prec in $precisions; do
   echo "$t0 $(date +%s.%N)" >"$out/$prec.seconds"
 done
 else
-  out=$report
+  out=$report_only
 fi
 /usr/bin/python3 - "$out" <<'PY'
 import json, os, sys

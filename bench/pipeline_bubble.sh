@@ -11,16 +11,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build steps=8 layers=4 p4=0
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build) build=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --layers) layers=$2; shift 2 ;;
-    --p4) p4=1; shift ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
-    *) echo "pipeline_bubble.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
+. "$root/bench/lib.sh"
+bench_options pipeline_bubble.sh 2,10 "build steps layers p4:p4=1" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 work=$(mktemp -d "${TMPDIR:-/tmp}/loom-bubble.XXXXXX")

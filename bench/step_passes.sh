@@ -19,37 +19,13 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build steps=12 strategies="ddp zero1 zero2" ab="" rounds=3 out=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build) build=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --strategies) strategies=$2; shift 2 ;;
-    --ab) ab=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
-    *) echo "step_passes.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-build=$(cd "$build" && pwd)
-[ -x "$build/bin/loom" ] || { echo "step_passes.sh: $build/bin/loom missing: build first" >&2; exit 2; }
+. "$root/bench/lib.sh"
+bench_options step_passes.sh 2,19 "build steps strategies ab rounds out" "$@"
 [ "$steps" -gt 4 ] || { echo "step_passes.sh: --steps must exceed 4" >&2; exit 2; }
-out=${out:-$build/bench-runs/step_passes}
-rm -rf "$out"
+bench_init step_passes.sh step_passes loom
 mkdir -p "$out/data"
-if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-
 # bench/gpt2_vocab.sh's random-token shard (2^20 tokens, vocabulary 50257)
-/usr/bin/python3 - "$out/data" <<'PY'
-import array, random, struct, sys
-rng = random.Random(1337)
-n = 1 << 20
-toks = array.array("H", (rng.randrange(50257) for _ in range(n)))
-with open(f"{sys.argv[1]}/gpt2_train.bin", "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(toks.tobytes())
-PY
+/usr/bin/python3 "$root/bench/token_shards.py" "$out/data" gpt2:50257
 
 # train BUILD NAME STRATEGY [WRAP...]: one 2-rank run, metrics to $out/NAME.jsonl
 train() {

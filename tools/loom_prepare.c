@@ -85,12 +85,18 @@ static const char *usage_text =
 
 /* ---- messages ---- */
 
+/* One line on stderr: "loom-prepare: " + kind ("note: ", or "" for an error) + the message +
+ * end (the newline, after anything the line ends with). */
+static void vsay(const char *kind, const char *fmt, va_list ap, const char *end) {
+  fprintf(stderr, "loom-prepare: %s", kind);
+  vfprintf(stderr, fmt, ap);
+  fputs(end, stderr);
+}
+
 static void note(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fputs("loom-prepare: note: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  vsay("note: ", fmt, ap, "\n");
   va_end(ap);
 }
 
@@ -108,18 +114,14 @@ static void skip_note(const char *fmt, ...) {
   }
   va_list ap;
   va_start(ap, fmt);
-  fputs("loom-prepare: note: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  vsay("note: ", fmt, ap, "\n");
   va_end(ap);
 }
 
 static int fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fputs("loom-prepare: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  vsay("", fmt, ap, "\n");
   va_end(ap);
   return -1;
 }
@@ -444,9 +446,7 @@ static int parse_count(const char *opt, const char *s, uint64_t *v) {
 static int usage_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fputs("loom-prepare: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputs(" (see --help)\n", stderr);
+  vsay("", fmt, ap, " (see --help)\n");
   va_end(ap);
   return 2;
 }

@@ -100,22 +100,28 @@ static int load_gpt2(loom_tokenizer *tok, json_t *root, const char *path, char *
   return 0;
 }
 
+/* The JSON document in path (untrusted input: read without blocking, a FIFO refused, bounded in
+ * size; duplicate keys refused), or NULL with the read's message or "PATH: WHAT: line N: REASON"
+ * in err. */
+static json_t *load_json(const char *path, const char *what, char *err, size_t errlen) {
+  size_t len;
+  char *text = loom__read_regular(path, VOCAB_MAX_BYTES, &len, err, errlen);
+  if (!text) return NULL;
+  json_error_t jerr;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  free(text);
+  if (!root) loom__set_err(err, errlen, "%s: %s: line %d: %s", path, what, jerr.line, jerr.text);
+  return root;
+}
+
 int loom_tokenizer_load(loom_tokenizer *tok, const char *path, char *err, size_t errlen) {
   loom_tokenizer_init_bytes(tok);
   if (!path || !*path) return 0;
 
   /* untrusted input: read without blocking (a FIFO is refused), bounded in size, then every
    * field type-checked before use */
-  size_t len;
-  char *text = loom__read_regular(path, VOCAB_MAX_BYTES, &len, err, errlen);
-  if (!text) return -1;
-  json_error_t jerr;
-  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-  free(text);
-  if (!root) {
-    loom__set_err(err, errlen, "%s: not a vocabulary file: line %d: %s", path, jerr.line, jerr.text);
-    return -1;
-  }
+  json_t *root = load_json(path, "not a vocabulary file", err, errlen);
+  if (!root) return -1;
   int rc = -1;
   json_t *tv = json_object_get(root, "type"); /* NULL when root is not an object */
   const char *type = json_string_value(tv);
@@ -186,16 +192,8 @@ int loom_tokenizer_load_gpt2_files(loom_tokenizer *tok, const char *dir, char *e
                   strerror(errno));
     return -1;
   }
-  size_t len;
-  char *text = loom__read_regular(enc_path, VOCAB_MAX_BYTES, &len, err, errlen);
-  if (!text) return -1;
-  json_error_t jerr;
-  json_t *encoder = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-  free(text);
-  if (!encoder) {
-    loom__set_err(err, errlen, "%s: not JSON: line %d: %s", enc_path, jerr.line, jerr.text);
-    return -1;
-  }
+  json_t *encoder = load_json(enc_path, "not JSON", err, errlen);
+  if (!encoder) return -1;
   e[0] = '\0';
   json_t *merges = read_merges(bpe_path, e, sizeof e);
   if (!merges) {

@@ -23,6 +23,41 @@
 
 #include "cpu_kernels.h"
 
+/* The causal blocking's three products, each as its two GEMMs (m = T/2; A is a (T,T) matrix
+ * with leading dimension T, X and Z are (T,HS) with leading dimensions ldx, ldz).
+ *
+ * S (T,T) = alpha * X @ Z^T, but for the masked block (rows 0..m-1, columns m..T-1). */
+static void causal_x_zt(int T, int m, int HS, float alpha, const float *x, int ldx,
+                        const float *z, int ldz, float *s) {
+  if (m)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, m, HS, alpha, x, ldx, z, ldz, 0.0f,
+                s, T);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T - m, T, HS, alpha, x + (size_t)m * ldx,
+              ldx, z, ldz, 0.0f, s + (size_t)m * T, T);
+}
+
+/* Y (T,HS) = A @ X + beta * Y for a causal A (zero in rows 0..m-1, columns m..T-1): rows
+ * 0..m-1 of Y need only A's first m columns. */
+static void causal_a_x(int T, int m, int HS, const float *a, const float *x, int ldx,
+                       float beta, float *y, int ldy) {
+  if (m)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, m, 1.0f, a, T, x, ldx, beta, y,
+                ldy);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T - m, HS, T, 1.0f, a + (size_t)m * T,
+              T, x, ldx, beta, y + (size_t)m * ldy, ldy);
+}
+
+/* Y (T,HS) = A^T @ X + beta * Y for the same causal A: rows m..T-1 of Y need only rows m..T-1
+ * of A and of X. */
+static void causal_at_x(int T, int m, int HS, const float *a, const float *x, int ldx,
+                        float beta, float *y, int ldy) {
+  if (m)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, HS, T, 1.0f, a, T, x, ldx, beta, y,
+                ldy);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T - m, HS, T - m, 1.0f,
+              a + (size_t)m * T + m, T, x + (size_t)m * ldx, ldx, beta, y + (size_t)m * ldy, ldy);
+}
+
 void loom__cpu_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B,
                                  int T, int NH, int HS) {
   (void)ctx;
@@ -38,11 +73,7 @@ void loom__cpu_attention_forward(void *ctx, float *out, float *att, const float 
       float *o = out + (size_t)b * T * C + (size_t)h * HS; /* (T,HS), leading dim C */
       /* S (T,T) = scale * Q (T,HS) @ K^T; the upper triangle is computed (but for the top-right
        * block) and then masked */
-      if (m)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, m, HS, scale, q, C3, k, C3, 0.0f,
-                    p, T);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T - m, T, HS, scale,
-                  q + (size_t)m * C3, C3, k, C3, 0.0f, p + (size_t)m * T, T);
+      causal_x_zt(T, m, HS, scale, q, C3, k, C3, p);
 #pragma omp parallel for schedule(static) if ((size_t)T * T > LOOM_CPU_PAR_MIN)
       for (int t = 0; t < T; t++) {
         float *row = p + (size_t)t * T;
@@ -59,11 +90,7 @@ void loom__cpu_attention_forward(void *ctx, float *out, float *att, const float 
         memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
       }
       /* out (T,HS) = P (T,T) @ V (T,HS) */
-      if (m)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, m, 1.0f, p, T, v, C3, 0.0f,
-                    o, C);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T - m, HS, T, 1.0f,
-                  p + (size_t)m * T, T, v, C3, 0.0f, o + (size_t)m * C, C);
+      causal_a_x(T, m, HS, p, v, C3, 0.0f, o, C);
     }
   }
 }
@@ -84,17 +111,9 @@ void loom__cpu_attention_backward(void *ctx, float *dqkv, float *datt, const flo
       float *dp = datt + ((size_t)b * NH + h) * T * T;
       const float *dob = dout + (size_t)b * T * C + (size_t)h * HS;
       /* dP (T,T) = dout (T,HS) @ V^T */
-      if (m)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, m, HS, 1.0f, dob, C, v, C3, 0.0f,
-                    dp, T);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T - m, T, HS, 1.0f,
-                  dob + (size_t)m * C, C, v, C3, 0.0f, dp + (size_t)m * T, T);
+      causal_x_zt(T, m, HS, 1.0f, dob, C, v, C3, dp);
       /* dV (T,HS) += P^T (T,T) @ dout (T,HS); rows m.. of dV only see rows m.. of P */
-      if (m)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, HS, T, 1.0f, p, T, dob, C, 1.0f, dv,
-                    C3);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T - m, HS, T - m, 1.0f,
-                  p + (size_t)m * T + m, T, dob + (size_t)m * C, C, 1.0f, dv + (size_t)m * C3, C3);
+      causal_at_x(T, m, HS, p, dob, C, 1.0f, dv, C3);
       /* softmax backward, in place: dS = P * (dP - sum_s P*dP) * scale; 0 above the diagonal */
 #pragma omp parallel for schedule(static) if ((size_t)T * T > LOOM_CPU_PAR_MIN)
       for (int t = 0; t < T; t++) {
@@ -108,17 +127,8 @@ void loom__cpu_attention_backward(void *ctx, float *dqkv, float *datt, const flo
         memset(drow + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
       }
       /* dQ (T,HS) += dS (T,T) @ K (T,HS);  dK (T,HS) += dS^T @ Q */
-      if (m)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, m, 1.0f, dp, T, k, C3, 1.0f,
-                    dq, C3);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T - m, HS, T, 1.0f,
-                  dp + (size_t)m * T, T, k, C3, 1.0f, dq + (size_t)m * C3, C3);
-      if (m)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, HS, T, 1.0f, dp, T, q, C3, 1.0f, dk,
-                    C3);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T - m, HS, T - m, 1.0f,
-                  dp + (size_t)m * T + m, T, q + (size_t)m * C3, C3, 1.0f, dk + (size_t)m * C3,
-                  C3);
+      causal_a_x(T, m, HS, dp, k, C3, 1.0f, dq, C3);
+      causal_at_x(T, m, HS, dp, q, C3, 1.0f, dk, C3);
     }
   }
 }

@@ -552,21 +552,23 @@ START_TEST(test_file_missing) {
 }
 END_TEST
 
-START_TEST(test_file_syntax_error) {
-  char path[64], want[256];
-  write_temp(path, sizeof path, "{\n  \"train\": {\n    \"steps\": 10\n    \"seed\": 1\n  }\n}\n");
-  ck_assert_int_eq(loom_config_load(&cfg, path, NULL, 0, err, sizeof err), -1);
-  snprintf(want, sizeof want, "%s:4:10: '}' expected near '\"seed\"'", path);
-  ck_assert_str_eq(err, want);
-  unlink(path);
-}
-END_TEST
+/* A file that does not parse, or is not a document: the message names the file, the line and
+ * the column (want: a format of the file's path). */
+static const struct {
+  const char *text, *want;
+} FILE_PARSE_CASES[] = {
+    /* a syntax error */
+    {"{\n  \"train\": {\n    \"steps\": 10\n    \"seed\": 1\n  }\n}\n",
+     "%s:4:10: '}' expected near '\"seed\"'"},
+    /* not an object */
+    {"42\n", "%s:1:2: '[' or '{' expected near '42'"},
+};
 
-START_TEST(test_file_not_object) {
+START_TEST(test_file_parse_errors) {
   char path[64], want[256];
-  write_temp(path, sizeof path, "42\n");
+  write_temp(path, sizeof path, FILE_PARSE_CASES[_i].text);
   ck_assert_int_eq(loom_config_load(&cfg, path, NULL, 0, err, sizeof err), -1);
-  snprintf(want, sizeof want, "%s:1:2: '[' or '{' expected near '42'", path);
+  snprintf(want, sizeof want, FILE_PARSE_CASES[_i].want, path);
   ck_assert_str_eq(err, want);
   unlink(path);
 }
@@ -947,64 +949,42 @@ END_TEST
 
 static Suite *config_suite(void) {
   Suite *s = suite_create("config");
-  TCase *tc = tcase_create("valid");
-  tcase_add_checked_fixture(tc, NULL, teardown);
-  tcase_add_test(tc, test_full_round_trip);
-  tcase_add_test(tc, test_defaults);
-  tcase_add_test(tc, test_derived_defaults);
-  tcase_add_test(tc, test_init_from);
-  tcase_add_test(tc, test_parallel_forms);
-  tcase_add_test(tc, test_activation_checkpointing);
-  tcase_add_test(tc, test_free_twice_and_zeroed);
-  tcase_add_test(tc, test_tiny_json);
-  suite_add_tcase(s, tc);
+  check_add_tcase(s, "valid",
+                  CHECK_TESTS(test_full_round_trip, test_defaults, test_derived_defaults,
+                              test_init_from, test_parallel_forms, test_activation_checkpointing,
+                              test_free_twice_and_zeroed, test_tiny_json),
+                  NULL, teardown, 0);
 
-  tc = tcase_create("errors");
-  tcase_add_checked_fixture(tc, NULL, teardown);
+  TCase *tc = check_add_tcase(s, "errors", CHECK_TESTS(test_too_long_strings, test_unicode_cut),
+                              NULL, teardown, 0);
   tcase_add_loop_test(tc, test_error_messages, 0, (int)(sizeof ERR_CASES / sizeof *ERR_CASES));
-  tcase_add_test(tc, test_too_long_strings);
-  tcase_add_test(tc, test_unicode_cut);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("files");
-  tcase_add_checked_fixture(tc, NULL, teardown);
-  tcase_add_test(tc, test_file_missing);
-  tcase_add_test(tc, test_file_syntax_error);
-  tcase_add_test(tc, test_file_not_object);
-  tcase_add_test(tc, test_file_override_names_file);
-  tcase_add_test(tc, test_file_name_too_long);
-  suite_add_tcase(s, tc);
+  tc = check_add_tcase(s, "files",
+                       CHECK_TESTS(test_file_missing, test_file_override_names_file,
+                                   test_file_name_too_long),
+                       NULL, teardown, 0);
+  tcase_add_loop_test(tc, test_file_parse_errors, 0,
+                      (int)(sizeof FILE_PARSE_CASES / sizeof *FILE_PARSE_CASES));
 
-  tc = tcase_create("overrides");
-  tcase_add_checked_fixture(tc, NULL, teardown);
-  tcase_add_test(tc, test_override_scalars);
-  tcase_add_test(tc, test_override_json_vs_string);
-  tcase_add_test(tc, test_override_creates_path);
-  tcase_add_test(tc, test_override_arrays);
-  tcase_add_test(tc, test_override_betas_missing);
-  tcase_add_test(tc, test_override_parallel_object_and_absent);
+  tc = check_add_tcase(s, "overrides",
+                       CHECK_TESTS(test_override_scalars, test_override_json_vs_string,
+                                   test_override_creates_path, test_override_arrays,
+                                   test_override_betas_missing,
+                                   test_override_parallel_object_and_absent,
+                                   test_override_long_arg_cut),
+                       NULL, teardown, 0);
   tcase_add_loop_test(tc, test_override_errors, 0,
                       (int)(sizeof SET_ERR_CASES / sizeof *SET_ERR_CASES));
-  tcase_add_test(tc, test_override_long_arg_cut);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("batch");
-  tcase_add_checked_fixture(tc, NULL, teardown);
-  tcase_add_test(tc, test_batch_derived);
-  tcase_add_test(tc, test_batch_mismatch);
-  tcase_add_test(tc, test_batch_bad_dp);
-  suite_add_tcase(s, tc);
+  check_add_tcase(s, "batch", CHECK_TESTS(test_batch_derived, test_batch_mismatch, test_batch_bad_dp),
+                  NULL, teardown, 0);
 
-  tc = tcase_create("options");
-  tcase_add_checked_fixture(tc, opts_setup, opts_teardown);
+  tc = check_add_tcase(s, "options",
+                       CHECK_TESTS(test_opt_int, test_opt_double, test_opt_bool_string,
+                                   test_opt_check_keys, test_opt_empty_and_odd,
+                                   test_opt_with_loaded_config),
+                       opts_setup, opts_teardown, 0);
   tcase_add_checked_fixture(tc, NULL, teardown);
-  tcase_add_test(tc, test_opt_int);
-  tcase_add_test(tc, test_opt_double);
-  tcase_add_test(tc, test_opt_bool_string);
-  tcase_add_test(tc, test_opt_check_keys);
-  tcase_add_test(tc, test_opt_empty_and_odd);
-  tcase_add_test(tc, test_opt_with_loaded_config);
-  suite_add_tcase(s, tc);
   return s;
 }
 

@@ -181,14 +181,10 @@ END_TEST
 
 static Suite *convert_suite(void) {
   Suite *s = suite_create("convert");
-  TCase *tc = tcase_create("rounding");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, bf16_round_to_nearest_even);
-  tcase_add_test(tc, f16_scalar_matches_hardware);
-  tcase_add_test(tc, device_bf16_paths);
-  tcase_add_test(tc, device_f16_paths);
-  tcase_add_test(tc, device_f16_paths_without_f16c);
-  suite_add_tcase(s, tc);
+  check_add_tcase(s, "rounding",
+                  CHECK_TESTS(bf16_round_to_nearest_even, f16_scalar_matches_hardware,
+                              device_bf16_paths, device_f16_paths, device_f16_paths_without_f16c),
+                  NULL, NULL, 120);
   return s;
 }
 

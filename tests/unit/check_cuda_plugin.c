@@ -374,18 +374,11 @@ END_TEST
 
 static Suite *suite(void) {
   Suite *s = suite_create("cuda_plugin");
-  TCase *tc = tcase_create("load");
-  tcase_add_checked_fixture(tc, open_plugin, keep_plugin);
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, identity);
-  tcase_add_test(tc, every_slot_set);
-  tcase_add_test(tc, exports_only_the_entry_symbol);
-  tcase_add_test(tc, options_checked_before_the_gpu);
-  tcase_add_test(tc, refuses_without_a_gpu);
-  tcase_add_test(tc, gpu_smoke);
-  tcase_add_test(tc, bitwise_harness_on_cpu);
-  tcase_add_test(tc, gpu_bitwise_vs_cpu);
-  suite_add_tcase(s, tc);
+  check_add_tcase(s, "load",
+                  CHECK_TESTS(identity, every_slot_set, exports_only_the_entry_symbol,
+                              options_checked_before_the_gpu, refuses_without_a_gpu, gpu_smoke,
+                              bitwise_harness_on_cpu, gpu_bitwise_vs_cpu),
+                  open_plugin, keep_plugin, 120);
   return s;
 }
 

@@ -122,11 +122,10 @@ END_TEST
 
 int main(void) {
   Suite *s = suite_create("data_position");
-  TCase *tc = tcase_create("position");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_add_test(tc, same_T_round_trips_every_cursor);
-  tcase_add_test(tc, halving_T_continues_at_the_same_token);
-  tcase_add_test(tc, other_T_skips_to_the_next_start_and_says_how_far);
-  suite_add_tcase(s, tc);
+  check_add_tcase(s, "position",
+                  CHECK_TESTS(same_T_round_trips_every_cursor,
+                              halving_T_continues_at_the_same_token,
+                              other_T_skips_to_the_next_start_and_says_how_far),
+                  setup, teardown, 0);
   return check_run_suite(s, CK_FORK_GETENV);
 }

@@ -105,11 +105,8 @@ END_TEST
 
 static Suite *device_open_suite(void) {
   Suite *s = suite_create("device_open");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, test_local_rank);
-  tcase_add_test(tc, test_dev_owns);
-  tcase_add_test(tc, test_create_ex_reason);
-  suite_add_tcase(s, tc);
+  check_add_tcase(s, "core", CHECK_TESTS(test_local_rank, test_dev_owns, test_create_ex_reason),
+                  NULL, NULL, 0);
   return s;
 }
 

@@ -23,6 +23,7 @@
 #include "model/gpt.h"
 #include "util/rng.h"
 #include "support/check_suite.h"
+#include "support/host_scratch.h"
 
 static const gpt_config tiny = {
     .vocab_size = 17, .max_seq_len = 8, .n_layer = 2, .n_head = 2, .n_embd = 8};
@@ -33,32 +34,20 @@ static loom_dev dev;
 static gpt_model model;
 static loom_rng rng;
 
-#define MAX_HOST_BUFS 64
-static void *host_bufs[MAX_HOST_BUFS];
-static int n_host_bufs;
-
 static void setup(void) {
   char err[256];
   ck_assert_int_eq(loom__dev_open(&dev, loom__cpu_device(), "{}", 0, err, sizeof err), LOOM_OK);
   memset(&model, 0, sizeof model);
   loom__rng_seed(&rng, 2024);
-  n_host_bufs = 0;
 }
 
 static void teardown(void) {
   if (model.params) gpt_free(&model);
-  for (int i = 0; i < n_host_bufs; i++) free(host_bufs[i]);
-  n_host_bufs = 0;
+  host_scratch_free_all();
   loom__dev_close(&dev);
 }
 
-static void *hmem(size_t bytes) {
-  ck_assert_int_lt(n_host_bufs, MAX_HOST_BUFS);
-  void *p = calloc(1, bytes ? bytes : 1);
-  ck_assert_ptr_nonnull(p);
-  host_bufs[n_host_bufs++] = p;
-  return p;
-}
+static void *hmem(size_t bytes) { return host_scratch(bytes); }
 
 static void init_model(const gpt_config *cfg) {
   char err[256];
@@ -640,6 +629,25 @@ END_TEST
 
 /* ---- padded vocabulary (llm.c's 50257 -> 50304) ---- */
 
+/* The padded tests' common step: the unpadded model's parameter values (*p0, a host copy) and
+ * offsets (off0) are kept, then `model` is reopened with tiny's vocabulary padded to Vp rows.
+ * Returns the unpadded model's parameter count. */
+static int reopen_padded(int Vp, float **p0, size_t off0[64]) {
+  *p0 = params_host();
+  int n_params = model.n_params;
+  for (int i = 0; i < n_params; i++) off0[i] = model.params[i].offset;
+  gpt_free(&model);
+  gpt_config padded = tiny;
+  padded.padded_vocab_size = Vp;
+  init_model(&padded);
+  return n_params;
+}
+
+/* The values of q that the unpadded model has too: wte's first V rows, any other tensor whole. */
+static size_t unpadded_numel(const gpt_param *q, int V, int C) {
+  return q->role == GPT_WTE ? (size_t)V * C : q->numel;
+}
+
 /* V = 17 padded to 32: the same weights (the padded rows of wte random, large) give the same
  * loss, logits and gradients as the unpadded model, the padded rows' gradients are exactly 0
  * (their logits are -inf: probability 0, dlogits 0). Unmasked, those rows' N(0, 3) weights
@@ -654,22 +662,16 @@ START_TEST(test_padded_vocab) {
   for (int r = 0; r < B * T; r++) gpt_logits_row(&model, r, rows + (size_t)r * V);
   gpt_zero_grad(&model);
   ck_assert_int_eq(gpt_backward(&model, 1.0f / (B * T), NULL), LOOM_OK);
-  float *p0 = params_host(), *g0 = grads_host();
+  float *g0 = grads_host(), *p0;
   size_t off0[64];
-  int n_params = model.n_params;
-  for (int i = 0; i < n_params; i++) off0[i] = model.params[i].offset;
-  gpt_free(&model);
-
-  gpt_config padded = tiny;
-  padded.padded_vocab_size = Vp;
-  init_model(&padded);
+  int n_params = reopen_padded(Vp, &p0, off0);
   ck_assert_int_eq(model.n_params, n_params);
   ck_assert_int_eq((int)model.params[0].shape[0], Vp);
   for (int i = 0; i < n_params; i++) {
     gpt_param *q = &model.params[i];
     float *h = malloc(q->numel * sizeof(float));
     ck_assert_ptr_nonnull(h);
-    size_t real = q->role == GPT_WTE ? (size_t)V * C : q->numel;
+    size_t real = unpadded_numel(q, V, C);
     memcpy(h, p0 + off0[i], real * sizeof(float));
     for (size_t j = real; j < q->numel; j++) h[j] = 3.0f * loom__rng_normal(&rng);
     dev.ops->from_host(dev.ctx, q->data, h, q->numel * sizeof(float));
@@ -698,7 +700,7 @@ START_TEST(test_padded_vocab) {
   double worst = 0;
   for (int i = 0; i < n_params; i++) {
     const gpt_param *q = &model.params[i];
-    size_t real = q->role == GPT_WTE ? (size_t)V * C : q->numel;
+    size_t real = unpadded_numel(q, V, C);
     double d2 = 0, r2 = 0;
     for (size_t j = 0; j < real; j++) {
       double d = (double)g1[q->offset + j] - g0[off0[i] + j];
@@ -728,19 +730,14 @@ START_TEST(test_padded_vocab_init) {
   const int V = tiny.vocab_size, Vp = 32, C = tiny.n_embd;
   init_model(&tiny);
   ck_assert_int_eq(gpt_init_weights(&model, 11), LOOM_OK);
-  float *p0 = params_host();
+  float *p0;
   size_t off0[64];
-  int n_params = model.n_params;
-  for (int i = 0; i < n_params; i++) off0[i] = model.params[i].offset;
-  gpt_free(&model);
-  gpt_config padded = tiny;
-  padded.padded_vocab_size = Vp;
-  init_model(&padded);
+  int n_params = reopen_padded(Vp, &p0, off0);
   ck_assert_int_eq(gpt_init_weights(&model, 11), LOOM_OK);
   float *p1 = params_host();
   for (int i = 0; i < n_params; i++) {
     const gpt_param *q = &model.params[i];
-    size_t real = q->role == GPT_WTE ? (size_t)V * C : q->numel;
+    size_t real = unpadded_numel(q, V, C);
     ck_assert_msg(memcmp(p1 + q->offset, p0 + off0[i], real * sizeof(float)) == 0,
                   "%s: the padded model's initial values differ from the unpadded model's",
                   q->name);

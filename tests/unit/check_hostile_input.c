@@ -41,13 +41,7 @@ static void dir_setup(void) {
 
 static void dir_teardown(void) { test_dir_remove(g_dir); }
 
-static char *path_in(const char *name) {
-  static char buf[4][512];
-  static int k;
-  char *p = buf[k++ & 3];
-  snprintf(p, 512, "%s/%s", g_dir, name);
-  return p;
-}
+static char *path_in(const char *name) { return test_dir_path(g_dir, name); }
 
 static void write_bytes(const char *path, const void *data, size_t n) {
   FILE *f = fopen(path, "wb");
@@ -371,23 +365,20 @@ static Suite *hostile_suite(void) {
   Suite *s = suite_create("hostile_input");
   struct {
     const char *name;
-    const TTest *tests[4];
+    const TTest *const *tests;
   } cases[] = {
-      {"sizes", {test_gpt_refuses_huge_dims, test_activation_bytes_saturate}},
-      {"fifo", {test_fifo_shard_refused, test_fifo_vocab_refused, test_fifo_config_refused}},
-      {"missing", {test_missing_data_dir_named}},
-      {"elf", {test_truncated_plugin_refused, test_foreign_elf_refused}},
-      {"fuzz", {test_fuzz_shards, test_fuzz_vocab}},
+      {"sizes", CHECK_TESTS(test_gpt_refuses_huge_dims, test_activation_bytes_saturate)},
+      {"fifo", CHECK_TESTS(test_fifo_shard_refused, test_fifo_vocab_refused,
+                           test_fifo_config_refused)},
+      {"missing", CHECK_TESTS(test_missing_data_dir_named)},
+      {"elf", CHECK_TESTS(test_truncated_plugin_refused, test_foreign_elf_refused)},
+      {"fuzz", CHECK_TESTS(test_fuzz_shards, test_fuzz_vocab)},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    TCase *tc = tcase_create(cases[i].name);
-    tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
-    /* a blocking open fails the test after 10 s instead of hanging; the fuzz loops take about
-     * a second (20 under ASan) */
-    tcase_set_timeout(tc, strcmp(cases[i].name, "fuzz") ? 10 : 200);
-    for (int j = 0; j < 4 && cases[i].tests[j]; j++) tcase_add_test(tc, cases[i].tests[j]);
-    suite_add_tcase(s, tc);
-  }
+  /* a blocking open fails the test after 10 s instead of hanging; the fuzz loops take about
+   * a second (20 under ASan) */
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    check_add_tcase(s, cases[i].name, cases[i].tests, dir_setup, dir_teardown,
+                    strcmp(cases[i].name, "fuzz") ? 10 : 200);
   return s;
 }
 

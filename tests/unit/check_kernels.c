@@ -21,6 +21,7 @@
 #include "fp_tolerance.h"
 #include "util/rng.h"
 #include "support/check_suite.h"
+#include "support/host_scratch.h"
 
 /* Central differences in double of an objective built from fp32 outputs. Error: truncation
  * FD_EPS^2 / 6 times the third derivative (~1e-7 here) plus the rounding of the outputs a
@@ -38,10 +39,6 @@ static const loom_device_v1 *ops;
 static void *ctx;
 static loom_rng rng;
 
-#define MAX_HOST_BUFS 128
-static void *host_bufs[MAX_HOST_BUFS];
-static int n_host_bufs;
-
 static void open_device(const char *options) {
   char err[256];
   ck_assert_int_eq(loom__dev_open(&dev, loom__cpu_device(), options, 0, err, sizeof err), LOOM_OK);
@@ -52,23 +49,15 @@ static void open_device(const char *options) {
 static void setup(void) {
   open_device("{}");
   loom__rng_seed(&rng, 1234);
-  n_host_bufs = 0;
 }
 
 static void teardown(void) {
-  for (int i = 0; i < n_host_bufs; i++) free(host_bufs[i]);
-  n_host_bufs = 0;
+  host_scratch_free_all();
   if (dev.ops) loom__dev_close(&dev); /* frees every live device buffer */
 }
 
 /* Host scratch, freed by teardown. */
-static void *hmem(size_t bytes) {
-  ck_assert_int_lt(n_host_bufs, MAX_HOST_BUFS);
-  void *p = calloc(1, bytes ? bytes : 1);
-  ck_assert_ptr_nonnull(p);
-  host_bufs[n_host_bufs++] = p;
-  return p;
-}
+static void *hmem(size_t bytes) { return host_scratch(bytes); }
 static float *hbuf(size_t n) { return hmem(n * sizeof(float)); }
 
 static float *hrand(size_t n, float mean, float std) {

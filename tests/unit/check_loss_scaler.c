@@ -86,12 +86,9 @@ END_TEST
 
 int main(void) {
   Suite *su = suite_create("loss_scaler");
-  TCase *tc = tcase_create("deepspeed_rules");
-  tcase_add_test(tc, hysteresis_then_cut);
-  tcase_add_test(tc, growth_after_window);
-  tcase_add_test(tc, floor_and_stuck);
-  tcase_add_test(tc, consecutive_hysteresis);
-  tcase_add_test(tc, fixed_scale);
-  suite_add_tcase(su, tc);
+  check_add_tcase(su, "deepspeed_rules",
+                  CHECK_TESTS(hysteresis_then_cut, growth_after_window, floor_and_stuck,
+                              consecutive_hysteresis, fixed_scale),
+                  NULL, NULL, 0);
   return check_run_suite(su, CK_FORK);
 }

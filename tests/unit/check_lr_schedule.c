@@ -61,10 +61,9 @@ END_TEST
 
 int main(void) {
   Suite *s = suite_create("lr_schedule");
-  TCase *tc = tcase_create("edges");
-  tcase_add_test(tc, past_the_horizon_is_min_lr);
-  tcase_add_test(tc, warmup_and_cosine_ends);
-  tcase_add_test(tc, decay_steps_equal_to_warmup_is_accepted);
-  suite_add_tcase(s, tc);
+  check_add_tcase(s, "edges",
+                  CHECK_TESTS(past_the_horizon_is_min_lr, warmup_and_cosine_ends,
+                              decay_steps_equal_to_warmup_is_accepted),
+                  NULL, NULL, 0);
   return check_run_suite(s, CK_FORK_GETENV);
 }

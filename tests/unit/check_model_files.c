@@ -338,13 +338,9 @@ END_TEST
 
 int main(void) {
   Suite *s = suite_create("model_files");
-  TCase *tc = tcase_create("roundtrip");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_add_test(tc, test_layouts);
-  tcase_add_test(tc, test_refusals);
-  tcase_add_test(tc, test_llmc_header);
-  tcase_add_test(tc, test_bf16_file);
-  tcase_add_test(tc, test_padded_vocab);
-  suite_add_tcase(s, tc);
+  check_add_tcase(s, "roundtrip",
+                  CHECK_TESTS(test_layouts, test_refusals, test_llmc_header, test_bf16_file,
+                              test_padded_vocab),
+                  setup, teardown, 0);
   return check_run_suite(s, CK_FORK_GETENV);
 }

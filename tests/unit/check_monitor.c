@@ -270,18 +270,11 @@ END_TEST
 
 static Suite *monitor_suite(void) {
   Suite *s = suite_create("monitor");
-  TCase *tc = tcase_create("crc32c");
-  tcase_add_test(tc, crc32c_check_values);
-  suite_add_tcase(s, tc);
-  tc = tcase_create("tensorboard");
-  tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
-  tcase_add_test(tc, record_becomes_scalars);
-  tcase_add_test(tc, bad_record_and_bad_dir);
-  suite_add_tcase(s, tc);
-  tc = tcase_create("run_metrics");
-  tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
-  tcase_add_test(tc, run_metrics_and_divergence);
-  suite_add_tcase(s, tc);
+  check_add_tcase(s, "crc32c", CHECK_TESTS(crc32c_check_values), NULL, NULL, 0);
+  check_add_tcase(s, "tensorboard", CHECK_TESTS(record_becomes_scalars, bad_record_and_bad_dir),
+                  dir_setup, dir_teardown, 0);
+  check_add_tcase(s, "run_metrics", CHECK_TESTS(run_metrics_and_divergence), dir_setup,
+                  dir_teardown, 0);
   return s;
 }
 

@@ -28,13 +28,7 @@ static void dir_setup(void) {
 
 static void dir_teardown(void) { test_dir_remove(g_dir); }
 
-static char *path_in(const char *name) {
-  static char buf[4][512];
-  static int k;
-  char *p = buf[k++ & 3];
-  snprintf(p, 512, "%s/%s", g_dir, name);
-  return p;
-}
+static char *path_in(const char *name) { return test_dir_path(g_dir, name); }
 
 /* Write shard `name` of n tokens holding positions first, first+1, ... (mod 65536). */
 static void write_pos_shard(const char *name, size_t n, size_t first) {
@@ -463,23 +457,20 @@ END_TEST
 
 static Suite *shards_suite(void) {
   Suite *s = suite_create("shards");
-  struct { const char *name; const TTest *tests[8]; } cases[] = {
-    {"format", {test_write_format, test_write_error, test_open_layout}},
-    {"mapping", {test_sequence_mapping}},
-    {"global_batch", {test_global_batch_splits}},
-    {"epochs_resume", {test_wraparound, test_resume}},
-    {"errors", {test_err_no_match, test_err_bad_magic, test_err_bad_version, test_err_truncated,
-                test_err_header_truncated, test_err_trailing_bytes, test_err_token_too_large,
-                test_err_short_shard}},
-    {"errors_more", {test_err_empty_shard, test_err_bad_args}},
-    {"tokenizer", {test_tok_roundtrip, test_tok_escapes, test_tok_files}},
+  struct { const char *name; const TTest *const *tests; } cases[] = {
+    {"format", CHECK_TESTS(test_write_format, test_write_error, test_open_layout)},
+    {"mapping", CHECK_TESTS(test_sequence_mapping)},
+    {"global_batch", CHECK_TESTS(test_global_batch_splits)},
+    {"epochs_resume", CHECK_TESTS(test_wraparound, test_resume)},
+    {"errors", CHECK_TESTS(test_err_no_match, test_err_bad_magic, test_err_bad_version,
+                           test_err_truncated, test_err_header_truncated,
+                           test_err_trailing_bytes, test_err_token_too_large,
+                           test_err_short_shard)},
+    {"errors_more", CHECK_TESTS(test_err_empty_shard, test_err_bad_args)},
+    {"tokenizer", CHECK_TESTS(test_tok_roundtrip, test_tok_escapes, test_tok_files)},
   };
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-    TCase *tc = tcase_create(cases[i].name);
-    tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
-    for (int j = 0; j < 8 && cases[i].tests[j]; j++) tcase_add_test(tc, cases[i].tests[j]);
-    suite_add_tcase(s, tc);
-  }
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    check_add_tcase(s, cases[i].name, cases[i].tests, dir_setup, dir_teardown, 0);
   return s;
 }
 

@@ -451,11 +451,7 @@ int loom_cmd_compare(int argc, char **argv) {
   loom_table_print(stdout, table);
   char path[4200], plots[4200], err[2048];
   snprintf(path, sizeof path, "%s/compare.txt", out_dir);
-  FILE *f = fopen(path, "w");
-  if (f) {
-    loom_table_print(f, table);
-    fclose(f);
-  }
+  loom_table_save(table, path);
   snprintf(plots, sizeof plots, "%s/plots", out_dir);
   if (loom_plots_draw(plots, runs, n, err, sizeof err) != 0) {
     fprintf(stderr, "loom compare: %s\n", err);

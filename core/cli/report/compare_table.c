@@ -184,3 +184,10 @@ void loom_table_html(FILE *out, const loom_table *t) {
   }
   fputs("</table>\n", out);
 }
+
+void loom_table_save(const loom_table *t, const char *path) {
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  loom_table_print(f, t);
+  fclose(f);
+}

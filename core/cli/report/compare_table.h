@@ -32,6 +32,9 @@ loom_divergence loom_divergence_of(const loom_run_metrics *a, const loom_run_met
  * tol for the "first step over" rows. */
 void loom_table_build(loom_table *t, const loom_run_metrics *runs, int n, double tol);
 void loom_table_print(FILE *out, const loom_table *t);
+/* loom_table_print into the file `path` (replaced), beside the copy on stdout: a path that
+ * cannot be opened is passed over, as the table has been printed already. */
+void loom_table_save(const loom_table *t, const char *path);
 /* The table as an HTML <table> (cells escaped). */
 void loom_table_html(FILE *out, const loom_table *t);
 

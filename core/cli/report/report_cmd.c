@@ -72,11 +72,7 @@ int loom_cmd_report(int argc, char **argv) {
   }
   char path[4300], title[256];
   snprintf(path, sizeof path, "%s/report.txt", out);
-  FILE *f = fopen(path, "w");
-  if (f) {
-    loom_table_print(f, t);
-    fclose(f);
-  }
+  loom_table_save(t, path);
   snprintf(path, sizeof path, "%s/report.html", out);
   snprintf(title, sizeof title, "loom report: %s", name);
   if (loom_html_page_write(path, title, t, out, err, sizeof err) != 0) {

@@ -22,10 +22,10 @@
  * in its request; wait() copies the received values back to the device and frees them
  * (mpi_staging.c; mpi_raw.c: the MPI calls on host buffers; this file: the lifecycle and the
  * table). */
-#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_mpi.h"
 #include "mpi_internal.h"
 #include "mpi_owner.h"
 
@@ -78,21 +78,10 @@ static int mpi_create(const loom_host_api_v1 *api, loom_host *host, const loom_o
   c->host = host;
   c->own = own;
   c->segment_bytes = (size_t)seg;
-  /* OpenMPI dlopens its own components, which need libmpi's symbols globally visible; we were
-   * loaded RTLD_LOCAL, so promote libmpi. */
-  dlopen("libmpi.so.40", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
-  int inited = 0;
-  MPI_Initialized(&inited);
-  if (!inited) {
-    int provided;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-      api->set_error(host, "MPI_Init_thread failed (is this run under mpirun/srun?)");
-      free(c);
-      return LOOM_SYSTEM;
-    }
-    c->initialized_here = 1;
+  if (comm_mpi_start(api, host, &c->initialized_here) != LOOM_OK) {
+    free(c);
+    return LOOM_SYSTEM;
   }
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   c->world.mpi = MPI_COMM_WORLD;
   int *ub = NULL, has_ub = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &has_ub);
@@ -143,12 +132,12 @@ static int mpi_split(void *ctx, loom_comm *parent, int color, int key, loom_comm
   mpi_ctx *c = ctx;
   loom_comm *nc = calloc(1, sizeof *nc);
   if (!nc) return LOOM_NOMEM;
-  int rc = MPI_Comm_split(parent ? parent->mpi : MPI_COMM_WORLD, color, key, &nc->mpi);
-  if (rc != MPI_SUCCESS) {
+  int rc = comm_mpi_split(c->api, c->host, parent ? parent->mpi : MPI_COMM_WORLD, color, key,
+                          &nc->mpi);
+  if (rc != LOOM_OK) {
     free(nc);
-    return mpi_fail(c, rc, "MPI_Comm_split");
+    return rc;
   }
-  MPI_Comm_set_errhandler(nc->mpi, MPI_ERRORS_RETURN);
   nc->p2p = MPI_COMM_NULL;
   if (nc->mpi != MPI_COMM_NULL && (rc = MPI_Comm_dup(nc->mpi, &nc->p2p)) != MPI_SUCCESS) {
     MPI_Comm_free(&nc->mpi);

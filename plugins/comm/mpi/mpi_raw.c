@@ -6,28 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm_mpi.h"
 #include "mpi_internal.h"
 #include "mpi_owner.h"
 
 int mpi_fail(mpi_ctx *c, int mpi_err, const char *what) {
-  char msg[MPI_MAX_ERROR_STRING] = "";
-  int len = 0;
-  MPI_Error_string(mpi_err, msg, &len);
-  c->api->set_error(c->host, "%s failed: %s", what, msg);
-  return LOOM_REMOTE;
+  return comm_mpi_fail(c->api, c->host, mpi_err, what);
 }
 
-static MPI_Datatype mpi_type(loom_dtype dt) {
-  switch (dt) {
-    case LOOM_F32: return MPI_FLOAT;
-    case LOOM_F64: return MPI_DOUBLE;
-    case LOOM_I32: return MPI_INT32_T;
-    case LOOM_I64: return MPI_INT64_T;
-    case LOOM_U8: return MPI_UINT8_T;
-    case LOOM_BF16: case LOOM_F16: return MPI_UINT16_T; /* only moved, never reduced here */
-  }
-  return MPI_DATATYPE_NULL;
-}
+/* bf16 and fp16 travel as MPI_UINT16_T: moved, and summed only by the 16-bit MPI_Ops */
+static MPI_Datatype mpi_type(loom_dtype dt) { return comm_mpi_type(dt, MPI_UINT16_T); }
 
 /* The MPI reduction for op on dt: MPI's own, or the 16-bit sums (check_args refused the rest). */
 static MPI_Op reduce_op(const mpi_ctx *c, loom_red_op op, loom_dtype dt) {

@@ -23,9 +23,9 @@
  *
  * This file: the plugin's table, its lifecycle and communicators. nccl_stream.c: the stream,
  * the lazy NCCL communicator, requests and waiting. nccl_ops.c: the operations. */
-#include <dlfcn.h>
 #include <stdlib.h>
 
+#include "comm_mpi.h"
 #include "nccl_internal.h"
 
 /* ---- lifecycle ---- */
@@ -52,20 +52,10 @@ static int nccl_create(const loom_host_api_v1 *api, loom_host *host, const loom_
   if (!c) return LOOM_NOMEM;
   c->api = api;
   c->host = host;
-  /* Open MPI's components need libmpi's symbols global; we were loaded RTLD_LOCAL */
-  dlopen("libmpi.so.40", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
-  int inited = 0;
-  MPI_Initialized(&inited);
-  if (!inited) {
-    int provided;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-      api->set_error(host, "MPI_Init_thread failed (is this run under mpirun/srun?)");
-      free(c);
-      return LOOM_SYSTEM;
-    }
-    c->initialized_here = 1;
+  if (comm_mpi_start(api, host, &c->initialized_here) != LOOM_OK) {
+    free(c);
+    return LOOM_SYSTEM;
   }
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   c->world.mpi = MPI_COMM_WORLD;
   MPI_Comm_rank(MPI_COMM_WORLD, &c->world.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &c->world.size);
@@ -96,12 +86,12 @@ static int nccl_split(void *ctx, loom_comm *parent, int color, int key, loom_com
   nccl_ctx *c = ctx;
   loom_comm *nc = calloc(1, sizeof *nc);
   if (!nc) return LOOM_NOMEM;
-  int rc = MPI_Comm_split(parent ? parent->mpi : MPI_COMM_WORLD, color, key, &nc->mpi);
-  if (rc != MPI_SUCCESS) {
+  int rc = comm_mpi_split(c->api, c->host, parent ? parent->mpi : MPI_COMM_WORLD, color, key,
+                          &nc->mpi);
+  if (rc != LOOM_OK) {
     free(nc);
-    return nccl_mpi_fail(c, rc, "MPI_Comm_split");
+    return rc;
   }
-  MPI_Comm_set_errhandler(nc->mpi, MPI_ERRORS_RETURN);
   MPI_Comm_rank(nc->mpi, &nc->rank);
   MPI_Comm_size(nc->mpi, &nc->size);
   nc->next = c->world.next; /* the list abort() walks */

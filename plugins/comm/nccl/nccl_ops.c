@@ -8,6 +8,7 @@
  * point: ncclSend / ncclRecv; NCCL matches them by order per peer, not by tag, which is how
  * loom's pipeline issues them. bf16 and fp16 sums are NCCL's native ncclBfloat16 /
  * ncclFloat16. */
+#include "comm_mpi.h"
 #include "nccl_internal.h"
 
 typedef enum op_kind {
@@ -51,17 +52,8 @@ static int nccl_type(loom_dtype dt, ncclDataType_t *out) {
 static ncclRedOp_t nccl_red(loom_red_op op) {
   return op == LOOM_OP_MAX ? ncclMax : op == LOOM_OP_MIN ? ncclMin : ncclSum;
 }
-static MPI_Datatype mpi_type(loom_dtype dt) {
-  switch (dt) {
-    case LOOM_F32: return MPI_FLOAT;
-    case LOOM_F64: return MPI_DOUBLE;
-    case LOOM_I32: return MPI_INT32_T;
-    case LOOM_I64: return MPI_INT64_T;
-    case LOOM_U8: return MPI_UINT8_T;
-    case LOOM_BF16: case LOOM_F16: return MPI_DATATYPE_NULL; /* not before the device */
-  }
-  return MPI_DATATYPE_NULL;
-}
+/* bf16 and fp16: none (not before the device) */
+static MPI_Datatype mpi_type(loom_dtype dt) { return comm_mpi_type(dt, MPI_DATATYPE_NULL); }
 static MPI_Op mpi_red(loom_red_op op) {
   return op == LOOM_OP_MAX ? MPI_MAX : op == LOOM_OP_MIN ? MPI_MIN : MPI_SUM;
 }

@@ -5,14 +5,11 @@
 #include <stddef.h>
 #include <stdlib.h>
 
+#include "comm_mpi.h"
 #include "nccl_internal.h"
 
 int nccl_mpi_fail(nccl_ctx *c, int mpi_rc, const char *what) {
-  char msg[MPI_MAX_ERROR_STRING] = "";
-  int len = 0;
-  MPI_Error_string(mpi_rc, msg, &len);
-  c->api->set_error(c->host, "%s failed: %s", what, msg);
-  return LOOM_REMOTE;
+  return comm_mpi_fail(c->api, c->host, mpi_rc, what);
 }
 
 int nccl_nccl_fail(nccl_ctx *c, ncclResult_t rc, const char *what) {

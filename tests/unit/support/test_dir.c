@@ -11,6 +11,14 @@ void test_dir_make(char *dir, size_t size, const char *prefix) {
   ck_assert_ptr_nonnull(mkdtemp(dir));
 }
 
+char *test_dir_path(const char *dir, const char *name) {
+  static char buf[4][512];
+  static int k;
+  char *p = buf[k++ & 3];
+  snprintf(p, sizeof buf[0], "%s/%s", dir, name);
+  return p;
+}
+
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   (void)st, (void)flag, (void)ftw;
   return remove(path);

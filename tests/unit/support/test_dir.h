@@ -9,6 +9,10 @@
  * cannot be made. */
 void test_dir_make(char *dir, size_t size, const char *prefix);
 
+/* "dir/name" in one of 4 static buffers used in turn (512 bytes each, cut beyond): up to 4
+ * such paths can be live at once, e.g. a rename's source and target. */
+char *test_dir_path(const char *dir, const char *name);
+
 /* rm -rf dir (links are removed, never followed). */
 void test_dir_remove(const char *dir);
 

@@ -1,0 +1,21 @@
+#include "host_scratch.h"
+
+#include <check.h>
+#include <stdlib.h>
+
+#define MAX_BLOCKS 128
+static void *blocks[MAX_BLOCKS];
+static int n_blocks;
+
+void *host_scratch(size_t bytes) {
+  ck_assert_int_lt(n_blocks, MAX_BLOCKS);
+  void *p = calloc(1, bytes ? bytes : 1);
+  ck_assert_ptr_nonnull(p);
+  blocks[n_blocks++] = p;
+  return p;
+}
+
+void host_scratch_free_all(void) {
+  for (int i = 0; i < n_blocks; i++) free(blocks[i]);
+  n_blocks = 0;
+}
