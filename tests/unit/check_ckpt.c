@@ -300,7 +300,8 @@ static Suite *ckpt_suite(void) {
       {"memory_drops", test_memory_drops},
       {"bad_policy", test_bad_policy},
   };
-  return check_case_suite("activation_checkpointing", CHECK_CASES(cases), setup, teardown, 0);
+  /* 60 s, not Check's 4: the 16-bit cases run ~2 s alone and overran 4 s on a loaded machine */
+  return check_case_suite("activation_checkpointing", CHECK_CASES(cases), setup, teardown, 60);
 }
 
 int main(void) {
