@@ -9,11 +9,9 @@
 static loom_test_hooks g_hooks;
 static int g_ready;
 
-/* A copy of the variable's value that lives as long as the process (NULL when unset). */
-static const char *env_copy(const char *name) {
-  const char *v = getenv(name);
-  return v ? strdup(v) : NULL;
-}
+/* A copy of a value that lives as long as the process (kept in g_hooks, so still reachable at
+ * exit); only what is kept is copied. */
+static const char *keep(const char *v) { return v ? strdup(v) : NULL; }
 
 /* "RANK:STEP:KIND" */
 static void parse_fault(const char *f) {
@@ -23,7 +21,7 @@ static void parse_fault(const char *f) {
   g_hooks.fault.kind = strcmp(kind, "exit") == 0 ? LOOM_FAULT_EXIT : LOOM_FAULT_ERROR;
   g_hooks.fault.rank = rank;
   g_hooks.fault.step = step;
-  g_hooks.fault.text = f;
+  g_hooks.fault.text = keep(f);
 }
 
 /* "RANK:STEP[,STEP...]": any one character separates the steps; the list ends at the first
@@ -50,10 +48,10 @@ static void parse_inject_inf(const char *f) {
 void loom__test_hooks_init(void) {
   if (g_ready) return;
   g_ready = 1;
-  parse_fault(env_copy("LOOM_FAULT"));
+  parse_fault(getenv("LOOM_FAULT"));
   parse_inject_inf(getenv("LOOM_INJECT_INF"));
-  const char *trace = env_copy("LOOM_DATA_TRACE");
-  g_hooks.data_trace = trace && *trace ? trace : NULL;
+  const char *trace = getenv("LOOM_DATA_TRACE");
+  g_hooks.data_trace = trace && *trace ? keep(trace) : NULL;
   g_hooks.ckpt_before_latest = getenv("LOOM_FAULT_CKPT_BEFORE_LATEST") != NULL;
   const char *minor = getenv("LOOM_TEST_HOST_MINOR");
   g_hooks.host_minor = minor && strcmp(minor, "4") == 0 ? 4 : 0;
