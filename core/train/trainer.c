@@ -306,7 +306,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   return 0;
 }
 
-/* LOOM_INJECT_INF (tests, runtime/test_hooks.h): the named world rank adds +inf to the first
+/* LOOM_INJECT_INF (tests, util/test_hooks.h): the named world rank adds +inf to the first
  * element of its gradient partition at each listed step, after backward and the gradient sync:
  * only that rank sees it, so the overflow flag's agreement over every rank is what makes the
  * others skip too. */
@@ -339,7 +339,7 @@ static int agree_overflow(loom_trainer *tr, int *nonfinite) {
 }
 
 /* Fault injection for the fault tests (SQLite's idea: failures are designed in): LOOM_FAULT
- * (runtime/test_hooks.h) makes one world rank fail with an error at one step, or die abruptly
+ * (util/test_hooks.h) makes one world rank fail with an error at one step, or die abruptly
  * (no MPI shutdown), like a crashed process. */
 static int injected_fault(loom_trainer *tr, int step) {
   loom_fault_kind kind = loom__hook_fault(tr->rt.mesh.world_rank, step);
@@ -718,7 +718,7 @@ int loom_trainer_eval(loom_trainer *tr, double *val_loss) {
   return 0;
 }
 
-/* LOOM_DATA_TRACE=FILE (tests, runtime/test_hooks.h): rank 0 appends, for every sequence of
+/* LOOM_DATA_TRACE=FILE (tests, util/test_hooks.h): rank 0 appends, for every sequence of
  * the global batch of `step`, "step STEP epoch E shard INDEX token OFFSET len T": the tokens
  * [OFFSET, OFFSET + T) of that shard, in epoch E, are the step's inputs. How the resume tests
  * prove no token is read twice or skipped. */

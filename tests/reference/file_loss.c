@@ -6,7 +6,7 @@
  *   TOKENS   B*T + 1 int32 token ids (native little-endian): inputs are tokens[0 .. B*T),
  *            targets tokens[1 .. B*T] (the sequences are consecutive rows of one stream)
  * Prints "loss %.9g" (the mean cross-entropy over the B*T positions) on stdout. The parameters
- * go through init_from's reader (export/model_files.h) into a one-rank model on the CPU
+ * go through init_from's reader (formats/model_files.h) into a one-rank model on the CPU
  * device: the path a run's init_from takes. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -296,7 +296,7 @@ static json_t *meta_json(loom_trainer *tr) {
   json_object_set_new(meta, "precision", json_is_object(pj) ? pj : json_null());
   if (pj && !json_is_object(pj)) json_decref(pj);
   if (rt->mesh.pp > 1) json_object_set_new(meta, "stages", stage_tensors_json(rt));
-  /* where the parameters came from before step 1 (config init_from; export/init_from.h) */
+  /* where the parameters came from before step 1 (config init_from; formats/init_from.h) */
   if (tr->init_from) json_object_set(meta, "init_from", tr->init_from);
   return meta;
 }
