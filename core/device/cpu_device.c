@@ -1,11 +1,12 @@
 /* The built-in CPU device backend: its loom_device_v1 table, options, memory and the vector
  * kernels (scale, axpy, reductions). AdamW lives in cpu_adamw.c, the GPT kernels in
- * cpu_layers.c, cpu_attention.c, cpu_gelu.c and cpu_crossentropy.c. Device pointers are host
- * pointers (LOOM_DEVICE_CAP_HOST_ADDRESSABLE).
+ * cpu_layers.c, cpu_attention.c, cpu_gelu.c and cpu_crossentropy.c, the GEMMs they call in
+ * cpu_gemm.c (oneDNN). Device pointers are host pointers (LOOM_DEVICE_CAP_HOST_ADDRESSABLE).
  *
  * Options (the config's "device" object): {"type": "cpu", "threads": N}. threads 0 or absent
- * keeps the OpenMP/OpenBLAS defaults; otherwise both are set to N (process-wide: OpenMP and
- * OpenBLAS have no per-instance thread counts). Keys starting with '_' are comments; other
+ * keeps OpenMP's default; otherwise OpenMP (which threads oneDNN as well as loom's kernels)
+ * and OpenBLAS (the GEMM fallback) are set to N, process-wide: neither has per-instance
+ * thread counts. Keys starting with '_' are comments; other
  * unknown keys are LOOM_INVALID_CONFIG, a type other than "cpu" is LOOM_UNSUPPORTED.
  *
  * Reductions (sum_squares) split the vector into a fixed number of chunks whatever the thread
@@ -25,10 +26,6 @@
 void openblas_set_num_threads(int num_threads); /* OpenBLAS extension; not in every cblas.h */
 
 #define CPU_ALIGN 64
-
-typedef struct cpu_ctx {
-  int threads; /* as configured; 0 = library defaults */
-} cpu_ctx;
 
 static int cpu_parse_options(const char *options_json, int *threads) {
   json_error_t jerr;
@@ -66,9 +63,15 @@ static int cpu_create(const char *options_json, int local_rank, void **ctx) {
   int threads = 0;
   int rc = cpu_parse_options(options_json ? options_json : "{}", &threads);
   if (rc != LOOM_OK) return rc;
-  cpu_ctx *c = calloc(1, sizeof *c);
+  loom_cpu_ctx *c = calloc(1, sizeof *c);
   if (!c) return LOOM_NOMEM;
+  char err[128];
   c->threads = threads;
+  c->gemm = loom__cpu_gemm_open(err, sizeof err);
+  if (!c->gemm) {
+    free(c);
+    return LOOM_UNSUPPORTED;
+  }
   if (threads > 0) {
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
@@ -77,7 +80,16 @@ static int cpu_create(const char *options_json, int local_rank, void **ctx) {
   return LOOM_OK;
 }
 
-static void cpu_destroy(void *ctx) { free(ctx); }
+static void cpu_destroy(void *ctx) {
+  loom_cpu_ctx *c = ctx;
+  if (c) loom__cpu_gemm_close(c->gemm);
+  free(c);
+}
+
+/* bf16 operands for the linear layers' GEMMs where the CPU has the units (cpu_gemm.h). */
+static void cpu_set_compute_dtype(void *ctx, loom_dtype dt) {
+  loom__cpu_gemm_set_dtype(((loom_cpu_ctx *)ctx)->gemm, dt);
+}
 
 /* ---- memory ---- */
 
@@ -162,7 +174,7 @@ static void cpu_from_host(void *ctx, void *dst, const void *host_src, size_t byt
 
 static const loom_device_v1 cpu_device = {
     .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_DEVICE, "cpu", "1.0.0",
-                                   "built-in CPU backend (OpenBLAS GEMM, OpenMP)",
+                                   "built-in CPU backend (oneDNN GEMM, OpenMP)",
                                    LOOM_DEVICE_CAP_HOST_ADDRESSABLE, loom_device_v1),
     .create = cpu_create,
     .destroy = cpu_destroy,
@@ -193,6 +205,7 @@ static const loom_device_v1 cpu_device = {
     .crossentropy_backward = loom__cpu_crossentropy_backward,
     .round_to = loom__cpu_round_to,
     .convert = loom__cpu_convert,
+    .set_compute_dtype = cpu_set_compute_dtype,
     .crossentropy_fused = loom__cpu_crossentropy_fused,
 };
 

@@ -1,7 +1,7 @@
 /* Internal to the CPU backend: the kernels defined in cpu_layers.c, cpu_attention.c,
  * cpu_gelu.c and cpu_crossentropy.c that cpu_device.c puts into its loom_device_v1 table.
- * Signatures (and their documentation) are the table's own, see loom/device_v1.h; `ctx` is
- * unused by the kernels.
+ * Signatures (and their documentation) are the table's own, see loom/device_v1.h; `ctx` is the
+ * backend's loom_cpu_ctx (the GEMM kernels use its oneDNN state; the others ignore it).
  *
  * Legend: B = batch, T = time, C = channels, NH = heads, HS = head size, V = vocab, N = B*T rows,
  * OC = output channels. */
@@ -9,6 +9,17 @@
 #define LOOM_CORE_CPU_KERNELS_H
 
 #include <loom/device_v1.h>
+
+#include "cpu_gemm.h"
+
+/* The CPU backend's context (what create returns as ctx). */
+typedef struct loom_cpu_ctx {
+  int threads;    /* device.threads as configured; 0 = OpenMP's default */
+  cpu_gemm *gemm; /* oneDNN engine and primitive cache (cpu_gemm.h) */
+} loom_cpu_ctx;
+
+/* The GEMM state of a kernel's ctx. */
+static inline cpu_gemm *loom__cpu_gemm_of(void *ctx) { return ((loom_cpu_ctx *)ctx)->gemm; }
 
 /* Fixed number of chunks for reductions that must not depend on the thread count: each chunk is
  * reduced independently, then the partials are summed in chunk order. */

@@ -1,7 +1,8 @@
 /* CPU kernels of the GPT layers other than attention, GELU and the cross-entropy
- * (cpu_attention.c, cpu_gelu.c, cpu_crossentropy.c): encoder, layernorm, matmul (OpenBLAS
- * sgemm), residual. Argument order and semantics are those of loom/device_v1.h (llm.c's):
- * outputs, saved stats, inputs, weights, dims.
+ * (cpu_attention.c, cpu_gelu.c, cpu_crossentropy.c): encoder, layernorm, matmul (oneDNN,
+ * cpu_gemm.h: bf16 operands under a bf16 compute dtype where the CPU has the units), residual.
+ * Argument order and semantics are those of loom/device_v1.h (llm.c's): outputs, saved stats,
+ * inputs, weights, dims.
  *
  * Legend: B = batch, T = time, C = channels, N = B*T rows, OC = output channels, V = vocab.
  *
@@ -15,10 +16,9 @@
  * into the same element and every element sums its rows in row order, whatever the split. A
  * thread reads its range of each row contiguously and keeps its slice of the sums in L1 (the
  * earlier 32-column blocks read 128 bytes per row, a stride of up to 4 KiB apart, and walked
- * the rows once per block: 2-3x slower at OC = 3C and 4C). The GEMMs
- * are OpenBLAS's: 0.3.21's sgemm rounds differently on 1 thread than on several (identical for
- * 2 vs 4), so gradients match bitwise across thread counts only when OpenBLAS's count does. */
-#include <cblas.h>
+ * the rows once per block: 2-3x slower at OC = 3C and 4C). The GEMMs are oneDNN's, which
+ * may split a long reduction between threads (cpu_gemm.h): the matmul gradients match bitwise
+ * across thread counts only when the counts are equal. */
 #include <math.h>
 #include <omp.h>
 #include <stddef.h>
@@ -186,28 +186,20 @@ void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float 
 
 void loom__cpu_matmul_forward(void *ctx, float *out, const float *inp, const float *weight,
                               const float *bias, int N, int C, int OC) {
-  (void)ctx;
-  if (bias) {
-#pragma omp parallel for schedule(static) if ((size_t)N * OC > LOOM_CPU_PAR_MIN)
-    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-  }
-  /* out (N,OC) = inp (N,C) @ weight (OC,C)^T [+ out] */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
-              bias ? 1.0f : 0.0f, out, OC);
+  /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (oneDNN's bias, no extra pass) */
+  loom__cpu_gemm(loom__cpu_gemm_of(ctx), 0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC,
+                 bias, 1);
 }
 
 void loom__cpu_matmul_backward(void *ctx, float *dinp, float *dweight, float *dbias,
                                const float *dout, const float *inp, const float *weight, int N,
                                int C, int OC) {
-  (void)ctx;
+  cpu_gemm *g = loom__cpu_gemm_of(ctx);
   /* dinp (N,C) += dout (N,OC) @ weight (OC,C) */
-  if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
-                1.0f, dinp, C);
+  if (dinp) loom__cpu_gemm(g, 0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, NULL, 1);
   /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
   if (dweight)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dweight, C);
+    loom__cpu_gemm(g, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, NULL, 1);
   if (dbias) {
 #pragma omp parallel if ((size_t)N * OC > LOOM_CPU_PAR_MIN)
     {

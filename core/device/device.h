@@ -24,7 +24,7 @@ typedef struct loom_dev {
 /* Device memory is host memory (the CPU device): buffers may be handed to host code as is. */
 #define LOOM_DEVICE_HOST_ADDRESSABLE(ops) (((ops)->hdr.caps & LOOM_DEVICE_CAP_HOST_ADDRESSABLE) != 0)
 
-/* The built-in CPU backend (OpenBLAS GEMM, OpenMP elsewhere). */
+/* The built-in CPU backend (oneDNN GEMMs, OpenMP elsewhere). */
 const loom_device_v1 *loom__cpu_device(void);
 
 /* Open `ops` with its JSON options and a zeroed accounting state.

@@ -3,7 +3,7 @@
  * A device backend owns tensor memory and the kernels of the GPT model. No code outside a
  * device backend dereferences tensor memory: the model, the training loop and every plugin go
  * through this table, so a CUDA backend slots in without touching them. The CPU backend is built
- * into the core (OpenBLAS GEMM, OpenMP elsewhere); other backends are plugins of kind
+ * into the core (oneDNN GEMMs, OpenMP elsewhere); other backends are plugins of kind
  * LOOM_KIND_DEVICE exporting `loom_plugin_v1` of this type.
  *
  * Legend: B = micro-batch, T = sequence length, C = channels (n_embd), NH = heads, HS = C/NH,

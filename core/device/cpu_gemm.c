@@ -1,0 +1,317 @@
+/* CPU GEMMs on oneDNN's matmul primitive (cpu_gemm.h).
+ *
+ * A primitive is specialised to its shapes, strides, dtypes and attributes, and
+ * creating one costs far more than a small GEMM (tens of microseconds: oneDNN
+ * JIT-compiles its kernel), so each distinct call is created once and kept in a
+ * small cache keyed by all of them. The scratchpad is user-managed (one growing
+ * buffer per context) and the packing buffers of the bf16 path are the
+ * context's too, so a call allocates nothing once the shapes have been seen.
+ *
+ * Not thread-safe: one context is used by one host thread at a time (the
+ * model's kernels run in order); oneDNN threads each primitive itself with
+ * OpenMP (Debian's build uses OpenMP, so device.threads, which sets OpenMP's
+ * count, governs it). */
+#include "cpu_gemm.h"
+
+#include <cblas.h>
+#include <dnnl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <loom/half_v1.h>
+
+#include "cpu_kernels.h"
+
+enum { CACHE_SLOTS = 256 }; /* distinct GEMMs of one model: ~10 linear + ~10 attention shapes */
+
+typedef struct gemm_key {
+  int ta, tb, M, N, K, lda, ldb, ldc; /* lda/ldb: of the operands as the primitive reads them */
+  int bf16, has_bias;
+  float alpha, beta;
+} gemm_key;
+
+typedef struct gemm_entry {
+  gemm_key key;
+  int used;
+  dnnl_primitive_t prim;
+  dnnl_memory_t a, b, c, bias, scratch; /* handles set per call */
+  size_t scratch_bytes;
+} gemm_entry;
+
+struct cpu_gemm {
+  dnnl_engine_t engine;
+  dnnl_stream_t stream;
+  loom_dtype dtype; /* what set_dtype asked for */
+  int bf16;         /* lowp calls pack to bf16 (dtype bf16 and the CPU has the units) */
+  gemm_entry cache[CACHE_SLOTS];
+  int next_evict; /* round-robin victim once the cache is full */
+  void *scratch;  /* oneDNN scratchpad, grown to the largest entry's */
+  size_t scratch_cap;
+  uint16_t *pack[2];  /* bf16 copies of A and B */
+  size_t pack_cap[2]; /* bytes */
+  int warned;         /* the OpenBLAS fallback has been reported */
+};
+
+static const struct {
+  dnnl_cpu_isa_t isa;
+  const char *name;
+} isa_names[] = {
+    {dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"},
+    {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"},
+    {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"},
+    {dnnl_cpu_isa_avx512_core, "avx512_core"},
+    {dnnl_cpu_isa_avx512_mic_4ops, "avx512_mic_4ops"},
+    {dnnl_cpu_isa_avx512_mic, "avx512_mic"},
+    {dnnl_cpu_isa_avx2_vnni, "avx2_vnni"},
+    {dnnl_cpu_isa_avx2, "avx2"},
+    {dnnl_cpu_isa_avx, "avx"},
+    {dnnl_cpu_isa_sse41, "sse41"},
+};
+
+const char *loom__cpu_gemm_isa(void) {
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  for (size_t i = 0; i < sizeof isa_names / sizeof isa_names[0]; i++)
+    if (isa == isa_names[i].isa) return isa_names[i].name;
+  return "default";
+}
+
+int loom__cpu_gemm_has_bf16(void) {
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  /* the ISA values are bit sets: AMX contains avx512_core_bf16's bits */
+  return ((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) ==
+         (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+}
+
+cpu_gemm *loom__cpu_gemm_open(char *err, size_t errlen) {
+  cpu_gemm *g = calloc(1, sizeof *g);
+  if (!g) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  g->dtype = LOOM_F32;
+  if (dnnl_engine_create(&g->engine, dnnl_cpu, 0) != dnnl_success ||
+      dnnl_stream_create(&g->stream, g->engine, dnnl_stream_default_flags) != dnnl_success) {
+    snprintf(err, errlen, "oneDNN has no CPU engine");
+    loom__cpu_gemm_close(g);
+    return NULL;
+  }
+  return g;
+}
+
+static void entry_release(gemm_entry *e) {
+  dnnl_memory_t *mems[] = {&e->a, &e->b, &e->c, &e->bias, &e->scratch};
+  for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
+    if (*mems[i]) dnnl_memory_destroy(*mems[i]);
+  if (e->prim) dnnl_primitive_destroy(e->prim);
+  memset(e, 0, sizeof *e);
+}
+
+void loom__cpu_gemm_close(cpu_gemm *g) {
+  if (!g) return;
+  for (int i = 0; i < CACHE_SLOTS; i++)
+    if (g->cache[i].used) entry_release(&g->cache[i]);
+  if (g->stream) dnnl_stream_destroy(g->stream);
+  if (g->engine) dnnl_engine_destroy(g->engine);
+  free(g->scratch);
+  free(g->pack[0]);
+  free(g->pack[1]);
+  free(g);
+}
+
+void loom__cpu_gemm_set_dtype(cpu_gemm *g, loom_dtype dt) {
+  g->dtype = dt;
+  g->bf16 = dt == LOOM_BF16 && loom__cpu_gemm_has_bf16();
+}
+
+loom_dtype loom__cpu_gemm_operand_dtype(const cpu_gemm *g) {
+  return g->bf16 ? LOOM_BF16 : LOOM_F32;
+}
+
+/* A 2-D descriptor of `rows` x `cols` (logical) whose element (r, c) is at r*rs
+ * + c*cs. */
+static int md2(dnnl_memory_desc_t *md, int rows, int cols, dnnl_data_type_t dt, int64_t rs,
+               int64_t cs) {
+  dnnl_dims_t dims = {rows, cols}, strides = {rs, cs};
+  return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides) == dnnl_success;
+}
+
+/* Build the primitive of `k` into e (e->key = k on success). 0 when oneDNN
+ * refuses it. */
+static int entry_create(cpu_gemm *g, gemm_entry *e, const gemm_key *k) {
+  const dnnl_data_type_t in = k->bf16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
+  int ok = md2(&a_md, k->M, k->K, in, k->ta ? 1 : k->lda, k->ta ? k->lda : 1) &&
+           md2(&b_md, k->K, k->N, in, k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1) &&
+           md2(&c_md, k->M, k->N, dnnl_f32, k->ldc, 1) && md2(&bias_md, 1, k->N, dnnl_f32, k->N, 1);
+  dnnl_matmul_desc_t desc;
+  if (!ok || dnnl_matmul_desc_init(&desc, &a_md, &b_md, k->has_bias ? &bias_md : NULL, &c_md) !=
+                 dnnl_success)
+    return 0;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
+       dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
+  if (ok && k->alpha != 1.0f)
+    ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha) == dnnl_success;
+  if (ok && k->beta != 0.0f) /* C += ...: the sum post-op reads dst before writing it */
+    ok = dnnl_post_ops_create(&po) == dnnl_success &&
+         dnnl_post_ops_append_sum(po, k->beta) == dnnl_success &&
+         dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+  ok = ok && dnnl_primitive_desc_create(&pd, &desc, attr, g->engine, NULL) == dnnl_success &&
+       dnnl_primitive_create(&e->prim, pd) == dnnl_success;
+  if (ok) {
+    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    e->scratch_bytes = sp ? dnnl_memory_desc_get_size(sp) : 0;
+    ok = dnnl_memory_create(&e->a, &a_md, g->engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&e->b, &b_md, g->engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&e->c, &c_md, g->engine, DNNL_MEMORY_NONE) == dnnl_success &&
+         (!k->has_bias ||
+          dnnl_memory_create(&e->bias, &bias_md, g->engine, DNNL_MEMORY_NONE) == dnnl_success) &&
+         (!e->scratch_bytes ||
+          dnnl_memory_create(&e->scratch, sp, g->engine, DNNL_MEMORY_NONE) == dnnl_success);
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (!ok) {
+    entry_release(e);
+    return 0;
+  }
+  e->key = *k;
+  e->used = 1;
+  return 1;
+}
+
+static unsigned key_hash(const gemm_key *k) {
+  const unsigned char *p = (const unsigned char *)k;
+  unsigned h = 2166136261u; /* FNV-1a */
+  for (size_t i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 16777619u;
+  return h;
+}
+
+/* The cached primitive for k, created on first use; NULL when oneDNN cannot
+ * build it. */
+static gemm_entry *entry_get(cpu_gemm *g, const gemm_key *k) {
+  unsigned h = key_hash(k) % CACHE_SLOTS;
+  for (int probe = 0; probe < CACHE_SLOTS; probe++) {
+    gemm_entry *e = &g->cache[(h + (unsigned)probe) % CACHE_SLOTS];
+    if (!e->used) return entry_create(g, e, k) ? e : NULL;
+    if (memcmp(&e->key, k, sizeof *k) == 0) return e;
+  }
+  /* full (a run with more shapes than slots): replace one, round robin. Linear
+   * probing needs no tombstones here: every slot stays used, so lookups still
+   * end on a hit or a full scan. */
+  gemm_entry *e = &g->cache[g->next_evict];
+  g->next_evict = (g->next_evict + 1) % CACHE_SLOTS;
+  entry_release(e);
+  return entry_create(g, e, k) ? e : NULL;
+}
+
+static int grow(void **buf, size_t *cap, size_t bytes) {
+  if (bytes <= *cap) return 1;
+  void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) return 0;
+  free(*buf);
+  *buf = p;
+  *cap = bytes;
+  return 1;
+}
+
+/* dst (rows, cols) dense bf16 = src (rows of ld floats), rounded to nearest
+ * even (exact on bf16-representable values). */
+static void pack_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld) {
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols > LOOM_CPU_PAR_MIN)
+  for (int r = 0; r < rows; r++) {
+    const float *s = src + (size_t)r * ld;
+    uint16_t *d = dst + (size_t)r * cols;
+#pragma omp simd
+    for (int c = 0; c < cols; c++)
+      d[c] = (uint16_t)(loom_bf16_round_bits(loom_f32_bits(s[c])) >> 16);
+  }
+}
+
+/* K = 0: C = beta * C + bias (oneDNN refuses empty reductions). */
+static void gemm_empty_k(int M, int N, float beta, float *C, int ldc, const float *bias) {
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      float *c = C + (size_t)m * ldc + n;
+      *c = (beta != 0.0f ? beta * *c : 0.0f) + (bias ? bias[n] : 0.0f);
+    }
+}
+
+void loom__cpu_gemm(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                    int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                    const float *bias, int lowp) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    gemm_empty_k(M, N, beta, C, ldc, bias);
+    return;
+  }
+  gemm_key k = {.ta = ta,
+                .tb = tb,
+                .M = M,
+                .N = N,
+                .K = K,
+                .lda = lda,
+                .ldb = ldb,
+                .ldc = ldc,
+                .bf16 = lowp && g->bf16,
+                .has_bias = bias != NULL,
+                .alpha = alpha,
+                .beta = beta};
+  const void *a = A, *b = B;
+  if (k.bf16) { /* dense bf16 copies, stored as the operands are (transposed or
+                   not) */
+    int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    if (grow((void **)&g->pack[0], &g->pack_cap[0], (size_t)ar * ac * 2) &&
+        grow((void **)&g->pack[1], &g->pack_cap[1], (size_t)br * bc * 2)) {
+      pack_bf16(g->pack[0], A, ar, ac, lda);
+      pack_bf16(g->pack[1], B, br, bc, ldb);
+      a = g->pack[0], b = g->pack[1];
+      k.lda = ac, k.ldb = bc;
+    } else {
+      k.bf16 = 0; /* no memory for the copies: fp32 on the original operands */
+    }
+  }
+  gemm_entry *e = entry_get(g, &k);
+  if (e && e->scratch_bytes && !grow(&g->scratch, &g->scratch_cap, e->scratch_bytes)) e = NULL;
+  if (e) {
+    dnnl_memory_set_data_handle(e->a, (void *)a);
+    dnnl_memory_set_data_handle(e->b, (void *)b);
+    dnnl_memory_set_data_handle(e->c, C);
+    dnnl_exec_arg_t args[5] = {
+        {DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}};
+    int nargs = 3;
+    if (bias) {
+      dnnl_memory_set_data_handle(e->bias, (void *)bias);
+      args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->bias};
+    }
+    if (e->scratch_bytes) {
+      dnnl_memory_set_data_handle(e->scratch, g->scratch);
+      args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
+    }
+    if (dnnl_primitive_execute(e->prim, g->stream, nargs, args) == dnnl_success &&
+        dnnl_stream_wait(g->stream) == dnnl_success)
+      return;
+  }
+  /* oneDNN refused the shape or its scratchpad did not fit in memory (never
+   * seen at the model's shapes): OpenBLAS's SGEMM on the fp32 operands gives
+   * the same values but for the summation order. Said once per context. */
+  if (!g->warned) {
+    fprintf(stderr,
+            "loom: cpu: oneDNN could not run a %s GEMM %dx%dx%d; OpenBLAS's SGEMM "
+            "runs it (and any other such one)\n",
+            k.bf16 ? "bf16" : "fp32", M, N, K);
+    g->warned = 1;
+  }
+  if (bias)
+    for (int m = 0; m < M; m++) {
+      float *c = C + (size_t)m * ldc;
+      for (int n = 0; n < N; n++) c[n] = (beta != 0.0f ? beta * c[n] : 0.0f) + bias[n];
+    }
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, alpha, A, lda, B, ldb, bias ? 1.0f : beta, C, ldc);
+}

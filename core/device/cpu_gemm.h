@@ -1,0 +1,49 @@
+/* The CPU backend's GEMMs, on oneDNN's matmul (internal to core/device).
+ *
+ * One entry point in cblas_sgemm's terms (row-major, fp32 in and out, leading dimensions), run
+ * by a oneDNN matmul primitive that is created once per shape and kept in a cache. oneDNN picks
+ * its kernels for the widest ISA the CPU has (its own dispatch: OPENBLAS_CORETYPE does not
+ * apply; ONEDNN_MAX_CPU_ISA caps it).
+ *
+ * 16-bit operands: after loom__cpu_gemm_set_dtype(bf16), a call that allows it (lowp = 1: the
+ * linear layers, whose inputs the model keeps bf16-representable, device_v1.h's
+ * set_compute_dtype) packs A and B to bf16 — exact on such values, rounding to nearest even
+ * otherwise — and runs a bf16 x bf16 -> fp32 matmul: the products are exact in fp32 and are
+ * accumulated in fp32 (the fp32 result on the same inputs but for the summation order). Only
+ * when oneDNN reports bf16 units (avx512_core_bf16 or AMX): elsewhere 16-bit runs keep fp32
+ * GEMMs on the widened values. oneDNN 2.6 has no CPU fp16 matmul ISA, so fp16 always does.
+ *
+ * Results are bitwise repeatable for a given thread count; across thread counts oneDNN may
+ * split a long reduction (K) between threads and round differently (as OpenBLAS does). */
+#ifndef LOOM_CORE_CPU_GEMM_H
+#define LOOM_CORE_CPU_GEMM_H
+
+#include <loom/common_v1.h>
+#include <stddef.h>
+
+typedef struct cpu_gemm cpu_gemm; /* engine, stream, primitive cache, packing buffers */
+
+/* Create the oneDNN engine and stream. NULL (with err filled) when oneDNN has no CPU engine. */
+cpu_gemm *loom__cpu_gemm_open(char *err, size_t errlen);
+void loom__cpu_gemm_close(cpu_gemm *g);
+
+/* The precision plugin's compute dtype (device_v1.h set_compute_dtype): bf16 turns on bf16
+ * operands for lowp calls where the CPU has the units; anything else keeps fp32. */
+void loom__cpu_gemm_set_dtype(cpu_gemm *g, loom_dtype dt);
+/* The dtype lowp GEMMs run their operands in now (LOOM_F32 or LOOM_BF16). */
+loom_dtype loom__cpu_gemm_operand_dtype(const cpu_gemm *g);
+/* 1 if oneDNN reports bf16 units (avx512_core_bf16, AMX) within ONEDNN_MAX_CPU_ISA. */
+int loom__cpu_gemm_has_bf16(void);
+/* oneDNN's effective ISA, as ONEDNN_MAX_CPU_ISA spells it in lower case ("avx512_core_bf16"). */
+const char *loom__cpu_gemm_isa(void);
+
+/* C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C + bias, row-major: op(A) = A (M rows
+ * of lda) or, with ta, A^T for A stored (K rows of lda); op(B) likewise (tb: B stored N rows of
+ * ldb). bias: NULL or N floats added to every row (not with alpha != 1). beta 0 ignores C's old
+ * contents (NaN included). lowp 1: the operands may run in bf16 (see the top); 0: fp32 always
+ * (the attention core, whose probabilities are fp32 values). Synchronous. */
+void loom__cpu_gemm(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                    int ldc, const float *bias, int lowp);
+
+#endif
