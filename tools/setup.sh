@@ -12,7 +12,7 @@ tests=OFF
 if [ "${1:-}" = "--tests" ]; then tests=ON; fi
 build=${LOOM_BUILD_DIR:-build}
 pkgs="build-essential cmake pkg-config libjansson-dev libopenmpi-dev openmpi-bin
-      libopenblas-dev zlib1g-dev fortunes-min fortunes python3
+      libopenblas-dev libdnnl-dev zlib1g-dev fortunes-min fortunes python3
       libprotobuf-c-dev protobuf-c-compiler libisal-dev gnuplot-nox libpcre2-dev"
 # the tests' independent TensorBoard reader (python3-protobuf, python3-crc32c) and the headless
 # browser that renders loom compare's HTML page (chromium)

@@ -9,7 +9,7 @@
  *         to inf); F16C's vcvtps2ph where the CPU has it, else a scalar routine with the same
  *         results (check_convert compares the two over millions of patterns).
  * The bf16 loops are plain integer arithmetic that the compiler vectorises; target_clones builds
- * an AVX2 variant next to the baseline one and the loader picks it at run time. */
+ * AVX-512 and AVX2 variants next to the baseline one and the loader picks one at run time. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,7 +24,7 @@
 #include "cpu_kernels.h"
 
 #if defined(LOOM_HAVE_X86) && !defined(__SANITIZE_ADDRESS__)
-#define VEC_CLONES __attribute__((target_clones("avx2", "default")))
+#define VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define VEC_CLONES
 #endif
@@ -88,6 +88,8 @@ VEC_CLONES static void bf16_pack_span(uint16_t *dst, const float *src, size_t n)
   for (size_t i = 0; i < n; i++)
     dst[i] = (uint16_t)(bf16_round_bits(loom_f32_bits(src[i])) >> 16);
 }
+void loom__cpu_bf16_pack(uint16_t *dst, const float *src, size_t n) { bf16_pack_span(dst, src, n); }
+
 VEC_CLONES static void bf16_unpack_span(float *dst, const uint16_t *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = loom_bits_f32((uint32_t)src[i] << 16);
 }

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,3 +211,13 @@ static const loom_device_v1 cpu_device = {
 };
 
 const loom_device_v1 *loom__cpu_device(void) { return &cpu_device; }
+
+int loom__cpu_describe(const loom_dev *dev, char *buf, size_t n) {
+  if (!dev->ops || dev->ops->create != cpu_create || !dev->ctx) return 0;
+  const loom_cpu_ctx *c = dev->ctx;
+  int threads = omp_get_max_threads();
+  snprintf(buf, n, "oneDNN %s, %d thread%s, GEMM operands %s", loom__cpu_gemm_isa(), threads,
+           threads == 1 ? "" : "s",
+           loom__cpu_gemm_operand_dtype(c->gemm) == LOOM_BF16 ? "bf16" : "fp32");
+  return 1;
+}

@@ -20,8 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <loom/half_v1.h>
-
 #include "cpu_kernels.h"
 
 enum { CACHE_SLOTS = 256 }; /* distinct GEMMs of one model: ~10 linear + ~10 attention shapes */
@@ -223,14 +221,16 @@ static int grow(void **buf, size_t *cap, size_t bytes) {
 /* dst (rows, cols) dense bf16 = src (rows of ld floats), rounded to nearest
  * even (exact on bf16-representable values). */
 static void pack_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld) {
-#pragma omp parallel for schedule(static) if ((size_t)rows * cols > LOOM_CPU_PAR_MIN)
-  for (int r = 0; r < rows; r++) {
-    const float *s = src + (size_t)r * ld;
-    uint16_t *d = dst + (size_t)r * cols;
-#pragma omp simd
-    for (int c = 0; c < cols; c++)
-      d[c] = (uint16_t)(loom_bf16_round_bits(loom_f32_bits(s[c])) >> 16);
+  if (ld == cols) { /* contiguous: in blocks, for the threads */
+    const size_t n = (size_t)rows * cols, blk = 65536, nblk = (n + blk - 1) / blk;
+#pragma omp parallel for schedule(static) if (n > LOOM_CPU_PAR_MIN)
+    for (size_t b = 0; b < nblk; b++)
+      loom__cpu_bf16_pack(dst + b * blk, src + b * blk, n - b * blk < blk ? n - b * blk : blk);
+    return;
   }
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols > LOOM_CPU_PAR_MIN)
+  for (int r = 0; r < rows; r++)
+    loom__cpu_bf16_pack(dst + (size_t)r * cols, src + (size_t)r * ld, (size_t)cols);
 }
 
 /* K = 0: C = beta * C + bias (oneDNN refuses empty reductions). */

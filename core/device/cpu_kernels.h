@@ -72,6 +72,8 @@ void loom__cpu_crossentropy_fused(void *ctx, float *losses, float *dlogits, cons
 void loom__cpu_round_to(void *ctx, float *x, loom_dtype dtype, size_t n);
 int loom__cpu_convert(void *ctx, void *dst, loom_dtype dst_dtype, const void *src,
                       loom_dtype src_dtype, size_t n);
+/* dst (n bf16) = src (n fp32) rounded to nearest even, on the calling thread (vectorised). */
+void loom__cpu_bf16_pack(uint16_t *dst, const float *src, size_t n);
 uint16_t loom__f32_to_bf16(float f);
 float loom__bf16_to_f32(uint16_t h);
 uint16_t loom__f32_to_f16(float f);

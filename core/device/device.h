@@ -27,6 +27,13 @@ typedef struct loom_dev {
 /* The built-in CPU backend (oneDNN GEMMs, OpenMP elsewhere). */
 const loom_device_v1 *loom__cpu_device(void);
 
+/* What the CPU backend of an open `dev` runs on, one line for the start-up banner:
+ * "oneDNN avx512_core_bf16, 2 threads, GEMM operands bf16" (the ISA oneDNN dispatches to within
+ * ONEDNN_MAX_CPU_ISA, OpenMP's thread count, and the operand dtype of the linear layers' GEMMs:
+ * bf16 only under a bf16 compute dtype on a CPU with the units). Returns 0 and writes nothing
+ * when dev is not the built-in CPU backend. */
+int loom__cpu_describe(const loom_dev *dev, char *buf, size_t n);
+
 /* Open `ops` with its JSON options and a zeroed accounting state.
  * Returns LOOM_OK or the backend's error; `err` gets a message. */
 int loom__dev_open(loom_dev *dev, const loom_device_v1 *ops, const char *options_json,

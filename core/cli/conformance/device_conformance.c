@@ -123,6 +123,9 @@ int loom_device_conformance_main(int argc, char **argv) {
       continue;
     }
     if (s.ops->set_compute_dtype) s.ops->set_compute_dtype(s.ctx, s.dtype);
+    char path[160]; /* the built-in CPU says which GEMM path this pass runs (bf16 units or not) */
+    if (loom__cpu_describe(&dev, path, sizeof path))
+      printf("%s pass on the cpu: %s\n", pass ? "bf16" : "fp32", path);
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
       if (!quick || shapes[i].B * shapes[i].T * shapes[i].C <= 8192) {
         dc_check_gpt(&s, &shapes[i]);
