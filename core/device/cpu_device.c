@@ -4,9 +4,8 @@
  * cpu_gemm.c (oneDNN). Device pointers are host pointers (LOOM_DEVICE_CAP_HOST_ADDRESSABLE).
  *
  * Options (the config's "device" object): {"type": "cpu", "threads": N}. threads 0 or absent
- * keeps OpenMP's default; otherwise OpenMP (which threads oneDNN as well as loom's kernels)
- * and OpenBLAS (the GEMM fallback) are set to N, process-wide: neither has per-instance
- * thread counts. Keys starting with '_' are comments; other
+ * keeps OpenMP's default; otherwise OpenMP, which threads oneDNN as well as loom's kernels, is
+ * set to N, process-wide (it has no per-instance thread count). Keys starting with '_' are comments; other
  * unknown keys are LOOM_INVALID_CONFIG, a type other than "cpu" is LOOM_UNSUPPORTED.
  *
  * Reductions (sum_squares) split the vector into a fixed number of chunks whatever the thread
@@ -23,8 +22,6 @@
 
 #include "cpu_kernels.h"
 #include "device.h"
-
-void openblas_set_num_threads(int num_threads); /* OpenBLAS extension; not in every cblas.h */
 
 #define CPU_ALIGN 64
 
@@ -75,7 +72,6 @@ static int cpu_create(const char *options_json, int local_rank, void **ctx) {
   }
   if (threads > 0) {
     omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
   }
   *ctx = c;
   return LOOM_OK;

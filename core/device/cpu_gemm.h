@@ -46,4 +46,8 @@ void loom__cpu_gemm(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alph
                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc, const float *bias, int lowp);
 
+/* Unit tests only: with on = 1 every call of g takes the fallback that runs when oneDNN cannot
+ * build a primitive (dnnl_sgemm on the fp32 operands), so that path is exercised too. */
+void loom__cpu_gemm_force_fallback(cpu_gemm *g, int on);
+
 #endif

@@ -10,8 +10,8 @@
  * nearest even first (the reference then uses the rounded values); lowp = 0 calls stay fp32,
  * bitwise those of a context that never heard of bf16. Where oneDNN reports no bf16 units
  * (ctest unit.check_cpu_gemm_no_bf16 pins ONEDNN_MAX_CPU_ISA=AVX512_CORE) the operands stay
- * fp32 and lowp calls are bitwise the fp32 ones. Also K = 0, more distinct shapes than the
- * primitive cache holds, and the start-up line. */
+ * fp32 and lowp calls are bitwise the fp32 ones. Also the dnnl_sgemm fallback on every form,
+ * K = 0, more distinct shapes than the primitive cache holds, and the start-up line. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -41,7 +41,8 @@ static cpu_gemm *gemm(void) { return loom__cpu_gemm_of(dev.ctx); }
 
 static float *rand_floats(size_t n, int bf16) {
   float *x = malloc(n * sizeof *x);
-  for (size_t i = 0; i < n; i++) x[i] = bf16 ? loom__bf16_to_f32(loom__f32_to_bf16(urand())) : urand();
+  for (size_t i = 0; i < n; i++)
+    x[i] = bf16 ? loom__bf16_to_f32(loom__f32_to_bf16(urand())) : urand();
   return x;
 }
 
@@ -62,7 +63,8 @@ typedef struct form {
 static double check_form(const form *f, int operand_bf16, int lowp, int round_ops) {
   const int ar = f->ta ? f->K : f->M, ac = f->ta ? f->M : f->K, lda = ac + 3;
   const int br = f->tb ? f->N : f->K, bc = f->tb ? f->K : f->N, ldb = bc + 5, ldc = f->N + 2;
-  float *A = rand_floats((size_t)ar * lda, operand_bf16), *B = rand_floats((size_t)br * ldb, operand_bf16);
+  float *A = rand_floats((size_t)ar * lda, operand_bf16);
+  float *B = rand_floats((size_t)br * ldb, operand_bf16);
   float *C = rand_floats((size_t)f->M * ldc, 0), *C0 = malloc((size_t)f->M * ldc * sizeof *C0);
   float *bias = f->bias ? rand_floats((size_t)f->N, 0) : NULL;
   if (f->beta == 0.0f)
@@ -163,6 +165,15 @@ START_TEST(fp32_unless_lowp_and_units) {
 }
 END_TEST
 
+START_TEST(fallback_forms) {
+  loom__cpu_gemm_force_fallback(gemm(), 1); /* dnnl_sgemm, the path when oneDNN refuses */
+  for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) check_form(&forms[i], 0, 1, 0);
+  dev.ops->set_compute_dtype(dev.ctx, LOOM_BF16); /* the fallback is fp32 whatever the dtype */
+  for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) check_form(&forms[i], 0, 1, 0);
+  loom__cpu_gemm_force_fallback(gemm(), 0);
+}
+END_TEST
+
 START_TEST(k_zero) {
   float C[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {10, 20, 30}, A[1] = {0}, B[1] = {0};
   loom__cpu_gemm(gemm(), 0, 1, 2, 3, 0, 1.0f, A, 1, B, 1, 1.0f, C, 3, bias, 1);
@@ -200,6 +211,7 @@ int main(void) {
       {"fp32_forms", fp32_forms},
       {"bf16_operands", bf16_operands},
       {"fp32_unless_lowp_and_units", fp32_unless_lowp_and_units},
+      {"fallback_forms", fallback_forms},
       {"k_zero", k_zero},
       {"more_shapes_than_the_cache", more_shapes_than_the_cache},
       {"describe_line", describe_line},
