@@ -204,6 +204,8 @@ static const loom_device_v1 cpu_device = {
     .convert = loom__cpu_convert,
     .set_compute_dtype = cpu_set_compute_dtype,
     .crossentropy_fused = loom__cpu_crossentropy_fused,
+    .matmul_forward_w = loom__cpu_matmul_forward_w,
+    .matmul_backward_w = loom__cpu_matmul_backward_w,
 };
 
 const loom_device_v1 *loom__cpu_device(void) { return &cpu_device; }

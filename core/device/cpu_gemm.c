@@ -48,6 +48,8 @@ struct cpu_gemm {
   size_t scratch_cap;
   uint16_t *pack[2];  /* bf16 copies of A and B */
   size_t pack_cap[2]; /* bytes */
+  float *wide;        /* fp32 copy of a 16-bit B on the fp32 path */
+  size_t wide_cap;    /* bytes */
   int warned;         /* the dnnl_sgemm fallback has been reported */
   int force_fallback; /* loom__cpu_gemm_force_fallback (unit tests) */
 };
@@ -115,6 +117,7 @@ void loom__cpu_gemm_close(cpu_gemm *g) {
   free(g->scratch);
   free(g->pack[0]);
   free(g->pack[1]);
+  free(g->wide);
   free(g);
 }
 
@@ -242,39 +245,48 @@ static void gemm_empty_k(int M, int N, float beta, float *C, int ldc, const floa
     }
 }
 
-void loom__cpu_gemm(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha, const float *A,
-                    int lda, const float *B, int ldb, float beta, float *C, int ldc,
-                    const float *bias, int lowp) {
+/* dst (rows, cols) dense fp32 = src (rows of ld elements of dt: BF16 or F16), widened (exact). */
+static void widen_rows(float *dst, const void *src, loom_dtype dt, int rows, int cols, int ld) {
+  const uint16_t *s16 = src;
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols > LOOM_CPU_PAR_MIN)
+  for (int r = 0; r < rows; r++)
+    loom__cpu_convert(NULL, dst + (size_t)r * cols, LOOM_F32, s16 + (size_t)r * ld, dt,
+                      (size_t)cols);
+}
+
+void loom__cpu_gemm_w(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const void *B, loom_dtype bdt, int ldb, float beta,
+                      float *C, int ldc, const float *bias, int lowp) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     gemm_empty_k(M, N, beta, C, ldc, bias);
     return;
   }
-  gemm_key k = {.ta = ta,
-                .tb = tb,
-                .M = M,
-                .N = N,
-                .K = K,
-                .lda = lda,
-                .ldb = ldb,
-                .ldc = ldc,
-                .bf16 = lowp && g->bf16,
-                .has_bias = bias != NULL,
-                .alpha = alpha,
-                .beta = beta};
+  gemm_key k = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
+                .bf16 = lowp && g->bf16, .has_bias = bias != NULL, .alpha = alpha, .beta = beta};
+  const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
   const void *a = A, *b = B;
-  if (k.bf16) { /* dense bf16 copies, stored as the operands are (transposed or
-                   not) */
-    int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    if (grow((void **)&g->pack[0], &g->pack_cap[0], (size_t)ar * ac * 2) &&
-        grow((void **)&g->pack[1], &g->pack_cap[1], (size_t)br * bc * 2)) {
+  const float *b32 = bdt == LOOM_F32 ? B : NULL; /* B as fp32, for the fp32 and fallback paths */
+  if (k.bf16 && bdt != LOOM_F32 && bdt != LOOM_BF16) k.bf16 = 0; /* fp16: widened below */
+  if (k.bf16) { /* dense bf16 copies of what is not bf16 already, stored as the operands are */
+    int ok = grow((void **)&g->pack[0], &g->pack_cap[0], (size_t)ar * ac * 2) &&
+             (bdt == LOOM_BF16 || grow((void **)&g->pack[1], &g->pack_cap[1], (size_t)br * bc * 2));
+    if (ok) {
       pack_bf16(g->pack[0], A, ar, ac, lda);
-      pack_bf16(g->pack[1], B, br, bc, ldb);
-      a = g->pack[0], b = g->pack[1];
-      k.lda = ac, k.ldb = bc;
+      if (bdt == LOOM_F32) pack_bf16(g->pack[1], B, br, bc, ldb);
+      a = g->pack[0], k.lda = ac;
+      if (bdt == LOOM_F32) b = g->pack[1], k.ldb = bc;
     } else {
-      k.bf16 = 0; /* no memory for the copies: fp32 on the original operands */
+      k.bf16 = 0; /* no memory for the copies: fp32 */
     }
+  }
+  if (!k.bf16 && !b32) { /* a 16-bit B on the fp32 path: widen it (exact) */
+    if (!grow((void **)&g->wide, &g->wide_cap, (size_t)br * bc * sizeof(float))) {
+      fprintf(stderr, "loom: cpu: out of memory widening a %dx%d GEMM operand\n", br, bc);
+      abort(); /* nothing to run the GEMM on; a result silently missing would be worse */
+    }
+    widen_rows(g->wide, B, bdt, br, bc, ldb);
+    b = b32 = g->wide, k.ldb = bc;
   }
   gemm_entry *e = g->force_fallback ? NULL : entry_get(g, &k);
   if (e && e->scratch_bytes && !grow(&g->scratch, &g->scratch_cap, e->scratch_bytes)) e = NULL;
@@ -298,23 +310,34 @@ void loom__cpu_gemm(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alph
       return;
   }
   /* oneDNN could not build the primitive or its scratchpad did not fit in memory (never seen
-   * at the model's shapes): oneDNN's BLAS-like dnnl_sgemm (row-major, allocation-free on the
-   * fp32 operands) gives the same values but for the summation order. Said once per context. */
+   * at the model's shapes): oneDNN's BLAS-like dnnl_sgemm (row-major, allocation-free) on the
+   * fp32 operands gives the same values but for the summation order. Said once per context. */
   if (!g->warned && !g->force_fallback) {
     fprintf(stderr, "loom: cpu: oneDNN could not run a %s matmul %dx%dx%d; dnnl_sgemm runs it "
             "(and any other such one)\n", k.bf16 ? "bf16" : "fp32", M, N, K);
     g->warned = 1;
+  }
+  if (!b32) { /* the bf16 path took B as it came: widen it for dnnl_sgemm */
+    if (!grow((void **)&g->wide, &g->wide_cap, (size_t)br * bc * sizeof(float))) abort();
+    widen_rows(g->wide, B, bdt, br, bc, ldb);
+    b32 = g->wide, ldb = bc;
   }
   if (bias)
     for (int m = 0; m < M; m++) {
       float *c = C + (size_t)m * ldc;
       for (int n = 0; n < N; n++) c[n] = (beta != 0.0f ? beta * c[n] : 0.0f) + bias[n];
     }
-  if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
+  if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, b32, ldb,
                  bias ? 1.0f : beta, C, ldc) != dnnl_success) {
     fprintf(stderr, "loom: cpu: dnnl_sgemm failed on %dx%dx%d\n", M, N, K);
     abort(); /* nothing left to run a GEMM with; a result silently missing would be worse */
   }
+}
+
+void loom__cpu_gemm(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                    int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                    const float *bias, int lowp) {
+  loom__cpu_gemm_w(g, ta, tb, M, N, K, alpha, A, lda, B, LOOM_F32, ldb, beta, C, ldc, bias, lowp);
 }
 
 void loom__cpu_gemm_force_fallback(cpu_gemm *g, int on) { g->force_fallback = on; }

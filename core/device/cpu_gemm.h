@@ -46,6 +46,14 @@ void loom__cpu_gemm(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alph
                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc, const float *bias, int lowp);
 
+/* loom__cpu_gemm with B given as `bdt` elements (LOOM_F32, LOOM_BF16 or LOOM_F16; ldb in
+ * elements): a bf16 B feeds the bf16 path as is (no copy) where that path runs; otherwise a
+ * 16-bit B is widened (exact) into the context's buffer and the GEMM runs in fp32. The result is
+ * loom__cpu_gemm's on the widened B. */
+void loom__cpu_gemm_w(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const void *B, loom_dtype bdt, int ldb, float beta,
+                      float *C, int ldc, const float *bias, int lowp);
+
 /* Unit tests only: with on = 1 every call of g takes the fallback that runs when oneDNN cannot
  * build a primitive (dnnl_sgemm on the fp32 operands), so that path is exercised too. */
 void loom__cpu_gemm_force_fallback(cpu_gemm *g, int on);

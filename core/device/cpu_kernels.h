@@ -44,6 +44,12 @@ void loom__cpu_matmul_forward(void *ctx, float *out, const float *inp, const flo
 void loom__cpu_matmul_backward(void *ctx, float *dinp, float *dweight, float *dbias,
                                const float *dout, const float *inp, const float *weight, int N,
                                int C, int OC);
+/* ABI 1.7: the same with the weight as wdt elements (cpu_gemm.h loom__cpu_gemm_w) */
+void loom__cpu_matmul_forward_w(void *ctx, float *out, const float *inp, const void *weight,
+                                loom_dtype wdt, const float *bias, int N, int C, int OC);
+void loom__cpu_matmul_backward_w(void *ctx, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const void *weight,
+                                 loom_dtype wdt, int N, int C, int OC);
 void loom__cpu_attention_forward(void *ctx, float *out, float *att, const float *qkv, int B,
                                  int T, int NH, int HS);
 void loom__cpu_attention_backward(void *ctx, float *dqkv, float *datt, const float *dout,

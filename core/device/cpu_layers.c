@@ -184,19 +184,25 @@ void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float 
 
 /* ---- matmul ---- */
 
-void loom__cpu_matmul_forward(void *ctx, float *out, const float *inp, const float *weight,
-                              const float *bias, int N, int C, int OC) {
+void loom__cpu_matmul_forward_w(void *ctx, float *out, const float *inp, const void *weight,
+                                loom_dtype wdt, const float *bias, int N, int C, int OC) {
   /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (oneDNN's bias, no extra pass) */
-  loom__cpu_gemm(loom__cpu_gemm_of(ctx), 0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC,
-                 bias, 1);
+  loom__cpu_gemm_w(loom__cpu_gemm_of(ctx), 0, 1, N, OC, C, 1.0f, inp, C, weight, wdt, C, 0.0f,
+                   out, OC, bias, 1);
 }
 
-void loom__cpu_matmul_backward(void *ctx, float *dinp, float *dweight, float *dbias,
-                               const float *dout, const float *inp, const float *weight, int N,
-                               int C, int OC) {
+void loom__cpu_matmul_forward(void *ctx, float *out, const float *inp, const float *weight,
+                              const float *bias, int N, int C, int OC) {
+  loom__cpu_matmul_forward_w(ctx, out, inp, weight, LOOM_F32, bias, N, C, OC);
+}
+
+void loom__cpu_matmul_backward_w(void *ctx, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const void *weight,
+                                 loom_dtype wdt, int N, int C, int OC) {
   cpu_gemm *g = loom__cpu_gemm_of(ctx);
   /* dinp (N,C) += dout (N,OC) @ weight (OC,C) */
-  if (dinp) loom__cpu_gemm(g, 0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, NULL, 1);
+  if (dinp)
+    loom__cpu_gemm_w(g, 0, 0, N, C, OC, 1.0f, dout, OC, weight, wdt, C, 1.0f, dinp, C, NULL, 1);
   /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
   if (dweight)
     loom__cpu_gemm(g, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, NULL, 1);
@@ -213,6 +219,12 @@ void loom__cpu_matmul_backward(void *ctx, float *dinp, float *dweight, float *db
       }
     }
   }
+}
+
+void loom__cpu_matmul_backward(void *ctx, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight, int N,
+                               int C, int OC) {
+  loom__cpu_matmul_backward_w(ctx, dinp, dweight, dbias, dout, inp, weight, LOOM_F32, N, C, OC);
 }
 
 /* ---- GELU: cpu_gelu.c ---- */

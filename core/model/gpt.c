@@ -414,10 +414,40 @@ static int acts_ensure(gpt_model *m, int B, int T) {
 #define CTX (m->dev->ctx)
 #define W(role) (param(m, u, (role))->work)
 #define G(role) (param(m, u, (role))->gacc)
+#define P(role) (param(m, u, (role)))
 
 /* Mixed precision: x (n floats) now holds what a 16-bit store would keep (no-op in fp32). */
 static void store16(gpt_model *m, float *x, size_t n) {
   if (m->cfg.dtype != LOOM_F32) OPS->round_to(CTX, x, (loom_dtype)m->cfg.dtype, n);
+}
+
+/* Device ABI 1.7: the block's and the head's GEMM weights are read in their 16-bit storage
+ * (matmul_forward_w / matmul_backward_w): no fp32 working copy of them is made. */
+static int gemm_weights16(const gpt_model *m) {
+  return m->cfg.dtype != LOOM_F32 && m->cfg.param_dtype != LOOM_F32 && OPS->matmul_forward_w &&
+         OPS->matmul_backward_w;
+}
+static int is_gemm_weight(gpt_param_role r) {
+  return r == GPT_QKV_W || r == GPT_ATTPROJ_W || r == GPT_FC_W || r == GPT_FCPROJ_W;
+}
+
+/* out (N,OC) = inp @ w^T + bias with the weight tensor w: its 16-bit storage as is
+ * (gemm_weights16) or its fp32 working copy (w->work). */
+static void mm_forward(gpt_model *m, float *out, const float *inp, const gpt_param *w,
+                       const float *bias, int N, int C, int OC) {
+  if (gemm_weights16(m))
+    OPS->matmul_forward_w(CTX, out, inp, w->data, (loom_dtype)m->cfg.param_dtype, bias, N, C, OC);
+  else
+    OPS->matmul_forward(CTX, out, inp, w->work, bias, N, C, OC);
+}
+/* matmul_backward with the weight tensor w, as mm_forward. */
+static void mm_backward(gpt_model *m, float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const gpt_param *w, int N, int C, int OC) {
+  if (gemm_weights16(m))
+    OPS->matmul_backward_w(CTX, dinp, dweight, dbias, dout, inp, w->data,
+                           (loom_dtype)m->cfg.param_dtype, N, C, OC);
+  else
+    OPS->matmul_backward(CTX, dinp, dweight, dbias, dout, inp, w->work, N, C, OC);
 }
 
 /* Point p->work at what the kernels read: p->data in fp32; else the tensor's 16-bit values as
@@ -426,6 +456,10 @@ static void store16(gpt_model *m, float *x, size_t n) {
 static void weight_work(gpt_model *m, gpt_param *p, size_t *off) {
   if (m->cfg.dtype == LOOM_F32 || !p->data) {
     p->work = p->data;
+    return;
+  }
+  if (is_gemm_weight(p->role) && gemm_weights16(m)) {
+    p->work = NULL; /* read in place by mm_forward / mm_backward */
     return;
   }
   assert(*off + p->numel <= m->wwork_floats);
@@ -445,7 +479,8 @@ static void unit_weights(gpt_model *m, int u) {
   size_t off = 0;
   int first = unit_first_param(m, u), n = unit_param_count(m, u);
   for (int i = first; i < first + n; i++) weight_work(m, &m->params[i], &off);
-  if (u == m->cfg.n_layer + 1) weight_work(m, gpt_head_wte(m), &off);
+  /* the head reads the tied wte only in its GEMMs (unit 0's encoder widens its own copy) */
+  if (u == m->cfg.n_layer + 1 && !gemm_weights16(m)) weight_work(m, gpt_head_wte(m), &off);
 }
 
 /* Floats of the working buffer: the largest unit's tensors (the head's with the tied wte). */
@@ -697,13 +732,13 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   store16(m, b.ln1, NC);
   save16(m, l, SAVED_LN1, b.ln1);
   if ((rc = region(m, h, GPT_REGION_F, 0, b.ln1, NC)) != LOOM_OK) return rc;
-  OPS->matmul_forward(CTX, b.qkv, b.ln1, W(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * Cl);
+  mm_forward(m, b.qkv, b.ln1, P(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * Cl);
   store16(m, b.qkv, NCl * 3);
   save16(m, l, SAVED_QKV, b.qkv);
   OPS->attention_forward(CTX, b.atty, b.att, b.qkv, B, T, NH, HS);
   store16(m, b.atty, NCl);
   save16(m, l, SAVED_ATTY, b.atty);
-  OPS->matmul_forward(CTX, b.res2, b.atty, W(GPT_ATTPROJ_W), rank0 ? W(GPT_ATTPROJ_B) : NULL, N,
+  mm_forward(m, b.res2, b.atty, P(GPT_ATTPROJ_W), rank0 ? W(GPT_ATTPROJ_B) : NULL, N,
                       Cl, C);
   store16(m, b.res2, NC);
   if ((rc = region(m, h, GPT_REGION_G, 0, b.res2, NC)) != LOOM_OK) return rc;
@@ -715,14 +750,14 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   store16(m, b.ln2, NC);
   save16(m, l, SAVED_LN2, b.ln2);
   if ((rc = region(m, h, GPT_REGION_F, 0, b.ln2, NC)) != LOOM_OK) return rc;
-  OPS->matmul_forward(CTX, b.fch, b.ln2, W(GPT_FC_W), W(GPT_FC_B), N, C, 4 * Cl);
+  mm_forward(m, b.fch, b.ln2, P(GPT_FC_W), W(GPT_FC_B), N, C, 4 * Cl);
   store16(m, b.fch, NCl * 4);
   save16(m, l, SAVED_FCH, b.fch);
   OPS->gelu_forward(CTX, b.fch_gelu, b.fch, NCl * 4);
   store16(m, b.fch_gelu, NCl * 4);
   save16(m, l, SAVED_FCH_GELU, b.fch_gelu);
   if (recompute) return LOOM_OK;
-  OPS->matmul_forward(CTX, res3, b.fch_gelu, W(GPT_FCPROJ_W), rank0 ? W(GPT_FCPROJ_B) : NULL, N,
+  mm_forward(m, res3, b.fch_gelu, P(GPT_FCPROJ_W), rank0 ? W(GPT_FCPROJ_B) : NULL, N,
                       4 * Cl, C);
   store16(m, res3, NC);
   if ((rc = region(m, h, GPT_REGION_G, 0, res3, NC)) != LOOM_OK) return rc;
@@ -756,17 +791,15 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); d(fcproj out) = dres */
   if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
   OPS->memset_zero(CTX, s.dfch_gelu, NCl * 4 * sizeof(float));
-  OPS->matmul_backward(CTX, s.dfch_gelu, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), dres,
-                       load16(m, l, SAVED_FCH_GELU, b.fch_gelu),
-                       W(GPT_FCPROJ_W), N, 4 * Cl, C);
+  mm_backward(m, s.dfch_gelu, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), dres,
+              load16(m, l, SAVED_FCH_GELU, b.fch_gelu), P(GPT_FCPROJ_W), N, 4 * Cl, C);
   store16(m, s.dfch_gelu, NCl * 4);
   OPS->memset_zero(CTX, s.dfch, NCl * 4 * sizeof(float));
   OPS->gelu_backward(CTX, s.dfch, load16(m, l, SAVED_FCH, b.fch), s.dfch_gelu, NCl * 4);
   store16(m, s.dfch, NCl * 4);
   OPS->memset_zero(CTX, dln, NC * sizeof(float));
-  OPS->matmul_backward(CTX, dln, G(GPT_FC_W), G(GPT_FC_B), s.dfch,
-                       load16(m, l, SAVED_LN2, b.ln2), W(GPT_FC_W), N, C,
-                       4 * Cl);
+  mm_backward(m, dln, G(GPT_FC_W), G(GPT_FC_B), s.dfch, load16(m, l, SAVED_LN2, b.ln2),
+              P(GPT_FC_W), N, C, 4 * Cl);
   store16(m, dln, NC);
   if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
   store16(m, dln, NC); /* the tp sum of 16-bit partials, stored in 16 bits again */
@@ -778,9 +811,8 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   /* attention branch: res2 = res_in + proj(attn(qkv(ln1(res_in)))) */
   if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
   OPS->memset_zero(CTX, s.datty, NCl * sizeof(float));
-  OPS->matmul_backward(CTX, s.datty, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dres,
-                       load16(m, l, SAVED_ATTY, b.atty),
-                       W(GPT_ATTPROJ_W), N, Cl, C);
+  mm_backward(m, s.datty, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dres,
+              load16(m, l, SAVED_ATTY, b.atty), P(GPT_ATTPROJ_W), N, Cl, C);
   store16(m, s.datty, NCl);
   /* selective: the probabilities again from the saved q, k (the attention output it also
    * writes goes to dfch_gelu, free by now: the saved atty stays untouched) */
@@ -791,9 +823,8 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   OPS->attention_backward(CTX, s.dqkv, s.datt, s.datty, b.qkv, b.att, B, T, NH, HS);
   store16(m, s.dqkv, NCl * 3);
   OPS->memset_zero(CTX, dln, NC * sizeof(float));
-  OPS->matmul_backward(CTX, dln, G(GPT_QKV_W), G(GPT_QKV_B), s.dqkv,
-                       load16(m, l, SAVED_LN1, b.ln1), W(GPT_QKV_W), N, C,
-                       3 * Cl);
+  mm_backward(m, dln, G(GPT_QKV_W), G(GPT_QKV_B), s.dqkv, load16(m, l, SAVED_LN1, b.ln1),
+              P(GPT_QKV_W), N, C, 3 * Cl);
   store16(m, dln, NC);
   if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
   store16(m, dln, NC);
@@ -821,7 +852,7 @@ static int head_forward(gpt_model *m, int u) {
   store16(m, a->lnf, (size_t)N * C);
   /* a padded vocabulary's extra columns get -inf (logits_mask): probability 0, so the loss,
    * dlogits (probs - one-hot: 0 there) and every gradient are the unpadded model's */
-  OPS->matmul_forward(CTX, a->logits, a->lnf, wte->work, m->logits_mask, N, C, V);
+  mm_forward(m, a->logits, a->lnf, wte, m->logits_mask, N, C, V);
   store16(m, a->logits, NV); /* the loss is then computed in fp32 from these */
   a->dlogits_ready = 0;
   if (!m->has_targets) return LOOM_OK;
@@ -873,7 +904,7 @@ static void head_backward(gpt_model *m, int u, float dloss) {
     a->dlogits_dloss = dloss;
   }
   OPS->memset_zero(CTX, a->dln, NC * sizeof(float));
-  OPS->matmul_backward(CTX, a->dln, wte->gacc, NULL, dlogits, a->lnf, wte->work, N, C, V);
+  mm_backward(m, a->dln, wte->gacc, NULL, dlogits, a->lnf, wte, N, C, V);
   store16(m, a->dln, NC);
   OPS->memset_zero(CTX, a->dres, NC * sizeof(float));
   OPS->layernorm_backward(CTX, a->dres, G(GPT_LNF_W), G(GPT_LNF_B), a->dln,
@@ -912,6 +943,7 @@ static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
 
 #undef W
 #undef G
+#undef P
 
 /* ---- public API ---- */
 

@@ -7,9 +7,67 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <loom/half_v1.h>
+
 #include "device_reference.h"
 #include "device_suite.h"
 #include "device/device.h"
+
+/* ABI 1.7's matmul_forward_w / matmul_backward_w: the weight given as bf16 and as fp16 elements
+ * (rounded from w on the host; the reference uses the rounded values, exact in both dtypes'
+ * widening), every output against float64 with the fp32 slots' bounds. */
+static void dc_check_matmul_w(dc_suite *s, const char *shape, const char *tag, int with_bias,
+                              const float *x, const float *w, const float *b, const float *dout,
+                              const float *dx0, const float *dw0, const float *db0, int N, int C,
+                              int OC) {
+  const loom_device_v1 *o = s->ops;
+  if (!o->matmul_forward_w || !o->matmul_backward_w) return; /* optional (ABI 1.7) */
+  const size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+  const char *dt = s->dtype == LOOM_BF16 ? ".bf16" : "";
+  char nm[128];
+  for (int pass = 0; pass < 2; pass++) {
+    const loom_dtype wdt = pass ? LOOM_F16 : LOOM_BF16;
+    const char *wn = pass ? ".f16w" : ".bf16w";
+    uint16_t *w16 = malloc(OCC * sizeof *w16);
+    float *wr = malloc(OCC * sizeof *wr);
+    for (size_t i = 0; i < OCC; i++) {
+      w16[i] = pass ? loom_f32_to_f16(w[i]) : loom_f32_to_bf16(w[i]);
+      wr[i] = pass ? loom_f16_to_f32(w16[i]) : loom_bf16_to_f32(w16[i]);
+    }
+    void *d_x = dc_up(s, x, NC * 4), *d_w = dc_up(s, w16, OCC * 2);
+    void *d_b = with_bias ? dc_up(s, b, (size_t)OC * 4) : NULL, *d_out = dc_up(s, NULL, NO * 4);
+    o->matmul_forward_w(s->ctx, d_out, d_x, d_w, wdt, d_b, N, C, OC);
+    double *ref = malloc(NO * sizeof *ref);
+    ref_matmul_forward(ref, x, wr, with_bias ? b : NULL, N, C, OC);
+    float *got = dc_down(s, d_out, NO);
+    snprintf(nm, sizeof nm, "matmul_forward_w.%s%s%s%s", shape, tag, wn, dt);
+    dc_compare(s, nm, got, ref, NO, C + 1, s->u_gemm);
+    free(got), free(ref);
+    void *d_dout = dc_up(s, dout, NO * 4), *d_dx = dc_up(s, dx0, NC * 4);
+    void *d_dw = dc_up(s, dw0, OCC * 4), *d_db = with_bias ? dc_up(s, db0, (size_t)OC * 4) : NULL;
+    o->matmul_backward_w(s->ctx, d_dx, d_dw, d_db, d_dout, d_x, d_w, wdt, N, C, OC);
+    double *rdx = dc_to_d(dx0, NC), *rdw = dc_to_d(dw0, OCC);
+    double *rdb = with_bias ? dc_to_d(db0, (size_t)OC) : NULL;
+    ref_matmul_backward(rdx, rdw, rdb, dout, x, wr, N, C, OC);
+    got = dc_down(s, d_dx, NC);
+    snprintf(nm, sizeof nm, "matmul_backward_w.%s%s.dinp%s%s", shape, tag, wn, dt);
+    dc_compare(s, nm, got, rdx, NC, OC + 1, s->u_gemm);
+    free(got);
+    got = dc_down(s, d_dw, OCC);
+    snprintf(nm, sizeof nm, "matmul_backward_w.%s%s.dweight%s%s", shape, tag, wn, dt);
+    dc_compare(s, nm, got, rdw, OCC, N + 1, s->u_gemm);
+    free(got);
+    if (with_bias) {
+      got = dc_down(s, d_db, (size_t)OC);
+      snprintf(nm, sizeof nm, "matmul_backward_w.%s%s.dbias%s%s", shape, tag, wn, dt);
+      dc_compare(s, nm, got, rdb, (size_t)OC, N + 1, U32);
+      free(got);
+    }
+    free(rdx), free(rdw), free(rdb), free(w16), free(wr);
+    dc_dfree(s, d_x), dc_dfree(s, d_w), dc_dfree(s, d_b), dc_dfree(s, d_out), dc_dfree(s, d_dout);
+    dc_dfree(s, d_dx), dc_dfree(s, d_dw), dc_dfree(s, d_db);
+  }
+}
 
 void dc_check_gpt(dc_suite *s, const dc_shape *sh) {
   const loom_device_v1 *o = s->ops;
@@ -144,6 +202,8 @@ void dc_check_gpt(dc_suite *s, const dc_shape *sh) {
         dc_compare(s, NAME("matmul_backward", extra), got, rdb, (size_t)OC, N + 1, U32);
         free(got);
       }
+      if (k == 0 || k == 3) /* with bias and dinp, and the head */
+        dc_check_matmul_w(s, sh->name, tag, with_bias, x, w, b, dout, dx0, dw0, db0, N, C, OC);
       free(rdx), free(rdw), free(rdb), free(x), free(w), free(b), free(dout), free(dx0);
       free(dw0), free(db0);
       dc_dfree(s, d_x), dc_dfree(s, d_w), dc_dfree(s, d_b), dc_dfree(s, d_out), dc_dfree(s, d_dout);

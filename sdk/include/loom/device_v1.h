@@ -144,6 +144,18 @@ typedef struct loom_device_v1 {
    * target is < 0 get loss 0 and a zero dlogits row. */
   void (*crossentropy_fused)(void *ctx, float *losses, float *dlogits, const float *logits,
                              const int32_t *targets, float dloss, int N, int V);
+
+  /* ---- ABI 1.7: weights read in their storage dtype; NULL: the host widens every weight
+   * into an fp32 working copy first and calls matmul_forward / matmul_backward ---- */
+  /* matmul_forward / matmul_backward with `weight` (OC,C) given as `wdt` elements (LOOM_F32,
+   * LOOM_BF16 or LOOM_F16): under 16-bit parameter storage the flat parameter buffer itself, so
+   * a backend with 16-bit GEMM units feeds it to them as is, and no fp32 copy of the weight is
+   * written or read. The results are those of the fp32 slots on the widened (exact) weight. */
+  void (*matmul_forward_w)(void *ctx, float *out, const float *inp, const void *weight,
+                           loom_dtype wdt, const float *bias, int N, int C, int OC);
+  void (*matmul_backward_w)(void *ctx, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const void *weight,
+                            loom_dtype wdt, int N, int C, int OC);
 } loom_device_v1;
 
 #ifdef __cplusplus
