@@ -248,6 +248,10 @@ static void gemm_empty_k(int M, int N, float beta, float *C, int ldc, const floa
 /* dst (rows, cols) dense fp32 = src (rows of ld elements of dt: BF16 or F16), widened (exact). */
 static void widen_rows(float *dst, const void *src, loom_dtype dt, int rows, int cols, int ld) {
   const uint16_t *s16 = src;
+  if (ld == cols) { /* dense (the weights): one conversion, threaded inside */
+    loom__cpu_convert(NULL, dst, LOOM_F32, src, dt, (size_t)rows * cols);
+    return;
+  }
 #pragma omp parallel for schedule(static) if ((size_t)rows * cols > LOOM_CPU_PAR_MIN)
   for (int r = 0; r < rows; r++)
     loom__cpu_convert(NULL, dst + (size_t)r * cols, LOOM_F32, s16 + (size_t)r * ld, dt,
