@@ -86,7 +86,7 @@ typedef struct loom_config {
   struct {
     char type[LOOM_PATH_MAX]; /* "cpu" (default, built in), or a device plugin: a name on the
                                  plugin search path ("cuda" -> cuda.so) or a path to a .so */
-    int threads;        /* OpenMP/OpenBLAS threads per rank, 0 = auto; default 0 */
+    int threads;        /* OpenMP threads per rank (loom's kernels, oneDNN), 0 = auto; default 0 */
     json_t *options;    /* the whole "device" object, borrowed */
   } device;
 

@@ -13,6 +13,7 @@
  * count, governs it). */
 #include "cpu_gemm.h"
 
+#include <assert.h>
 #include <dnnl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +22,15 @@
 
 #include "cpu_kernels.h"
 
+/* The oneDNN 2.x C API (op descriptors, output scales): 3.x renamed it. And device.threads sets
+ * OpenMP's count, which governs oneDNN only when oneDNN runs on OpenMP (Debian's build does). */
+#if DNNL_VERSION_MAJOR != 2
+#error "loom's CPU GEMMs need oneDNN 2.x (Debian 12's libdnnl-dev 2.6)"
+#endif
+#if DNNL_CPU_THREADING_RUNTIME != DNNL_RUNTIME_OMP
+#error "loom needs oneDNN built with the OpenMP CPU runtime (device.threads sets OpenMP's count)"
+#endif
+
 enum { CACHE_SLOTS = 256 }; /* distinct GEMMs of one model: ~10 linear + ~10 attention shapes */
 
 typedef struct gemm_key {
@@ -28,6 +38,8 @@ typedef struct gemm_key {
   int bf16, has_bias;
   float alpha, beta;
 } gemm_key;
+/* hashed and compared as bytes: no padding may creep in */
+_Static_assert(sizeof(gemm_key) == 12 * 4, "gemm_key must have no padding");
 
 typedef struct gemm_entry {
   gemm_key key;
@@ -261,6 +273,7 @@ static void widen_rows(float *dst, const void *src, loom_dtype dt, int rows, int
 void loom__cpu_gemm_w(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha,
                       const float *A, int lda, const void *B, loom_dtype bdt, int ldb, float beta,
                       float *C, int ldc, const float *bias, int lowp) {
+  assert(!bias || alpha == 1.0f); /* cpu_gemm.h: the primitive and the fallback would differ */
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     gemm_empty_k(M, N, beta, C, ldc, bias);
@@ -290,7 +303,7 @@ void loom__cpu_gemm_w(cpu_gemm *g, int ta, int tb, int M, int N, int K, float al
       abort(); /* nothing to run the GEMM on; a result silently missing would be worse */
     }
     widen_rows(g->wide, B, bdt, br, bc, ldb);
-    b = b32 = g->wide, k.ldb = bc;
+    b = b32 = g->wide, k.ldb = ldb = bc; /* dense now, for the primitive and the fallback */
   }
   gemm_entry *e = g->force_fallback ? NULL : entry_get(g, &k);
   if (e && e->scratch_bytes && !grow(&g->scratch, &g->scratch_cap, e->scratch_bytes)) e = NULL;
@@ -309,9 +322,14 @@ void loom__cpu_gemm_w(cpu_gemm *g, int ta, int tb, int M, int N, int K, float al
       dnnl_memory_set_data_handle(e->scratch, g->scratch);
       args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
     }
-    if (dnnl_primitive_execute(e->prim, g->stream, nargs, args) == dnnl_success &&
-        dnnl_stream_wait(g->stream) == dnnl_success)
-      return;
+    if (dnnl_primitive_execute(e->prim, g->stream, nargs, args) != dnnl_success ||
+        dnnl_stream_wait(g->stream) != dnnl_success) {
+      /* C may be half written: a fallback on top of it would be silently wrong */
+      fprintf(stderr, "loom: cpu: oneDNN failed while running the %s matmul %dx%dx%d\n",
+              k.bf16 ? "bf16" : "fp32", M, N, K);
+      abort();
+    }
+    return;
   }
   /* oneDNN could not build the primitive or its scratchpad did not fit in memory (never seen
    * at the model's shapes): oneDNN's BLAS-like dnnl_sgemm (row-major, allocation-free) on the

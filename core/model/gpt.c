@@ -480,7 +480,10 @@ static void unit_weights(gpt_model *m, int u) {
   int first = unit_first_param(m, u), n = unit_param_count(m, u);
   for (int i = first; i < first + n; i++) weight_work(m, &m->params[i], &off);
   /* the head reads the tied wte only in its GEMMs (unit 0's encoder widens its own copy) */
-  if (u == m->cfg.n_layer + 1 && !gemm_weights16(m)) weight_work(m, gpt_head_wte(m), &off);
+  if (u == m->cfg.n_layer + 1) {
+    if (!gemm_weights16(m)) weight_work(m, gpt_head_wte(m), &off);
+    else gpt_head_wte(m)->work = NULL; /* not unit 0's stale copy: the head reads ->data */
+  }
 }
 
 /* Floats of the working buffer: the largest unit's tensors (the head's with the tied wte). */

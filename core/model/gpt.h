@@ -135,7 +135,9 @@ typedef struct gpt_param {
   float *data;        /* device pointer, numel floats */
   float *grad;        /* device pointer, numel floats */
   float *work;        /* what the kernels read while the tensor's unit runs: data itself in
-                         fp32, its 16-bit values (fp32 elements) in gpt_model.wwork otherwise */
+                         fp32, its 16-bit values (fp32 elements) in gpt_model.wwork otherwise;
+                         NULL for the GEMM weights (and the head's wte) when the device reads
+                         them in their 16-bit storage (device ABI 1.7 matmul_*_w) */
   float *gacc;        /* what the kernels accumulate the gradient into while the unit's
                          backward runs: grad itself when grad_dtype is F32, else an fp32 slot
                          of gpt_model.gwork */

@@ -10,7 +10,8 @@
  * nearest even first (the reference then uses the rounded values); lowp = 0 calls stay fp32,
  * bitwise those of a context that never heard of bf16. Where oneDNN reports no bf16 units
  * (ctest unit.check_cpu_gemm_no_bf16 pins ONEDNN_MAX_CPU_ISA=AVX512_CORE) the operands stay
- * fp32 and lowp calls are bitwise the fp32 ones. Also the dnnl_sgemm fallback on every form,
+ * fp32 and lowp calls are bitwise the fp32 ones. loom__cpu_gemm_w's bf16 / fp16 B (padded) on
+ * every path. Also the dnnl_sgemm fallback on every form,
  * K = 0, more distinct shapes than the primitive cache holds, and the start-up line. */
 #include <check.h>
 #include <math.h>
@@ -174,6 +175,48 @@ START_TEST(fallback_forms) {
 }
 END_TEST
 
+/* loom__cpu_gemm_w: B given as bf16 / fp16 elements with a padded leading dimension, on the
+ * bf16 path (compute dtype bf16), the fp32 path (widened) and the fallback, against float64 on
+ * the widened values. */
+static void check_typed_b(loom_dtype bdt, int fallback) {
+  const int M = 19, N = 23, K = 41, lda = K + 2, ldb = K + 7, ldc = N + 1; /* tb = 1: B is (N,K) */
+  float *A = rand_floats((size_t)M * lda, 1), *C = calloc((size_t)M * ldc, sizeof *C);
+  uint16_t *B16 = malloc((size_t)N * ldb * sizeof *B16);
+  float *Bw = malloc((size_t)N * ldb * sizeof *Bw), *bias = rand_floats((size_t)N, 0);
+  for (size_t i = 0; i < (size_t)N * ldb; i++) {
+    float v = urand();
+    B16[i] = bdt == LOOM_BF16 ? loom__f32_to_bf16(v) : loom__f32_to_f16(v);
+    Bw[i] = bdt == LOOM_BF16 ? loom__bf16_to_f32(B16[i]) : loom__f16_to_f32(B16[i]);
+  }
+  loom__cpu_gemm_force_fallback(gemm(), fallback);
+  loom__cpu_gemm_w(gemm(), 0, 1, M, N, K, 1.0f, A, lda, B16, bdt, ldb, 0.0f, C, ldc, bias, 1);
+  loom__cpu_gemm_force_fallback(gemm(), 0);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double sum = bias[j], mag = fabs((double)bias[j]);
+      for (int k = 0; k < K; k++) {
+        double t = (double)A[(size_t)i * lda + k] * Bw[(size_t)j * ldb + k];
+        sum += t, mag += fabs(t);
+      }
+      double err = fabs((double)C[(size_t)i * ldc + j] - sum);
+      ck_assert_msg(err <= fp32_gamma(K + 2) * mag + 1e-30,
+                    "gemm_w %s B (fallback %d): C[%d][%d] = %.9g, float64 %.9g",
+                    bdt == LOOM_BF16 ? "bf16" : "fp16", fallback, i, j, C[(size_t)i * ldc + j],
+                    sum);
+    }
+  free(A), free(C), free(B16), free(Bw), free(bias);
+}
+
+START_TEST(typed_b) {
+  for (int dt = 0; dt < 2; dt++) /* fp32 compute dtype, then bf16 (the bf16 path with units) */
+    for (int fb = 0; fb < 2; fb++) {
+      dev.ops->set_compute_dtype(dev.ctx, dt ? LOOM_BF16 : LOOM_F32);
+      check_typed_b(LOOM_BF16, fb);
+      check_typed_b(LOOM_F16, fb);
+    }
+}
+END_TEST
+
 START_TEST(k_zero) {
   float C[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {10, 20, 30}, A[1] = {0}, B[1] = {0};
   loom__cpu_gemm(gemm(), 0, 1, 2, 3, 0, 1.0f, A, 1, B, 1, 1.0f, C, 3, bias, 1);
@@ -212,6 +255,7 @@ int main(void) {
       {"bf16_operands", bf16_operands},
       {"fp32_unless_lowp_and_units", fp32_unless_lowp_and_units},
       {"fallback_forms", fallback_forms},
+      {"typed_b", typed_b},
       {"k_zero", k_zero},
       {"more_shapes_than_the_cache", more_shapes_than_the_cache},
       {"describe_line", describe_line},

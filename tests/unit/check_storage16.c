@@ -8,6 +8,8 @@
  *    stage (units 2..L+1 with the tied wte copy);
  *  - the flat buffers really are 2 bytes per parameter (the device's per-category counters),
  *    and the fp32 unit buffers are temporary ones (LOOM_MEM_OTHER, gpt_grad_work_bytes);
+ *  - the same with the device's 16-bit GEMMs on (set_compute_dtype): the 16-bit storage hands
+ *    them the weights in place (device ABI 1.7), the 1.3 layout its widened copy, same bits;
  *  - gpt_init_weights under 16-bit storage writes the fp32 initial values rounded.
  *
  * Legend: B = batch, T = time, C = n_embd, L = layers, V = vocab. */
@@ -185,6 +187,18 @@ START_TEST(test_whole_model) {
 }
 END_TEST
 
+/* The same with the device told the compute dtype: under bf16 the CPU runs its bf16 GEMMs
+ * (where it has the units), the 16-bit storage handing them the bf16 weights in place (device
+ * ABI 1.7 matmul_*_w) and the 1.3 layout its widened working copy: the same bits. */
+START_TEST(test_whole_model_16bit_gemms) {
+  dev.ops->set_compute_dtype(dev.ctx, LOOM_BF16);
+  storage_vs_fp32_buffers(LOOM_BF16, 0, 0, "bf16 whole model, bf16 GEMMs");
+  storage_vs_fp32_buffers(LOOM_BF16, 2, base.n_layer + 2, "bf16 units 2..4, bf16 GEMMs");
+  dev.ops->set_compute_dtype(dev.ctx, LOOM_F16);
+  storage_vs_fp32_buffers(LOOM_F16, 0, 0, "fp16 whole model, fp16 compute dtype");
+}
+END_TEST
+
 START_TEST(test_first_stage) { /* units 0..1: wte's gradient from the embedding alone */
   storage_vs_fp32_buffers(LOOM_BF16, 0, 2, "bf16 units 0..1");
 }
@@ -219,6 +233,7 @@ END_TEST
 static Suite *storage_suite(void) {
   const check_case cases[] = {
       {"whole_model", test_whole_model},
+      {"whole_model_16bit_gemms", test_whole_model_16bit_gemms},
       {"first_stage", test_first_stage},
       {"last_stage", test_last_stage},
       {"init_weights_rounded", test_init_weights_rounded},

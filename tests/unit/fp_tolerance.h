@@ -1,11 +1,11 @@
 /* Rounding-error bounds behind the unit tests' numerical tolerances (docs/tolerances.md has
- * every check, its bound, the derivation and the worst value measured per OpenBLAS kernel).
+ * every check, its bound, the derivation and the worst value measured per GEMM kernel family).
  *
  * fp32 round-to-nearest has unit roundoff u = 2^-24 (about 5.96e-8). A sum or dot product of n
  * terms computed in any order, with or without FMA, is within gamma_n * sum|terms| of the exact
  * value, gamma_n = n u / (1 - n u) (Higham, Accuracy and Stability of Numerical Algorithms,
- * 2nd ed., §3.1). This is why a bound built from gamma_n holds for every OpenBLAS kernel
- * family and thread split: they differ only in the order and blocking of the same sums. Two
+ * 2nd ed., §3.1). This is why a bound built from gamma_n holds for every GEMM library's kernel
+ * family (oneDNN's ISAs, OpenBLAS's) and thread split: they differ only in the order and blocking of the same sums. Two
  * computations in different orders differ by at most twice the bound. Typical errors grow like
  * sqrt(n) u, so a worst-case bound has a large margin on random data; each test prints what it
  * measured so the table can be refreshed. */

@@ -14,7 +14,8 @@
  *            adamw_range_mixed, micro_tokens; device create_ex, native_stream, crossentropy_fused;
  *            loom_ckpt_state_v1.slices (LOOM_CKPT_HAS_SLICES, kept in checkpoint_v1.h)
  *   ABI 1.5  host: grads_predivided
- *   ABI 1.6  loom_model_v1.plan (loom_storage_plan_v1) */
+ *   ABI 1.6  loom_model_v1.plan (loom_storage_plan_v1)
+ *   ABI 1.7  device matmul_forward_w / matmul_backward_w (NULL: the host widens the weights) */
 #ifndef LOOM_COMPAT_H
 #define LOOM_COMPAT_H
 
