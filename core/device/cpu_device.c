@@ -5,8 +5,9 @@
  *
  * Options (the config's "device" object): {"type": "cpu", "threads": N}. threads 0 or absent
  * keeps OpenMP's default; otherwise OpenMP, which threads oneDNN as well as loom's kernels, is
- * set to N, process-wide (it has no per-instance thread count). Keys starting with '_' are comments; other
- * unknown keys are LOOM_INVALID_CONFIG, a type other than "cpu" is LOOM_UNSUPPORTED.
+ * set to N, process-wide (it has no per-instance thread count). Keys starting with '_' are
+ * comments; other unknown keys are LOOM_INVALID_CONFIG, a type other than "cpu" is
+ * LOOM_UNSUPPORTED.
  *
  * Reductions (sum_squares) split the vector into a fixed number of chunks whatever the thread
  * count and add the partials in chunk order, so results are bitwise identical for any number of

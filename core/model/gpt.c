@@ -741,8 +741,7 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   OPS->attention_forward(CTX, b.atty, b.att, b.qkv, B, T, NH, HS);
   store16(m, b.atty, NCl);
   save16(m, l, SAVED_ATTY, b.atty);
-  mm_forward(m, b.res2, b.atty, P(GPT_ATTPROJ_W), rank0 ? W(GPT_ATTPROJ_B) : NULL, N,
-                      Cl, C);
+  mm_forward(m, b.res2, b.atty, P(GPT_ATTPROJ_W), rank0 ? W(GPT_ATTPROJ_B) : NULL, N, Cl, C);
   store16(m, b.res2, NC);
   if ((rc = region(m, h, GPT_REGION_G, 0, b.res2, NC)) != LOOM_OK) return rc;
   OPS->residual_forward(CTX, b.res2, b.res2, res_in, NC);
@@ -760,8 +759,8 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   store16(m, b.fch_gelu, NCl * 4);
   save16(m, l, SAVED_FCH_GELU, b.fch_gelu);
   if (recompute) return LOOM_OK;
-  mm_forward(m, res3, b.fch_gelu, P(GPT_FCPROJ_W), rank0 ? W(GPT_FCPROJ_B) : NULL, N,
-                      4 * Cl, C);
+  mm_forward(m, res3, b.fch_gelu, P(GPT_FCPROJ_W), rank0 ? W(GPT_FCPROJ_B) : NULL, N, 4 * Cl,
+             C);
   store16(m, res3, NC);
   if ((rc = region(m, h, GPT_REGION_G, 0, res3, NC)) != LOOM_OK) return rc;
   OPS->residual_forward(CTX, res3, res3, b.res2, NC);
