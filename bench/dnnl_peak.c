@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "device/cpu_gemm.h" /* the ISA's name and bf16 test, as the CPU device has them */
+
 static int reps = 5;
 static double min_ms = 30.0;
 
@@ -163,27 +165,6 @@ static double measure(dnnl_engine_t eng, dnnl_stream_t strm, const peak_case *c,
   return best;
 }
 
-static const char *isa_name(dnnl_cpu_isa_t isa) {
-  static const struct {
-    dnnl_cpu_isa_t isa;
-    const char *name;
-  } names[] = {
-      {dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"},
-      {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"},
-      {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"},
-      {dnnl_cpu_isa_avx512_core, "avx512_core"},
-      {dnnl_cpu_isa_avx512_mic_4ops, "avx512_mic_4ops"},
-      {dnnl_cpu_isa_avx512_mic, "avx512_mic"},
-      {dnnl_cpu_isa_avx2_vnni, "avx2_vnni"},
-      {dnnl_cpu_isa_avx2, "avx2"},
-      {dnnl_cpu_isa_avx, "avx"},
-      {dnnl_cpu_isa_sse41, "sse41"},
-  };
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (isa == names[i].isa) return names[i].name;
-  return "default";
-}
-
 static void usage(void) {
   fprintf(stderr, "usage: loom-dnnl-peak [-t threads] [-s SIZES] [-r reps] [-m min_ms] [-q]\n");
   exit(2);
@@ -236,14 +217,11 @@ int main(int argc, char **argv) {
   dnnl_stream_t strm;
   CHECK(dnnl_engine_create(&eng, dnnl_cpu, 0));
   CHECK(dnnl_stream_create(&strm, eng, dnnl_stream_default_flags));
-  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-  /* the ISA values are bit sets: AMX contains avx512_core_bf16's bits (cpu_gemm.c's test) */
-  int has_bf16 = ((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) ==
-                 (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+  int has_bf16 = loom__cpu_gemm_has_bf16(); /* the same test as the CPU device's */
   const dnnl_version_t *v = dnnl_version();
   printf("loom-dnnl-peak: oneDNN %d.%d.%d matmul, %d thread(s), effective ISA %s; best of %d "
          "repetitions (each >= %.0f ms) after warm-up\n",
-         v->major, v->minor, v->patch, threads, isa_name(isa), reps, min_ms);
+         v->major, v->minor, v->patch, threads, loom__cpu_gemm_isa(), reps, min_ms);
   if (!has_bf16)
     printf("loom-dnnl-peak: the CPU has no bf16 units (no avx512_core_bf16 in oneDNN's ISA): "
            "the bf16 path is not available, its cases skipped (loom runs fp32 GEMMs there)\n");
@@ -262,7 +240,7 @@ int main(int argc, char **argv) {
     }
   }
   printf("dnnl_threads %d\n", threads);
-  printf("dnnl_isa %s\n", isa_name(isa));
+  printf("dnnl_isa %s\n", loom__cpu_gemm_isa());
   printf("dnnl_peak_gflops_fp32 %.2f\n", peak[0]);
   if (has_bf16) printf("dnnl_peak_gflops_bf16 %.2f\n", peak[1]);
   dnnl_stream_destroy(strm);
