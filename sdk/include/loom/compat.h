@@ -15,7 +15,8 @@
  *            loom_ckpt_state_v1.slices (LOOM_CKPT_HAS_SLICES, kept in checkpoint_v1.h)
  *   ABI 1.5  host: grads_predivided
  *   ABI 1.6  loom_model_v1.plan (loom_storage_plan_v1)
- *   ABI 1.7  device matmul_forward_w / matmul_backward_w (NULL: the host widens the weights) */
+ *   ABI 1.7  device matmul_forward_w / matmul_backward_w (NULL: the host widens the weights)
+ *   ABI 1.8  device acts16: the GPT kernels on 16-bit activations (NULL: fp32 activation buffers) */
 #ifndef LOOM_COMPAT_H
 #define LOOM_COMPAT_H
 

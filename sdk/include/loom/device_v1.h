@@ -11,7 +11,8 @@
  * the GPT kernels compute and store fp32. Mixed precision (bf16.so, fp16.so) keeps 16-bit
  * values at the points a 16-bit store would round them: the model calls round_to on each stored
  * activation and on its working copy of the weights (ABI 1.3), and convert packs / unpacks real
- * 16-bit buffers (gradient all-reduce in 16 bits).
+ * 16-bit buffers (gradient all-reduce in 16 bits). A backend with ABI 1.8's acts16 table runs
+ * the kernels on 16-bit activation buffers instead (loom_device_acts16_v1, at the end).
  *
  * Gradient contract (llm.c's): kernels ACCUMULATE into parameter gradients (dweight, dbias,
  * dwte, dwpe: `+=`) so gradient accumulation is free, and into activation gradients that may have
@@ -156,7 +157,57 @@ typedef struct loom_device_v1 {
   void (*matmul_backward_w)(void *ctx, float *dinp, float *dweight, float *dbias,
                             const float *dout, const float *inp, const void *weight,
                             loom_dtype wdt, int N, int C, int OC);
+
+  /* ---- ABI 1.8: 16-bit activations end to end; NULL: the host keeps its activations in fp32
+   * buffers (the 1.3 layout, or 16-bit saved copies widened for the kernels) ---- */
+  /* The GPT kernels on activations stored as `dt` elements (LOOM_BF16 or LOOM_F16), or NULL when
+   * the backend has no such kernels for dt. The table is the backend's (static or owned by ctx),
+   * valid until destroy; see loom_device_acts16_v1. The host asks once, after set_compute_dtype. */
+  const struct loom_device_acts16_v1 *(*acts16)(void *ctx, loom_dtype dt);
 } loom_device_v1;
+
+/* ABI 1.8: the GPT kernels with 16-bit activations (device_v1.acts16). Every activation
+ * argument (`void *`: the residual stream, LayerNorm outputs, qkv, the attention output, the MLP
+ * hidden layer, the logits, and their gradients) points at elements of `dtype`; what stays
+ * fp32 is typed float: LayerNorm's mean and rstd, the attention probabilities att and their
+ * scratch datt, the losses, every weight but the GEMMs' (fp32 working copies; the GEMM weight as
+ * `wdt`, as matmul_forward_w) and every parameter gradient (fp32 accumulators).
+ *
+ * Semantics: each kernel is its fp32 slot above run on the widened (exact) 16-bit inputs, with
+ * each 16-bit output rounded once when stored (round to nearest even, as round_to). An output
+ * the fp32 slot accumulates into (dinp, dqkv: `+=`) is widened, accumulated in fp32 and rounded
+ * once. So a backend whose fp32 slots and these share their arithmetic (the same GEMM summation
+ * order) gives the bits of the fp32 slots on buffers the host rounds with round_to after every
+ * store; the conformance suite checks each kernel against that. Shapes and argument order are
+ * those of the fp32 slots of the same name. */
+typedef struct loom_device_acts16_v1 {
+  loom_dtype dtype; /* the activations' element type, the dt acts16 was asked for */
+  void (*encoder_forward)(void *ctx, void *out, const int32_t *inp, const float *wte,
+                          const float *wpe, int B, int T, int C);
+  void (*encoder_backward)(void *ctx, float *dwte, float *dwpe, const void *dout,
+                           const int32_t *inp, int B, int T, int C);
+  void (*layernorm_forward)(void *ctx, void *out, float *mean, float *rstd, const void *inp,
+                            const float *weight, const float *bias, int N, int C);
+  void (*layernorm_backward)(void *ctx, void *dinp, float *dweight, float *dbias,
+                             const void *dout, const void *inp, const float *weight,
+                             const float *mean, const float *rstd, int N, int C);
+  void (*matmul_forward)(void *ctx, void *out, const void *inp, const void *weight,
+                         loom_dtype wdt, const float *bias, int N, int C, int OC);
+  void (*matmul_backward)(void *ctx, void *dinp, float *dweight, float *dbias, const void *dout,
+                          const void *inp, const void *weight, loom_dtype wdt, int N, int C,
+                          int OC);
+  void (*attention_forward)(void *ctx, void *out, float *att, const void *qkv, int B, int T,
+                            int NH, int HS);
+  void (*attention_backward)(void *ctx, void *dqkv, float *datt, const void *dout,
+                             const void *qkv, const float *att, int B, int T, int NH, int HS);
+  void (*gelu_forward)(void *ctx, void *out, const void *inp, size_t n);
+  void (*gelu_backward)(void *ctx, void *dinp, const void *inp, const void *dout, size_t n);
+  void (*residual_forward)(void *ctx, void *out, const void *a, const void *b, size_t n);
+  /* crossentropy_fused with 16-bit logits and dlogits (losses fp32, from the widened logits);
+   * dlogits may be logits (in place) or NULL (the loss only) */
+  void (*crossentropy_fused)(void *ctx, float *losses, void *dlogits, const void *logits,
+                             const int32_t *targets, float dloss, int N, int V);
+} loom_device_acts16_v1;
 
 #ifdef __cplusplus
 }
