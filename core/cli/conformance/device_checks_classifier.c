@@ -19,25 +19,6 @@
 #include "device_suite.h"
 #include "device/device.h"
 
-/* Bitwise equality of n floats (the same bits: -0 vs +0 and NaN payloads count); one line. */
-static void same_bits(dc_suite *s, const char *name, const float *got, const float *want,
-                      size_t n) {
-  char detail[256];
-  size_t bad = n;
-  for (size_t i = 0; i < n && bad == n; i++)
-    if (memcmp(&got[i], &want[i], sizeof(float)) != 0) bad = i;
-  if (bad == n) {
-    snprintf(detail, sizeof detail, "bitwise equal (%zu elements)", n);
-    dc_line("PASS", name, detail);
-    s->passed++;
-    return;
-  }
-  snprintf(detail, sizeof detail, "element %zu: %a, the separate kernels gave %a", bad,
-           (double)got[bad], (double)want[bad]);
-  dc_line("FAIL", name, detail);
-  s->failed++;
-}
-
 void dc_check_fused_classifier(dc_suite *s, const dc_shape *sh) {
   const loom_device_v1 *o = s->ops;
   const int N = sh->B * sh->T, V = sh->V, pad = V / 8 > 0 ? V / 8 : 1, Vreal = V - pad;
@@ -45,6 +26,7 @@ void dc_check_fused_classifier(dc_suite *s, const dc_shape *sh) {
   char nm[128];
   const char *dt = s->dtype == LOOM_BF16 ? ".bf16" : "";
 #define NAME(extra) (snprintf(nm, sizeof nm, "crossentropy_fused.%s%s%s", sh->name, extra, dt), nm)
+#define SAME(name, got, want, n) dc_same_bits(s, name, got, want, n, "the separate kernels gave")
   if (!o->crossentropy_fused) {
     dc_line("SKIP", NAME(""), "no fused classifier (ABI 1.4 slot NULL): the host runs the "
             "separate kernels");
@@ -77,7 +59,7 @@ void dc_check_fused_classifier(dc_suite *s, const dc_shape *sh) {
   float *loss_only = dc_down(s, d_loss, (size_t)N);
   dc_compare(s, NAME(".loss_only"), loss_only, rl, (size_t)N, V + 2.0, U32);
   float *got = dc_down(s, d_l, NV);
-  same_bits(s, NAME(".loss_only.logits_untouched"), got, logits, NV);
+  SAME(NAME(".loss_only.logits_untouched"), got, logits, NV);
   free(got);
 
   /* 2. dlogits into a separate buffer */
@@ -97,15 +79,16 @@ void dc_check_fused_classifier(dc_suite *s, const dc_shape *sh) {
   o->crossentropy_forward(s->ctx, d_loss, d_p, d_l, d_t, N, V);
   o->crossentropy_backward(s->ctx, d_ds, d_p, d_t, dloss, N, V);
   float *loss_two = dc_down(s, d_loss, (size_t)N), *dl_two = dc_down(s, d_ds, NV);
-  same_bits(s, NAME(".bitwise.loss_only"), loss_only, loss_two, (size_t)N);
-  same_bits(s, NAME(".bitwise.losses"), loss_sep, loss_two, (size_t)N);
-  same_bits(s, NAME(".bitwise.dlogits"), dl_sep, dl_two, NV);
-  same_bits(s, NAME(".bitwise.inplace.losses"), loss_in, loss_two, (size_t)N);
-  same_bits(s, NAME(".bitwise.inplace.dlogits"), dl_in, dl_two, NV);
+  SAME(NAME(".bitwise.loss_only"), loss_only, loss_two, (size_t)N);
+  SAME(NAME(".bitwise.losses"), loss_sep, loss_two, (size_t)N);
+  SAME(NAME(".bitwise.dlogits"), dl_sep, dl_two, NV);
+  SAME(NAME(".bitwise.inplace.losses"), loss_in, loss_two, (size_t)N);
+  SAME(NAME(".bitwise.inplace.dlogits"), dl_in, dl_two, NV);
 
   free(loss_only), free(loss_sep), free(dl_sep), free(loss_in), free(dl_in), free(loss_two);
   free(dl_two), free(rl), free(rd), free(logits), free(tg);
   dc_dfree(s, d_l), dc_dfree(s, d_t), dc_dfree(s, d_loss), dc_dfree(s, d_d), dc_dfree(s, d_lin);
   dc_dfree(s, d_p), dc_dfree(s, d_ds);
 #undef NAME
+#undef SAME
 }

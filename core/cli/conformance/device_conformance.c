@@ -8,7 +8,9 @@
  * the arithmetic: fp32 2^-24; a GEMM in TF32 (--options '{"tf32": true}', a CUDA option) 2^-11
  * on its products. The bf16 pass rounds every input to bf16 first and tells the device
  * set_compute_dtype(bf16): a bf16 GEMM with fp32 accumulation is then exact on its inputs, so
- * the fp32 bound stands. round_to and convert are checked bitwise. A device whose create_ex
+ * the fp32 bound stands. round_to and convert are checked bitwise. The bf16 pass ends with ABI
+ * 1.8's acts16 tables, bf16 then fp16 (device_checks_acts16.c: one 16-bit store more in the
+ * bound, and bitwise the fp32 slots plus round_to). A device whose create_ex
  * refuses (no GPU, no driver) is reported SKIP with its reason, exit 0. */
 #include <jansson.h>
 #include <math.h>
@@ -32,12 +34,49 @@ static const dc_shape shapes[] = {
     {"t1", 2, 1, 32, 2, 256},             /* T = 1 */
 };
 
+/* ABI 1.8's acts16 table for dt, asked as the host asks it (after set_compute_dtype(dt), which
+ * the inputs then honour: rounded to dt) and checked at every shape; SKIP where it is NULL. */
+static void check_acts16(dc_suite *s, loom_dtype dt, int quick) {
+  const char *dn = dt == LOOM_BF16 ? "acts16.bf16" : "acts16.fp16";
+  if (s->ops->acts16 && s->ops->set_compute_dtype) s->ops->set_compute_dtype(s->ctx, dt);
+  const loom_device_acts16_v1 *t = s->ops->acts16 ? s->ops->acts16(s->ctx, dt) : NULL;
+  if (!t) {
+    dc_line("SKIP", dn, s->ops->acts16 ? "acts16 gives NULL for this dtype: the host keeps "
+            "fp32 activation buffers" : "no acts16 (ABI 1.8 slot NULL): the host keeps fp32 "
+            "activation buffers");
+    s->skipped++;
+    return;
+  }
+  const void *slots[] = {(void *)t->encoder_forward, (void *)t->encoder_backward,
+                         (void *)t->layernorm_forward, (void *)t->layernorm_backward,
+                         (void *)t->matmul_forward, (void *)t->matmul_backward,
+                         (void *)t->attention_forward, (void *)t->attention_backward,
+                         (void *)t->gelu_forward, (void *)t->gelu_backward,
+                         (void *)t->residual_forward, (void *)t->crossentropy_fused};
+  int complete = t->dtype == dt;
+  for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) complete &= slots[i] != NULL;
+  dc_line(complete ? "PASS" : "FAIL", dn, complete ? "table of this dtype, every kernel set"
+          : "the table's dtype differs or a kernel is NULL");
+  if (!complete) {
+    s->failed++;
+    return;
+  }
+  s->passed++;
+  const loom_dtype saved = s->dtype;
+  s->dtype = dt;
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+    if (!quick || shapes[i].B * shapes[i].T * shapes[i].C <= 8192)
+      dc_check_acts16(s, t, &shapes[i]);
+  s->dtype = saved;
+}
+
 static int usage(FILE *out) {
   fprintf(out, "usage: loom conformance --device NAME [--options JSON] [--dtype fp32|bf16|all]"
                " [--quick]\n"
                "  NAME: cpu (built in), a device plugin on the search path (cuda) or a .so path\n"
                "  --options JSON  the \"device\" object the backend gets (e.g. {\"tf32\": true})\n"
-               "  --dtype         inputs exact in fp32 (default: all = fp32 and bf16 passes)\n"
+               "  --dtype         inputs exact in fp32 (default: all = fp32 and bf16 passes;\n"
+               "                  the bf16 pass ends with the 16-bit activation tables)\n"
                "  --quick         the small shapes only (tiny, odd, T=1)\n");
   return out == stdout ? 0 : 2;
 }
@@ -135,10 +174,16 @@ int loom_device_conformance_main(int argc, char **argv) {
       dc_check_vectors(&s, 4096);
       if (!quick) dc_check_vectors(&s, 100003);
     }
+    if (pass == 1) /* ABI 1.8 */
+      for (int k = 0; k < 2; k++)
+        check_acts16(&s, k ? LOOM_F16 : LOOM_BF16, quick);
   }
   loom__dev_close(&dev);
   loom__plugin_close(&plugin);
-  printf("summary: %d passed, %d failed, %d skipped; closest to its bound: %s at %.2f of it\n",
+  printf("summary: %d passed, %d failed, %d skipped; closest to its bound: %s at %.2f of it",
          s.passed, s.failed, s.skipped, s.worst_name[0] ? s.worst_name : "-", s.worst_ratio);
+  if (s.worst16_name[0]) /* the acts16 outputs' bounds hold a 16-bit store's half ulp */
+    printf("; with a 16-bit store: %s at %.2f", s.worst16_name, s.worst16_ratio);
+  printf("\n");
   return s.failed ? 1 : 0;
 }

@@ -62,6 +62,11 @@ void dc_dfree(dc_suite *s, void *p) {
 /* ---- comparison ---- */
 void dc_compare(dc_suite *s, const char *name, const float *got, const double *ref, size_t n,
                     double red_len, double u) {
+  dc_compare16(s, name, got, ref, n, red_len, u, 0);
+}
+
+void dc_compare16(dc_suite *s, const char *name, const float *got, const double *ref, size_t n,
+                  double red_len, double u, double u16) {
   double maxref = 0, maxdiff = 0;
   int nonfinite = 0;
   for (size_t i = 0; i < n; i++) {
@@ -71,17 +76,38 @@ void dc_compare(dc_suite *s, const char *name, const float *got, const double *r
     if (d > maxdiff) maxdiff = d;
   }
   double rel = maxref > 0 ? maxdiff / maxref : maxdiff, bound = dc_tol(u, red_len);
+  bound += u16 * (1 + bound);
   char detail[256];
-  snprintf(detail, sizeof detail, "max rel %.2e <= %.2e (n=%.0f%s, %zu elements)", rel, bound,
-           red_len, u == U32 ? "" : ", tf32", n);
+  snprintf(detail, sizeof detail, "max rel %.2e <= %.2e (n=%.0f%s%s, %zu elements)", rel, bound,
+           red_len, u == U32 ? "" : ", tf32", u16 == 0 ? "" : u16 == U_BF16 ? ", bf16 store"
+           : ", fp16 store", n);
   int ok = !nonfinite && rel <= bound;
   if (nonfinite) snprintf(detail, sizeof detail, "non-finite output (%zu elements)", n);
   dc_line(ok ? "PASS" : "FAIL", name, detail);
   ok ? s->passed++ : s->failed++;
-  if (bound > 0 && rel / bound > s->worst_ratio) {
-    s->worst_ratio = rel / bound;
-    snprintf(s->worst_name, sizeof s->worst_name, "%s", name);
+  double *worst = u16 ? &s->worst16_ratio : &s->worst_ratio;
+  if (bound > 0 && rel / bound > *worst) {
+    *worst = rel / bound;
+    snprintf(u16 ? s->worst16_name : s->worst_name, sizeof s->worst_name, "%s", name);
   }
+}
+
+void dc_same_bits(dc_suite *s, const char *name, const float *got, const float *want, size_t n,
+                  const char *what) {
+  char detail[256];
+  size_t bad = n;
+  for (size_t i = 0; i < n && bad == n; i++)
+    if (memcmp(&got[i], &want[i], sizeof(float)) != 0) bad = i;
+  if (bad == n) {
+    snprintf(detail, sizeof detail, "bitwise equal (%zu elements)", n);
+    dc_line("PASS", name, detail);
+    s->passed++;
+    return;
+  }
+  snprintf(detail, sizeof detail, "element %zu: %a, %s %a", bad, (double)got[bad], what,
+           (double)want[bad]);
+  dc_line("FAIL", name, detail);
+  s->failed++;
 }
 
 int dc_have(dc_suite *s, const char *name, const void *slot) {
