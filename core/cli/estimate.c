@@ -453,6 +453,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   /* a device plugin is found and checked like the others, never created (no GPU needed): the
    * categories below are what the model allocates through any device's table */
   snprintf(e->device, sizeof e->device, "%s", cfg->device.type[0] ? cfg->device.type : "cpu");
+  int dev_acts16 = loom__cpu_device()->acts16 != NULL; /* the device has ABI 1.8's kernels */
   if (strcmp(e->device, "cpu") != 0) {
     loom_plugin dp;
     char de[1200];
@@ -460,6 +461,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
       snprintf(err, errlen, "%s: device.type: %s", cfg->path, de);
       goto out;
     }
+    dev_acts16 = dp.u.device.acts16 != NULL; /* not created: its slot stands for its answer */
     loom__plugin_close(&dp);
   }
   /* tensor parallel: the accounting below is per tp rank over the dp axis (psi = the local
@@ -513,7 +515,9 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
                      .ckpt_policy = cfg->activation_checkpointing.policy,
                      .ckpt_every = cfg->activation_checkpointing.every,
                      .dtype = (int)e->dtype, .param_dtype = (int)e->param_dtype,
-                     .grad_dtype = (int)e->grad_dtype};
+                     .grad_dtype = (int)e->grad_dtype, .acts_typed = dev_acts16};
+  /* as the trainer: the whole model without tp takes them (gpt_config.acts_typed) */
+  e->acts16 = dev_acts16 && e->dtype != LOOM_F32 && e->tp == 1 && e->pp == 1;
   e->ckpt_policy = full.ckpt_policy;
   e->ckpt_every = full.ckpt_every;
   char me[512];
@@ -596,11 +600,19 @@ static const char *policy_name(int policy) {
  * the attention output, fc and gelu(fc)) are 2 bytes per element: sbh(10 + 24/t) + 16sb in
  * place of sbh(16 + 48/t) + 16sb (the block's output, the stats and the probabilities stay
  * fp32), and every rank holds one block's values in fp32 as the kernels' scratch.
- * A rank with checkpointing (or 16-bit activations) holds one recompute scratch on top
+ * With 16-bit activations end to end (acts16) every tensor above but the stats and the
+ * probabilities is 2 bytes: none sbh(8 + 24/t) + 16sb + 4as^2b/t, selective sbh(8 + 24/t) +
+ * 16sb, full 2sbh; no fp32 scratch.
+ * A rank with checkpointing (or 16-bit saved values) holds one recompute scratch on top
  * (act_recompute). */
 static uint64_t block_act_bytes(const loom_estimate *e, int policy) {
   const uint64_t s = (uint64_t)e->seq_len, b = (uint64_t)e->micro_batch, h = (uint64_t)e->n_embd,
                  a = (uint64_t)e->n_head, t = (uint64_t)(e->tp > 1 ? e->tp : 1);
+  if (e->acts16) { /* every tensor above in 2 bytes but the stats and the probabilities */
+    if (policy == GPT_CKPT_FULL) return 2 * s * b * h;
+    uint64_t kept = s * b * h * 8 + s * b * h * 24 / t + 16 * s * b;
+    return policy == GPT_CKPT_SELECTIVE ? kept : kept + 4 * a * s * s * b / t;
+  }
   if (policy == GPT_CKPT_FULL) return 4 * s * b * h;
   uint64_t kept = e->dtype != LOOM_F32 ? s * b * h * 10 + s * b * h * 24 / t + 16 * s * b
                                        : s * b * h * 16 + s * b * h * 48 / t + 16 * s * b;
@@ -701,11 +713,14 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "total", "sum of the rows (>= every rank's peak)",
           (unsigned long long)e->total,
           (double)e->total / 1048576.0);
-  fprintf(out, "activations per block (Korthikanti et al. 2022 Table 2 style, fp32; s=T b=B h=C "
-          "a=NH t=tp): none sbh(16+48/t)+16sb+4as^2b/t = %llu, selective sbh(16+48/t)+16sb = "
-          "%llu, full 4sbh = %llu; activation_checkpointing %s",
-          (unsigned long long)block_act_bytes(e, GPT_CKPT_NONE),
-          (unsigned long long)block_act_bytes(e, GPT_CKPT_SELECTIVE),
+  /* 16-bit activations end to end (acts16): every tensor but the stats and probabilities */
+  const int a16 = e->acts16;
+  fprintf(out, "activations per block (Korthikanti et al. 2022 Table 2 style, %s; s=T b=B h=C "
+          "a=NH t=tp): none sbh(%s)+16sb+4as^2b/t = %llu, selective sbh(%s)+16sb = %llu, full "
+          "%s = %llu; activation_checkpointing %s",
+          a16 ? "16-bit activations" : "fp32", a16 ? "8+24/t" : "16+48/t",
+          (unsigned long long)block_act_bytes(e, GPT_CKPT_NONE), a16 ? "8+24/t" : "16+48/t",
+          (unsigned long long)block_act_bytes(e, GPT_CKPT_SELECTIVE), a16 ? "2sbh" : "4sbh",
           (unsigned long long)block_act_bytes(e, GPT_CKPT_FULL), policy_name(e->ckpt_policy));
   if (e->ckpt_policy != GPT_CKPT_NONE)
     fprintf(out, " every %d, recompute scratch %llu bytes once per rank", e->ckpt_every,
@@ -750,6 +765,7 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
   if (doc) {
     json_object_set_new(doc, "precision", json_string(precision_name(e->dtype)));
     json_object_set_new(doc, "grad_reduce_16bit", json_boolean(e->sync16));
+    json_object_set_new(doc, "activations_16bit", json_boolean(e->acts16));
     json_object_set_new(doc, "param_storage", json_string(precision_name(e->param_dtype)));
     json_object_set_new(doc, "grad_storage", json_string(precision_name(e->grad_dtype)));
     json_object_set_new(

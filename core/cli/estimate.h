@@ -109,6 +109,8 @@ typedef struct loom_estimate {
   loom_dtype param_dtype, grad_dtype; /* storage (loom__storage_plan; ABI 1.4) */
   int storage16;            /* 16-bit parameter storage (ABI 1.4; every plugin can) */
   int grad16;               /* 16-bit gradient storage (storage16 and one micro-batch) */
+  int acts16;               /* 16-bit activations end to end (gpt_config.acts_typed: a device
+                               with ABI 1.8 acts16, bf16/fp16, no tp, no pipeline) */
   int param_elem, grad_elem, optim_k; /* bytes per element: params P, grads G, optimizer K */
   uint64_t paper_states;    /* the ZeRO paper's model states (+ ZeRO-3's gathered set) */
   char paper_formula[96];   /* "2Psi + 14Psi/N", ... */

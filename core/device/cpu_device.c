@@ -207,6 +207,7 @@ static const loom_device_v1 cpu_device = {
     .crossentropy_fused = loom__cpu_crossentropy_fused,
     .matmul_forward_w = loom__cpu_matmul_forward_w,
     .matmul_backward_w = loom__cpu_matmul_backward_w,
+    .acts16 = loom__cpu_acts16,
 };
 
 const loom_device_v1 *loom__cpu_device(void) { return &cpu_device; }

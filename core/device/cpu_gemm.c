@@ -35,11 +35,11 @@ enum { CACHE_SLOTS = 256 }; /* distinct GEMMs of one model: ~10 linear + ~10 att
 
 typedef struct gemm_key {
   int ta, tb, M, N, K, lda, ldb, ldc; /* lda/ldb: of the operands as the primitive reads them */
-  int bf16, has_bias;
+  int bf16, c_bf16, has_bias; /* bf16 operands; a bf16 C (only with bf16 operands) */
   float alpha, beta;
 } gemm_key;
 /* hashed and compared as bytes: no padding may creep in */
-_Static_assert(sizeof(gemm_key) == 12 * 4, "gemm_key must have no padding");
+_Static_assert(sizeof(gemm_key) == 13 * 4, "gemm_key must have no padding");
 
 typedef struct gemm_entry {
   gemm_key key;
@@ -60,8 +60,8 @@ struct cpu_gemm {
   size_t scratch_cap;
   uint16_t *pack[2];  /* bf16 copies of A and B */
   size_t pack_cap[2]; /* bytes */
-  float *wide;        /* fp32 copy of a 16-bit B on the fp32 path */
-  size_t wide_cap;    /* bytes */
+  float *wide[3];     /* fp32 copies of 16-bit A, B, C on the fp32 path */
+  size_t wide_cap[3]; /* bytes */
   int warned;         /* the dnnl_sgemm fallback has been reported */
   int force_fallback; /* loom__cpu_gemm_force_fallback (unit tests) */
 };
@@ -129,7 +129,7 @@ void loom__cpu_gemm_close(cpu_gemm *g) {
   free(g->scratch);
   free(g->pack[0]);
   free(g->pack[1]);
-  free(g->wide);
+  for (int i = 0; i < 3; i++) free(g->wide[i]);
   free(g);
 }
 
@@ -157,7 +157,8 @@ static int entry_create(cpu_gemm *g, gemm_entry *e, const gemm_key *k) {
   dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
   int ok = md2(&a_md, k->M, k->K, in, k->ta ? 1 : k->lda, k->ta ? k->lda : 1) &&
            md2(&b_md, k->K, k->N, in, k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1) &&
-           md2(&c_md, k->M, k->N, dnnl_f32, k->ldc, 1) && md2(&bias_md, 1, k->N, dnnl_f32, k->N, 1);
+           md2(&c_md, k->M, k->N, k->c_bf16 ? dnnl_bf16 : dnnl_f32, k->ldc, 1) &&
+           md2(&bias_md, 1, k->N, dnnl_f32, k->N, 1);
   dnnl_matmul_desc_t desc;
   if (!ok || dnnl_matmul_desc_init(&desc, &a_md, &b_md, k->has_bias ? &bias_md : NULL, &c_md) !=
                  dnnl_success)
@@ -270,96 +271,147 @@ static void widen_rows(float *dst, const void *src, loom_dtype dt, int rows, int
                       (size_t)cols);
 }
 
-void loom__cpu_gemm_w(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha,
-                      const float *A, int lda, const void *B, loom_dtype bdt, int ldb, float beta,
-                      float *C, int ldc, const float *bias, int lowp) {
-  assert(!bias || alpha == 1.0f); /* cpu_gemm.h: the primitive and the fallback would differ */
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {
-    gemm_empty_k(M, N, beta, C, ldc, bias);
+/* dst (rows of ld elements of dt: BF16 or F16) = src (rows, cols) dense fp32, rounded to nearest
+ * even (round_to's rounding). */
+static void narrow_rows(void *dst, loom_dtype dt, int ld, const float *src, int rows, int cols) {
+  uint16_t *d16 = dst;
+  if (ld == cols) {
+    loom__cpu_convert(NULL, dst, dt, src, LOOM_F32, (size_t)rows * cols);
     return;
   }
-  gemm_key k = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
-                .bf16 = lowp && g->bf16, .has_bias = bias != NULL, .alpha = alpha, .beta = beta};
-  const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-  const void *a = A, *b = B;
-  const float *b32 = bdt == LOOM_F32 ? B : NULL; /* B as fp32, for the fp32 and fallback paths */
-  if (k.bf16 && bdt != LOOM_F32 && bdt != LOOM_BF16) k.bf16 = 0; /* fp16: widened below */
-  if (k.bf16) { /* dense bf16 copies of what is not bf16 already, stored as the operands are */
-    int ok = grow((void **)&g->pack[0], &g->pack_cap[0], (size_t)ar * ac * 2) &&
-             (bdt == LOOM_BF16 || grow((void **)&g->pack[1], &g->pack_cap[1], (size_t)br * bc * 2));
-    if (ok) {
-      pack_bf16(g->pack[0], A, ar, ac, lda);
-      if (bdt == LOOM_F32) pack_bf16(g->pack[1], B, br, bc, ldb);
-      a = g->pack[0], k.lda = ac;
-      if (bdt == LOOM_F32) b = g->pack[1], k.ldb = bc;
-    } else {
-      k.bf16 = 0; /* no memory for the copies: fp32 */
-    }
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols > LOOM_CPU_PAR_MIN)
+  for (int r = 0; r < rows; r++)
+    loom__cpu_convert(NULL, d16 + (size_t)r * ld, dt, src + (size_t)r * cols, LOOM_F32,
+                      (size_t)cols);
+}
+
+/* An fp32 view of operand x (rows of ld elements of dt): x itself when fp32, else widened
+ * (exact) into the context's buffer `which` (0 A, 1 B, 2 C), dense (*ld = cols then). */
+static const float *as_f32(cpu_gemm *g, int which, const void *x, loom_dtype dt, int rows,
+                           int cols, int *ld) {
+  if (dt == LOOM_F32) return x;
+  if (!grow((void **)&g->wide[which], &g->wide_cap[which], (size_t)rows * cols * sizeof(float))) {
+    fprintf(stderr, "loom: cpu: out of memory widening a %dx%d GEMM operand\n", rows, cols);
+    abort(); /* nothing to run the GEMM on; a result silently missing would be worse */
   }
-  if (!k.bf16 && !b32) { /* a 16-bit B on the fp32 path: widen it (exact) */
-    if (!grow((void **)&g->wide, &g->wide_cap, (size_t)br * bc * sizeof(float))) {
-      fprintf(stderr, "loom: cpu: out of memory widening a %dx%d GEMM operand\n", br, bc);
-      abort(); /* nothing to run the GEMM on; a result silently missing would be worse */
-    }
-    widen_rows(g->wide, B, bdt, br, bc, ldb);
-    b = b32 = g->wide, k.ldb = ldb = bc; /* dense now, for the primitive and the fallback */
-  }
-  gemm_entry *e = g->force_fallback ? NULL : entry_get(g, &k);
+  widen_rows(g->wide[which], x, dt, rows, cols, *ld);
+  *ld = cols;
+  return g->wide[which];
+}
+
+/* Run key k's primitive on a, b, c (as the key describes them). 0 when oneDNN cannot build it
+ * or its scratchpad does not fit; aborts when it fails while running (c may be half written). */
+static int run_primitive(cpu_gemm *g, const gemm_key *k, const void *a, const void *b, void *c,
+                         const float *bias) {
+  gemm_entry *e = g->force_fallback ? NULL : entry_get(g, k);
   if (e && e->scratch_bytes && !grow(&g->scratch, &g->scratch_cap, e->scratch_bytes)) e = NULL;
-  if (e) {
-    dnnl_memory_set_data_handle(e->a, (void *)a);
-    dnnl_memory_set_data_handle(e->b, (void *)b);
-    dnnl_memory_set_data_handle(e->c, C);
-    dnnl_exec_arg_t args[5] = {
-        {DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}};
-    int nargs = 3;
-    if (bias) {
-      dnnl_memory_set_data_handle(e->bias, (void *)bias);
-      args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->bias};
-    }
-    if (e->scratch_bytes) {
-      dnnl_memory_set_data_handle(e->scratch, g->scratch);
-      args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
-    }
-    if (dnnl_primitive_execute(e->prim, g->stream, nargs, args) != dnnl_success ||
-        dnnl_stream_wait(g->stream) != dnnl_success) {
-      /* C may be half written: a fallback on top of it would be silently wrong */
-      fprintf(stderr, "loom: cpu: oneDNN failed while running the %s matmul %dx%dx%d\n",
-              k.bf16 ? "bf16" : "fp32", M, N, K);
-      abort();
-    }
-    return;
+  if (!e) return 0;
+  dnnl_memory_set_data_handle(e->a, (void *)a);
+  dnnl_memory_set_data_handle(e->b, (void *)b);
+  dnnl_memory_set_data_handle(e->c, c);
+  dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}};
+  int nargs = 3;
+  if (bias) {
+    dnnl_memory_set_data_handle(e->bias, (void *)bias);
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->bias};
   }
-  /* oneDNN could not build the primitive or its scratchpad did not fit in memory (never seen
-   * at the model's shapes): oneDNN's BLAS-like dnnl_sgemm (row-major, allocation-free) on the
-   * fp32 operands gives the same values but for the summation order. Said once per context. */
+  if (e->scratch_bytes) {
+    dnnl_memory_set_data_handle(e->scratch, g->scratch);
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
+  }
+  if (dnnl_primitive_execute(e->prim, g->stream, nargs, args) != dnnl_success ||
+      dnnl_stream_wait(g->stream) != dnnl_success) {
+    fprintf(stderr, "loom: cpu: oneDNN failed while running the %s matmul %dx%dx%d\n",
+            k->bf16 ? "bf16" : "fp32", k->M, k->N, k->K);
+    abort();
+  }
+  return 1;
+}
+
+/* C (fp32, ldc) = alpha op(A) op(B) + beta C + bias on fp32 operands, with oneDNN's BLAS-like
+ * dnnl_sgemm (row-major, allocation-free): the fallback when no primitive can run (never seen at
+ * the model's shapes). The same values but for the summation order; said once per context. */
+static void run_sgemm(cpu_gemm *g, const gemm_key *k, const float *A, int lda, const float *B,
+                      int ldb, float *C, int ldc, const float *bias) {
   if (!g->warned && !g->force_fallback) {
     fprintf(stderr, "loom: cpu: oneDNN could not run a %s matmul %dx%dx%d; dnnl_sgemm runs it "
-            "(and any other such one)\n", k.bf16 ? "bf16" : "fp32", M, N, K);
+            "(and any other such one)\n", k->bf16 ? "bf16" : "fp32", k->M, k->N, k->K);
     g->warned = 1;
   }
-  if (!b32) { /* the bf16 path took B as it came: widen it for dnnl_sgemm */
-    if (!grow((void **)&g->wide, &g->wide_cap, (size_t)br * bc * sizeof(float))) abort();
-    widen_rows(g->wide, B, bdt, br, bc, ldb);
-    b32 = g->wide, ldb = bc;
-  }
+  const int M = k->M, N = k->N;
   if (bias)
     for (int m = 0; m < M; m++) {
       float *c = C + (size_t)m * ldc;
-      for (int n = 0; n < N; n++) c[n] = (beta != 0.0f ? beta * c[n] : 0.0f) + bias[n];
+      for (int n = 0; n < N; n++) c[n] = (k->beta != 0.0f ? k->beta * c[n] : 0.0f) + bias[n];
     }
-  if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, b32, ldb,
-                 bias ? 1.0f : beta, C, ldc) != dnnl_success) {
-    fprintf(stderr, "loom: cpu: dnnl_sgemm failed on %dx%dx%d\n", M, N, K);
+  if (dnnl_sgemm(k->ta ? 'T' : 'N', k->tb ? 'T' : 'N', M, N, k->K, k->alpha, A, lda, B, ldb,
+                 bias ? 1.0f : k->beta, C, ldc) != dnnl_success) {
+    fprintf(stderr, "loom: cpu: dnnl_sgemm failed on %dx%dx%d\n", M, N, k->K);
     abort(); /* nothing left to run a GEMM with; a result silently missing would be worse */
   }
+}
+
+static int is16(loom_dtype dt) { return dt == LOOM_BF16 || dt == LOOM_F16; }
+
+void loom__cpu_gemm_t(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha,
+                      const void *A, loom_dtype adt, int lda, const void *B, loom_dtype bdt,
+                      int ldb, float beta, void *C, loom_dtype cdt, int ldc, const float *bias,
+                      int lowp) {
+  assert(!bias || alpha == 1.0f); /* cpu_gemm.h: the primitive and the fallback would differ */
+  if (M <= 0 || N <= 0) return;
+  const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+  gemm_key k = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
+                .has_bias = bias != NULL, .alpha = alpha, .beta = beta};
+  /* bf16 operands where the CPU has the units; an fp16 operand or C goes the fp32 way */
+  k.bf16 = K > 0 && lowp && g->bf16 && adt != LOOM_F16 && bdt != LOOM_F16 && cdt != LOOM_F16;
+  if (k.bf16) { /* dense bf16 copies of what is not bf16 already, stored as the operands are */
+    const void *a = A, *b = B;
+    int ok = (adt == LOOM_BF16 ||
+              grow((void **)&g->pack[0], &g->pack_cap[0], (size_t)ar * ac * 2)) &&
+             (bdt == LOOM_BF16 ||
+              grow((void **)&g->pack[1], &g->pack_cap[1], (size_t)br * bc * 2));
+    if (ok) {
+      if (adt == LOOM_F32) pack_bf16(g->pack[0], A, ar, ac, lda), a = g->pack[0], k.lda = ac;
+      if (bdt == LOOM_F32) pack_bf16(g->pack[1], B, br, bc, ldb), b = g->pack[1], k.ldb = bc;
+      k.c_bf16 = cdt == LOOM_BF16; /* oneDNN rounds the fp32 accumulator to nearest even */
+      if (run_primitive(g, &k, a, b, C, bias)) return;
+    }
+    k.bf16 = k.c_bf16 = 0; /* no memory for the copies, or no primitive: fp32 below */
+    k.lda = lda, k.ldb = ldb;
+  }
+  /* fp32: 16-bit operands widened (exact); a 16-bit C computed in an fp32 copy (holding C's
+   * widened values when beta reads them) and rounded to nearest even once at the end */
+  const float *a32 = as_f32(g, 0, A, adt, ar, ac, &lda);
+  const float *b32 = as_f32(g, 1, B, bdt, br, bc, &ldb);
+  float *c32 = C;
+  int ldc32 = ldc;
+  if (is16(cdt)) {
+    if (!grow((void **)&g->wide[2], &g->wide_cap[2], (size_t)M * N * sizeof(float))) {
+      fprintf(stderr, "loom: cpu: out of memory for a %dx%d GEMM result\n", M, N);
+      abort();
+    }
+    c32 = g->wide[2], ldc32 = N;
+    if (beta != 0.0f) widen_rows(c32, C, cdt, M, N, ldc);
+  }
+  k.lda = lda, k.ldb = ldb, k.ldc = ldc32;
+  if (K <= 0) gemm_empty_k(M, N, beta, c32, ldc32, bias);
+  else if (!run_primitive(g, &k, a32, b32, c32, bias))
+    run_sgemm(g, &k, a32, lda, b32, ldb, c32, ldc32, bias);
+  if (is16(cdt)) narrow_rows(C, cdt, ldc, c32, M, N);
+}
+
+void loom__cpu_gemm_w(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const void *B, loom_dtype bdt, int ldb, float beta,
+                      float *C, int ldc, const float *bias, int lowp) {
+  loom__cpu_gemm_t(g, ta, tb, M, N, K, alpha, A, LOOM_F32, lda, B, bdt, ldb, beta, C, LOOM_F32,
+                   ldc, bias, lowp);
 }
 
 void loom__cpu_gemm(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                     int lda, const float *B, int ldb, float beta, float *C, int ldc,
                     const float *bias, int lowp) {
-  loom__cpu_gemm_w(g, ta, tb, M, N, K, alpha, A, lda, B, LOOM_F32, ldb, beta, C, ldc, bias, lowp);
+  loom__cpu_gemm_t(g, ta, tb, M, N, K, alpha, A, LOOM_F32, lda, B, LOOM_F32, ldb, beta, C,
+                   LOOM_F32, ldc, bias, lowp);
 }
 
 void loom__cpu_gemm_force_fallback(cpu_gemm *g, int on) { g->force_fallback = on; }

@@ -54,6 +54,18 @@ void loom__cpu_gemm_w(cpu_gemm *g, int ta, int tb, int M, int N, int K, float al
                       const float *A, int lda, const void *B, loom_dtype bdt, int ldb, float beta,
                       float *C, int ldc, const float *bias, int lowp);
 
+/* The general form (device ABI 1.8's 16-bit activations): A, B and C each given as elements of
+ * their dtype (LOOM_F32, LOOM_BF16 or LOOM_F16; leading dimensions in elements). With bf16 units
+ * and lowp, bf16 and fp32 operands run as bf16 (fp32 ones packed) into an fp32 or bf16 C that
+ * oneDNN writes directly (the fp32 accumulator + beta * C rounded once to nearest even). Else
+ * 16-bit operands are widened (exact), the GEMM runs in fp32, and a 16-bit C is computed in an
+ * fp32 copy (C widened into it first when beta != 0) and rounded once. Either way the result is
+ * loom__cpu_gemm's on the widened operands followed by round_to of a 16-bit C. */
+void loom__cpu_gemm_t(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha,
+                      const void *A, loom_dtype adt, int lda, const void *B, loom_dtype bdt,
+                      int ldb, float beta, void *C, loom_dtype cdt, int ldc, const float *bias,
+                      int lowp);
+
 /* Unit tests only: with on = 1 every call of g takes the fallback that runs when oneDNN cannot
  * build a primitive (dnnl_sgemm on the fp32 operands), so that path is exercised too. */
 void loom__cpu_gemm_force_fallback(cpu_gemm *g, int on);

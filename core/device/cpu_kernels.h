@@ -73,6 +73,18 @@ void loom__cpu_crossentropy_backward(void *ctx, float *dlogits, const float *pro
 void loom__cpu_crossentropy_fused(void *ctx, float *losses, float *dlogits, const float *logits,
                                   const int32_t *targets, float dloss, int N, int V);
 
+/* ABI 1.8 matmul on 16-bit activations (cpu_layers.c; dt = LOOM_BF16 or LOOM_F16), the
+ * acts16 table's matmul_forward / matmul_backward */
+void loom__cpu16_matmul_forward(void *ctx, loom_dtype dt, void *out, const void *inp,
+                                const void *weight, loom_dtype wdt, const float *bias, int N,
+                                int C, int OC);
+void loom__cpu16_matmul_backward(void *ctx, loom_dtype dt, void *dinp, float *dweight,
+                                 float *dbias, const void *dout, const void *inp,
+                                 const void *weight, loom_dtype wdt, int N, int C, int OC);
+
+/* device_v1's acts16 (cpu_acts16_table.c): the bf16 and fp16 tables, NULL for another dtype */
+const loom_device_acts16_v1 *loom__cpu_acts16(void *ctx, loom_dtype dt);
+
 /* 16-bit storage (cpu_convert.c): device_v1's round_to and convert, and the scalar element
  * conversions they are built from (round to nearest even; exposed for the unit tests). */
 void loom__cpu_round_to(void *ctx, float *x, loom_dtype dtype, size_t n);

@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include <loom/half_v1.h>
+
 #include "cpu_kernels.h"
 
 #define LN_EPS 1e-5f
@@ -225,6 +227,49 @@ void loom__cpu_matmul_backward(void *ctx, float *dinp, float *dweight, float *db
                                const float *dout, const float *inp, const float *weight, int N,
                                int C, int OC) {
   loom__cpu_matmul_backward_w(ctx, dinp, dweight, dbias, dout, inp, weight, LOOM_F32, N, C, OC);
+}
+
+/* ---- matmul on 16-bit activations (device ABI 1.8, loom_device_acts16_v1) ----
+ * The GEMMs read and write the 16-bit buffers directly (cpu_gemm.h loom__cpu_gemm_t): with
+ * bf16 units no conversion pass at all; without them cpu_gemm widens and rounds around an fp32
+ * GEMM. The bits are those of the fp32 kernels above on the widened values followed by
+ * round_to of the 16-bit outputs. */
+
+void loom__cpu16_matmul_forward(void *ctx, loom_dtype dt, void *out, const void *inp,
+                                const void *weight, loom_dtype wdt, const float *bias, int N,
+                                int C, int OC) {
+  loom__cpu_gemm_t(loom__cpu_gemm_of(ctx), 0, 1, N, OC, C, 1.0f, inp, dt, C, weight, wdt, C,
+                   0.0f, out, dt, OC, bias, 1);
+}
+
+void loom__cpu16_matmul_backward(void *ctx, loom_dtype dt, void *dinp, float *dweight,
+                                 float *dbias, const void *dout, const void *inp,
+                                 const void *weight, loom_dtype wdt, int N, int C, int OC) {
+  cpu_gemm *g = loom__cpu_gemm_of(ctx);
+  if (dinp) /* dinp (N,C) += dout (N,OC) @ weight (OC,C), rounded once into the 16-bit dinp */
+    loom__cpu_gemm_t(g, 0, 0, N, C, OC, 1.0f, dout, dt, OC, weight, wdt, C, 1.0f, dinp, dt, C,
+                     NULL, 1);
+  if (dweight) /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C), fp32 */
+    loom__cpu_gemm_t(g, 1, 0, OC, C, N, 1.0f, dout, dt, OC, inp, dt, C, 1.0f, dweight, LOOM_F32,
+                     C, NULL, 1);
+  if (dbias) { /* as the fp32 kernel: each column sums its rows in row order */
+    const uint16_t *d16 = dout;
+#pragma omp parallel if ((size_t)N * OC > LOOM_CPU_PAR_MIN)
+    {
+      int o0, o1;
+      col_range(OC, &o0, &o1);
+      float *restrict db = dbias;
+      for (int n = 0; n < N; n++) {
+        const uint16_t *restrict d = d16 + (size_t)n * OC;
+        if (dt == LOOM_BF16) {
+#pragma omp simd
+          for (int o = o0; o < o1; o++) db[o] += loom_bf16_to_f32(d[o]);
+        } else {
+          for (int o = o0; o < o1; o++) db[o] += loom_f16_to_f32(d[o]);
+        }
+      }
+    }
+  }
 }
 
 /* ---- GELU: cpu_gelu.c ---- */

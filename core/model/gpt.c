@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <loom/half_v1.h>
+
 #include "../util/rng.h"
 
 /* ---- the parameter table: the one list of (role, name, shape, init) ---- */
@@ -207,12 +209,27 @@ static void kept_before(const gpt_config *c, int block0, int la, size_t *full, s
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; } /* 16 floats = 64 bytes */
 
-/* 1 if the blocks' saved values are stored in 2 bytes per element (gpt_config.acts_f32). */
-static int acts16(const gpt_config *c) { return c->dtype != LOOM_F32 && !c->acts_f32; }
+/* 1 if the kernels read and write 16-bit activation buffers (gpt_config.acts_typed, device ABI
+ * 1.8): the whole model (no pipeline stage) without tensor parallel. */
+static int acts_typed(const gpt_config *c) {
+  return c->acts_typed && c->dtype != LOOM_F32 && !c->acts_f32 && cfg_tp(c) == 1 &&
+         c->pp_first <= 0 && cfg_has_head(c);
+}
+
+/* 1 if the blocks' saved values are kept as 16-bit copies of fp32 buffers, widened for the
+ * kernels (acts_f32 0 without acts_typed). */
+static int acts16(const gpt_config *c) {
+  return c->dtype != LOOM_F32 && !c->acts_f32 && !acts_typed(c);
+}
 
 /* Floats of pool space for n saved values: n fp32, or n 16-bit elements (n/2 floats) when
- * the config stores them in 16 bits. */
-static size_t saved_floats(const gpt_config *c, size_t n) { return acts16(c) ? (n + 1) / 2 : n; }
+ * the config stores them in 16 bits (either way). */
+static size_t saved_floats(const gpt_config *c, size_t n) {
+  return acts16(c) || acts_typed(c) ? (n + 1) / 2 : n;
+}
+
+/* Floats of pool space for n elements of any other activation: 16-bit ones under acts_typed. */
+static size_t act_floats(const gpt_config *c, size_t n) { return acts_typed(c) ? (n + 1) / 2 : n; }
 
 typedef struct block_scratch {
   float *dfch_gelu, *dfch, *dqkv, *datty, *datt;
@@ -228,10 +245,10 @@ static size_t block_scratch_layout(block_scratch *s, float *base, const gpt_conf
     s->field = base ? base + off : NULL;      \
     off += round16(count);                    \
   } while (0)
-  CARVE(dfch_gelu, N * 4 * Cl);
-  CARVE(dfch, N * 4 * Cl);
-  CARVE(dqkv, N * 3 * Cl);
-  CARVE(datty, N * Cl);
+  CARVE(dfch_gelu, act_floats(c, N * 4 * Cl));
+  CARVE(dfch, act_floats(c, N * 4 * Cl));
+  CARVE(dqkv, act_floats(c, N * 3 * Cl));
+  CARVE(datty, act_floats(c, N * Cl));
   CARVE(datt, (size_t)B * (c->n_head / cfg_tp(c)) * T * T);
 #undef CARVE
   return off;
@@ -248,7 +265,9 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   kept_before(c, cfg_block0(c), (int)L, &Lf, &La);
   block_scratch bs;
   size_t scratch = L ? block_scratch_layout(&bs, NULL, c, B, T) : 0;
-  if (round16(N * V) > scratch) scratch = round16(N * V);
+  /* the head's: probs (N,V) fp32 without the fused classifier, or dlogits after a loss-only
+   * forward (16-bit under acts_typed, which always has it) */
+  if (round16(act_floats(c, N * V)) > scratch) scratch = round16(act_floats(c, N * V));
   /* 16-bit saved values: a block's forward computes in fp32 in this (then free) scratch,
    * block_forward16_views: ln1 / atty / ln2, qkv / fch, fch_gelu, residual2 */
   size_t fwd16 = 2 * round16(N * C) + 2 * round16(N * 4 * Cl);
@@ -258,7 +277,7 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
     a->field = base ? base + off : NULL;      \
     off += round16(count);                    \
   } while (0)
-  CARVE(encoded, N * C);
+  CARVE(encoded, act_floats(c, N * C));
   CARVE(ln1, saved_floats(c, Lf * N * C));
   CARVE(ln1_mean, Lf * N);
   CARVE(ln1_rstd, Lf * N);
@@ -271,15 +290,16 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   CARVE(ln2_rstd, Lf * N);
   CARVE(fch, saved_floats(c, Lf * N * 4 * Cl));
   CARVE(fch_gelu, saved_floats(c, Lf * N * 4 * Cl));
-  CARVE(residual3, L * N * C);
+  CARVE(residual3, act_floats(c, L * N * C));
   size_t H = V ? 1 : 0;
-  CARVE(lnf, H * N * C);
+  CARVE(lnf, act_floats(c, H * N * C));
   CARVE(lnf_mean, H * N);
   CARVE(lnf_rstd, H * N);
-  CARVE(logits, N * V); /* no probs buffer: the fused classifier writes dlogits in place */
+  CARVE(logits, act_floats(c, N * V)); /* no probs buffer: the fused classifier writes dlogits
+                                          in place */
   CARVE(losses, H * N);
-  CARVE(dres, N * C);
-  CARVE(dln, N * C);
+  CARVE(dres, act_floats(c, N * C));
+  CARVE(dln, act_floats(c, N * C));
   CARVE(dscratch, scratch);
 #undef CARVE
   return off;
@@ -323,17 +343,17 @@ static size_t recompute_layout(block_acts *b, float *base, const gpt_config *c, 
   } while (0)
   if (any) CARVE(att, (size_t)B * NHl * T * T);
   if (full) {
-    CARVE(ln1, N * C);
+    CARVE(ln1, act_floats(c, N * C));
     CARVE(ln1_mean, N);
     CARVE(ln1_rstd, N);
-    CARVE(qkv, N * 3 * Cl);
-    CARVE(atty, N * Cl);
-    CARVE(res2, N * C);
-    CARVE(ln2, N * C);
+    CARVE(qkv, act_floats(c, N * 3 * Cl));
+    CARVE(atty, act_floats(c, N * Cl));
+    CARVE(res2, act_floats(c, N * C));
+    CARVE(ln2, act_floats(c, N * C));
     CARVE(ln2_mean, N);
     CARVE(ln2_rstd, N);
-    CARVE(fch, N * 4 * Cl);
-    CARVE(fch_gelu, N * 4 * Cl);
+    CARVE(fch, act_floats(c, N * 4 * Cl));
+    CARVE(fch_gelu, act_floats(c, N * 4 * Cl));
   } else if (acts16(c)) {
     /* 16-bit saved values: backward widens each one here just before the kernel that reads
      * it (the largest is (B,T,4C/tp)); under full checkpointing the block's fch serves */
@@ -416,9 +436,68 @@ static int acts_ensure(gpt_model *m, int B, int T) {
 #define G(role) (param(m, u, (role))->gacc)
 #define P(role) (param(m, u, (role)))
 
-/* Mixed precision: x (n floats) now holds what a 16-bit store would keep (no-op in fp32). */
+/* Mixed precision: x (n floats) now holds what a 16-bit store would keep (no-op in fp32, and
+ * under acts_typed, whose kernels store 16-bit elements themselves). */
 static void store16(gpt_model *m, float *x, size_t n) {
-  if (m->cfg.dtype != LOOM_F32) OPS->round_to(CTX, x, (loom_dtype)m->cfg.dtype, n);
+  if (m->cfg.dtype != LOOM_F32 && !m->a16) OPS->round_to(CTX, x, (loom_dtype)m->cfg.dtype, n);
+}
+
+/* ---- the activations' element type ----
+ * Activation pointers are float * throughout; under acts_typed (m->a16) they address 2-byte
+ * elements, so every offset into one and every size of one goes through these. */
+static size_t act_size(const gpt_model *m) { return m->a16 ? 2 : sizeof(float); }
+/* Element i of the activation tensor at base. */
+static float *act_at(const gpt_model *m, float *base, size_t i) {
+  return (float *)((char *)base + i * act_size(m));
+}
+/* Zero n activation elements at x. */
+static void act_zero(gpt_model *m, float *x, size_t n) {
+  OPS->memset_zero(CTX, x, n * act_size(m));
+}
+
+/* ---- the GPT kernels: the device's acts16 table under acts_typed, its fp32 slots otherwise
+ * (same arguments: an activation pointer addresses 16-bit elements with the former) ---- */
+#define A16 (m->a16)
+static void k_layernorm_forward(gpt_model *m, float *out, float *mean, float *rstd,
+                                const float *inp, const float *w, const float *b, int N, int C) {
+  if (A16) A16->layernorm_forward(CTX, out, mean, rstd, inp, w, b, N, C);
+  else OPS->layernorm_forward(CTX, out, mean, rstd, inp, w, b, N, C);
+}
+static void k_layernorm_backward(gpt_model *m, float *dinp, float *dw, float *db, const float *dout,
+                                 const float *inp, const float *w, const float *mean,
+                                 const float *rstd, int N, int C) {
+  if (A16) A16->layernorm_backward(CTX, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  else OPS->layernorm_backward(CTX, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+static void k_attention_forward(gpt_model *m, float *out, float *att, const float *qkv, int B,
+                                int T, int NH, int HS) {
+  if (A16) A16->attention_forward(CTX, out, att, qkv, B, T, NH, HS);
+  else OPS->attention_forward(CTX, out, att, qkv, B, T, NH, HS);
+}
+static void k_attention_backward(gpt_model *m, float *dqkv, float *datt, const float *dout,
+                                 const float *qkv, const float *att, int B, int T, int NH,
+                                 int HS) {
+  if (A16) A16->attention_backward(CTX, dqkv, datt, dout, qkv, att, B, T, NH, HS);
+  else OPS->attention_backward(CTX, dqkv, datt, dout, qkv, att, B, T, NH, HS);
+}
+static void k_gelu_forward(gpt_model *m, float *out, const float *inp, size_t n) {
+  if (A16) A16->gelu_forward(CTX, out, inp, n);
+  else OPS->gelu_forward(CTX, out, inp, n);
+}
+static void k_gelu_backward(gpt_model *m, float *dinp, const float *inp, const float *dout,
+                            size_t n) {
+  if (A16) A16->gelu_backward(CTX, dinp, inp, dout, n);
+  else OPS->gelu_backward(CTX, dinp, inp, dout, n);
+}
+static void k_residual_forward(gpt_model *m, float *out, const float *a, const float *b,
+                               size_t n) {
+  if (A16) A16->residual_forward(CTX, out, a, b, n);
+  else OPS->residual_forward(CTX, out, a, b, n);
+}
+static void k_crossentropy_fused(gpt_model *m, float *losses, float *dlogits, const float *logits,
+                                 float dloss, int N, int V) {
+  if (A16) A16->crossentropy_fused(CTX, losses, dlogits, logits, m->targets, dloss, N, V);
+  else OPS->crossentropy_fused(CTX, losses, dlogits, logits, m->targets, dloss, N, V);
 }
 
 /* Device ABI 1.7: the block's and the head's GEMM weights are read in their 16-bit storage
@@ -435,7 +514,11 @@ static int is_gemm_weight(gpt_param_role r) {
  * (gemm_weights16) or its fp32 working copy (w->work). */
 static void mm_forward(gpt_model *m, float *out, const float *inp, const gpt_param *w,
                        const float *bias, int N, int C, int OC) {
-  if (gemm_weights16(m))
+  if (A16)
+    A16->matmul_forward(CTX, out, inp, gemm_weights16(m) ? w->data : w->work,
+                        gemm_weights16(m) ? (loom_dtype)m->cfg.param_dtype : LOOM_F32, bias, N, C,
+                        OC);
+  else if (gemm_weights16(m))
     OPS->matmul_forward_w(CTX, out, inp, w->data, (loom_dtype)m->cfg.param_dtype, bias, N, C, OC);
   else
     OPS->matmul_forward(CTX, out, inp, w->work, bias, N, C, OC);
@@ -443,7 +526,11 @@ static void mm_forward(gpt_model *m, float *out, const float *inp, const gpt_par
 /* matmul_backward with the weight tensor w, as mm_forward. */
 static void mm_backward(gpt_model *m, float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const gpt_param *w, int N, int C, int OC) {
-  if (gemm_weights16(m))
+  if (A16)
+    A16->matmul_backward(CTX, dinp, dweight, dbias, dout, inp,
+                         gemm_weights16(m) ? w->data : w->work,
+                         gemm_weights16(m) ? (loom_dtype)m->cfg.param_dtype : LOOM_F32, N, C, OC);
+  else if (gemm_weights16(m))
     OPS->matmul_backward_w(CTX, dinp, dweight, dbias, dout, inp, w->data,
                            (loom_dtype)m->cfg.param_dtype, N, C, OC);
   else
@@ -588,7 +675,7 @@ static void gwork_size(const gpt_model *m, size_t *total, size_t *wte) {
 static float *block_input(const gpt_model *m, int l) {
   size_t NC = (size_t)m->B * m->T * m->cfg.n_embd;
   int la = l - cfg_block0(&m->cfg); /* the stage's local block index */
-  return la == 0 ? m->acts->encoded : m->acts->residual3 + (size_t)(la - 1) * NC;
+  return la == 0 ? m->acts->encoded : act_at(m, m->acts->residual3, (size_t)(la - 1) * NC);
 }
 
 /* Call the tensor-parallel region hook (Megatron's f / g) when the model is split. */
@@ -625,18 +712,19 @@ static void block_acts_at(const gpt_model *m, int l, block_acts *b) {
     b->ln2_rstd = a->ln2_rstd + kf * N;
     return;
   }
-  b->ln1 = a->ln1 + kf * NC;
+  /* fp32, or 16-bit elements under acts_typed (act_at) */
+  b->ln1 = act_at(m, a->ln1, kf * NC);
   b->ln1_mean = a->ln1_mean + kf * N;
   b->ln1_rstd = a->ln1_rstd + kf * N;
-  b->qkv = a->qkv + kf * NCl * 3;
-  b->atty = a->atty + kf * NCl;
+  b->qkv = act_at(m, a->qkv, kf * NCl * 3);
+  b->atty = act_at(m, a->atty, kf * NCl);
   b->att = block_checkpointed(c, l) ? scratch.att : a->att + ka * NHTT;
-  b->res2 = a->residual2 + kf * NC;
-  b->ln2 = a->ln2 + kf * NC;
+  b->res2 = act_at(m, a->residual2, kf * NC);
+  b->ln2 = act_at(m, a->ln2, kf * NC);
   b->ln2_mean = a->ln2_mean + kf * N;
   b->ln2_rstd = a->ln2_rstd + kf * N;
-  b->fch = a->fch + kf * NCl * 4;
-  b->fch_gelu = a->fch_gelu + kf * NCl * 4;
+  b->fch = act_at(m, a->fch, kf * NCl * 4);
+  b->fch_gelu = act_at(m, a->fch_gelu, kf * NCl * 4);
 }
 
 /* ---- 16-bit saved values (acts16) ----
@@ -725,12 +813,12 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   block_acts b;
   block_acts_at(m, l, &b);
   if (keeps16(m, l)) block_forward16_views(m, &b);
-  float *res3 = m->acts->residual3 + la * NC;
+  float *res3 = act_at(m, m->acts->residual3, (size_t)la * NC);
   int rc;
 
   /* store16: the 16-bit stores of mixed precision (no-ops in fp32); LayerNorm's mean and rstd
    * stay fp32, as in every mixed-precision LayerNorm */
-  OPS->layernorm_forward(CTX, b.ln1, b.ln1_mean, b.ln1_rstd, res_in, W(GPT_LN1_W), W(GPT_LN1_B),
+  k_layernorm_forward(m, b.ln1, b.ln1_mean, b.ln1_rstd, res_in, W(GPT_LN1_W), W(GPT_LN1_B),
                          N, C);
   store16(m, b.ln1, NC);
   save16(m, l, SAVED_LN1, b.ln1);
@@ -738,16 +826,16 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   mm_forward(m, b.qkv, b.ln1, P(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * Cl);
   store16(m, b.qkv, NCl * 3);
   save16(m, l, SAVED_QKV, b.qkv);
-  OPS->attention_forward(CTX, b.atty, b.att, b.qkv, B, T, NH, HS);
+  k_attention_forward(m, b.atty, b.att, b.qkv, B, T, NH, HS);
   store16(m, b.atty, NCl);
   save16(m, l, SAVED_ATTY, b.atty);
   mm_forward(m, b.res2, b.atty, P(GPT_ATTPROJ_W), rank0 ? W(GPT_ATTPROJ_B) : NULL, N, Cl, C);
   store16(m, b.res2, NC);
   if ((rc = region(m, h, GPT_REGION_G, 0, b.res2, NC)) != LOOM_OK) return rc;
-  OPS->residual_forward(CTX, b.res2, b.res2, res_in, NC);
+  k_residual_forward(m, b.res2, b.res2, res_in, NC);
   store16(m, b.res2, NC);
   save16(m, l, SAVED_RES2, b.res2);
-  OPS->layernorm_forward(CTX, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, W(GPT_LN2_W), W(GPT_LN2_B),
+  k_layernorm_forward(m, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, W(GPT_LN2_W), W(GPT_LN2_B),
                          N, C);
   store16(m, b.ln2, NC);
   save16(m, l, SAVED_LN2, b.ln2);
@@ -755,7 +843,7 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   mm_forward(m, b.fch, b.ln2, P(GPT_FC_W), W(GPT_FC_B), N, C, 4 * Cl);
   store16(m, b.fch, NCl * 4);
   save16(m, l, SAVED_FCH, b.fch);
-  OPS->gelu_forward(CTX, b.fch_gelu, b.fch, NCl * 4);
+  k_gelu_forward(m, b.fch_gelu, b.fch, NCl * 4);
   store16(m, b.fch_gelu, NCl * 4);
   save16(m, l, SAVED_FCH_GELU, b.fch_gelu);
   if (recompute) return LOOM_OK;
@@ -763,7 +851,7 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
              C);
   store16(m, res3, NC);
   if ((rc = region(m, h, GPT_REGION_G, 0, res3, NC)) != LOOM_OK) return rc;
-  OPS->residual_forward(CTX, res3, res3, b.res2, NC);
+  k_residual_forward(m, res3, res3, b.res2, NC);
   store16(m, res3, NC);
   return LOOM_OK;
 }
@@ -792,27 +880,27 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
 
   /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); d(fcproj out) = dres */
   if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
-  OPS->memset_zero(CTX, s.dfch_gelu, NCl * 4 * sizeof(float));
+  act_zero(m, s.dfch_gelu, NCl * 4);
   mm_backward(m, s.dfch_gelu, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), dres,
               load16(m, l, SAVED_FCH_GELU, b.fch_gelu), P(GPT_FCPROJ_W), N, 4 * Cl, C);
   store16(m, s.dfch_gelu, NCl * 4);
-  OPS->memset_zero(CTX, s.dfch, NCl * 4 * sizeof(float));
-  OPS->gelu_backward(CTX, s.dfch, load16(m, l, SAVED_FCH, b.fch), s.dfch_gelu, NCl * 4);
+  act_zero(m, s.dfch, NCl * 4);
+  k_gelu_backward(m, s.dfch, load16(m, l, SAVED_FCH, b.fch), s.dfch_gelu, NCl * 4);
   store16(m, s.dfch, NCl * 4);
-  OPS->memset_zero(CTX, dln, NC * sizeof(float));
+  act_zero(m, dln, NC);
   mm_backward(m, dln, G(GPT_FC_W), G(GPT_FC_B), s.dfch, load16(m, l, SAVED_LN2, b.ln2),
               P(GPT_FC_W), N, C, 4 * Cl);
   store16(m, dln, NC);
   if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
   store16(m, dln, NC); /* the tp sum of 16-bit partials, stored in 16 bits again */
   /* dres becomes d(res2): the skip path (already in dres) plus the branch */
-  OPS->layernorm_backward(CTX, dres, G(GPT_LN2_W), G(GPT_LN2_B), dln,
+  k_layernorm_backward(m, dres, G(GPT_LN2_W), G(GPT_LN2_B), dln,
                           load16(m, l, SAVED_RES2, b.res2), W(GPT_LN2_W),
                           b.ln2_mean, b.ln2_rstd, N, C);
   store16(m, dres, NC);
   /* attention branch: res2 = res_in + proj(attn(qkv(ln1(res_in)))) */
   if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
-  OPS->memset_zero(CTX, s.datty, NCl * sizeof(float));
+  act_zero(m, s.datty, NCl);
   mm_backward(m, s.datty, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dres,
               load16(m, l, SAVED_ATTY, b.atty), P(GPT_ATTPROJ_W), N, Cl, C);
   store16(m, s.datty, NCl);
@@ -820,17 +908,17 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
    * writes goes to dfch_gelu, free by now: the saved atty stays untouched) */
   load16(m, l, SAVED_QKV, b.qkv); /* read by the selective recompute and attention_backward */
   if (block_checkpointed(&m->cfg, l) && !block_full_ckpt(&m->cfg, l))
-    OPS->attention_forward(CTX, s.dfch_gelu, b.att, b.qkv, B, T, NH, HS);
-  OPS->memset_zero(CTX, s.dqkv, NCl * 3 * sizeof(float));
-  OPS->attention_backward(CTX, s.dqkv, s.datt, s.datty, b.qkv, b.att, B, T, NH, HS);
+    k_attention_forward(m, s.dfch_gelu, b.att, b.qkv, B, T, NH, HS);
+  act_zero(m, s.dqkv, NCl * 3);
+  k_attention_backward(m, s.dqkv, s.datt, s.datty, b.qkv, b.att, B, T, NH, HS);
   store16(m, s.dqkv, NCl * 3);
-  OPS->memset_zero(CTX, dln, NC * sizeof(float));
+  act_zero(m, dln, NC);
   mm_backward(m, dln, G(GPT_QKV_W), G(GPT_QKV_B), s.dqkv, load16(m, l, SAVED_LN1, b.ln1),
               P(GPT_QKV_W), N, C, 3 * Cl);
   store16(m, dln, NC);
   if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
   store16(m, dln, NC);
-  OPS->layernorm_backward(CTX, dres, G(GPT_LN1_W), G(GPT_LN1_B), dln, res_in, W(GPT_LN1_W),
+  k_layernorm_backward(m, dres, G(GPT_LN1_W), G(GPT_LN1_B), dln, res_in, W(GPT_LN1_W),
                           b.ln1_mean, b.ln1_rstd, N, C);
   store16(m, dres, NC);
   return LOOM_OK;
@@ -838,7 +926,9 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
 
 /* 1 if the device has the fused classifier (NULL: the separate crossentropy_forward /
  * crossentropy_backward kernels, probs in the backward scratch). */
-static int has_fused_classifier(const gpt_model *m) { return OPS->crossentropy_fused != NULL; }
+static int has_fused_classifier(const gpt_model *m) {
+  return m->a16 || OPS->crossentropy_fused != NULL;
+}
 
 /* ln_f, the tied logits and the loss. A training forward (gpt_set_train_dloss: dloss known
  * before the forward) on a device with the fused classifier also writes dlogits in place over
@@ -849,7 +939,7 @@ static int head_forward(gpt_model *m, int u) {
   const int N = m->B * m->T, C = m->cfg.n_embd, V = gpt_vocab_rows(&m->cfg);
   const size_t NV = (size_t)N * V;
   const gpt_param *wte = gpt_head_wte(m); /* tied: the head reads unit 0's wte (or its copy) */
-  OPS->layernorm_forward(CTX, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(m, m->cfg.n_layer),
+  k_layernorm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(m, m->cfg.n_layer),
                          W(GPT_LNF_W), W(GPT_LNF_B), N, C);
   store16(m, a->lnf, (size_t)N * C);
   /* a padded vocabulary's extra columns get -inf (logits_mask): probability 0, so the loss,
@@ -860,8 +950,7 @@ static int head_forward(gpt_model *m, int u) {
   if (!m->has_targets) return LOOM_OK;
   if (has_fused_classifier(m)) {
     float *dlogits = m->train_dloss != 0.0f ? a->logits : NULL; /* NULL: the loss only */
-    OPS->crossentropy_fused(CTX, a->losses, dlogits, a->logits, m->targets, m->train_dloss, N,
-                            V);
+    k_crossentropy_fused(m, a->losses, dlogits, a->logits, m->train_dloss, N, V);
     if (dlogits) {
       store16(m, dlogits, NV); /* as the separate path's store of dlogits */
       a->dlogits_ready = 1;
@@ -875,6 +964,26 @@ static int head_forward(gpt_model *m, int u) {
   for (int i = 0; i < N; i++) sum += a->losses_host[i];
   m->mean_loss = (float)(sum / N);
   return LOOM_OK;
+}
+
+/* x (n activation elements) *= alpha: in place in fp32; 16-bit ones (acts_typed) widened a
+ * chunk at a time into the backward scratch (free here: dlogits live in the logits buffer),
+ * scaled and rounded once, as the fp32 buffer's scale + store16. */
+static void dlogits_rescale(gpt_model *m, float *x, float alpha, size_t n) {
+  if (!m->a16) {
+    OPS->scale(CTX, x, alpha, n);
+    return;
+  }
+  const loom_dtype dt = (loom_dtype)m->cfg.dtype;
+  const size_t chunk = (size_t)m->B * m->T * m->cfg.n_embd; /* dscratch holds more floats */
+  float *w = m->acts->dscratch;
+  for (size_t k = 0; k < n; k += chunk) {
+    size_t c = n - k < chunk ? n - k : chunk;
+    void *x16 = act_at(m, x, k);
+    OPS->convert(CTX, w, LOOM_F32, x16, dt, c);
+    OPS->scale(CTX, w, alpha, c);
+    OPS->convert(CTX, x16, dt, w, LOOM_F32, c);
+  }
 }
 
 /* dlogits (unless the fused forward left them in the logits buffer), then the two GEMMs of the
@@ -891,13 +1000,13 @@ static void head_backward(gpt_model *m, int u, float dloss) {
     /* a caller that changed its mind about dloss since the forward: dlogits are linear in it
      * (rounds once more; the trainer passes the forward's dloss, so this does not run) */
     if (dloss != a->dlogits_dloss) {
-      OPS->scale(CTX, dlogits, dloss / a->dlogits_dloss, NV);
+      dlogits_rescale(m, dlogits, dloss / a->dlogits_dloss, NV);
       store16(m, dlogits, NV);
       a->dlogits_dloss = dloss;
     }
   } else if (has_fused_classifier(m)) {
     dlogits = a->dscratch; /* the logits stay as the forward left them */
-    OPS->crossentropy_fused(CTX, a->losses, dlogits, a->logits, m->targets, dloss, N, V);
+    k_crossentropy_fused(m, a->losses, dlogits, a->logits, dloss, N, V);
     store16(m, dlogits, NV);
   } else { /* probs from the forward in dscratch */
     OPS->crossentropy_backward(CTX, dlogits, a->dscratch, m->targets, dloss, N, V);
@@ -905,11 +1014,11 @@ static void head_backward(gpt_model *m, int u, float dloss) {
     a->dlogits_ready = 1; /* a second backward of this forward reads them from here */
     a->dlogits_dloss = dloss;
   }
-  OPS->memset_zero(CTX, a->dln, NC * sizeof(float));
+  act_zero(m, a->dln, NC);
   mm_backward(m, a->dln, wte->gacc, NULL, dlogits, a->lnf, wte, N, C, V);
   store16(m, a->dln, NC);
-  OPS->memset_zero(CTX, a->dres, NC * sizeof(float));
-  OPS->layernorm_backward(CTX, a->dres, G(GPT_LNF_W), G(GPT_LNF_B), a->dln,
+  act_zero(m, a->dres, NC);
+  k_layernorm_backward(m, a->dres, G(GPT_LNF_W), G(GPT_LNF_B), a->dln,
                           block_input(m, m->cfg.n_layer), W(GPT_LNF_W), a->lnf_mean, a->lnf_rstd,
                           N, C);
   store16(m, a->dres, NC);
@@ -918,8 +1027,12 @@ static void head_backward(gpt_model *m, int u, float dloss) {
 static int unit_forward(gpt_model *m, int u, const gpt_hooks *h) {
   unit_weights(m, u);
   if (u == 0) {
-    OPS->encoder_forward(CTX, m->acts->encoded, m->inputs, W(GPT_WTE), W(GPT_WPE), m->B, m->T,
-                         m->cfg.n_embd);
+    if (A16)
+      A16->encoder_forward(CTX, m->acts->encoded, m->inputs, W(GPT_WTE), W(GPT_WPE), m->B, m->T,
+                           m->cfg.n_embd);
+    else
+      OPS->encoder_forward(CTX, m->acts->encoded, m->inputs, W(GPT_WTE), W(GPT_WPE), m->B, m->T,
+                           m->cfg.n_embd);
     store16(m, m->acts->encoded, (size_t)m->B * m->T * m->cfg.n_embd);
     return LOOM_OK;
   }
@@ -931,8 +1044,12 @@ static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
   unit_weights(m, u);
   unit_grads(m, u);
   if (u == 0) {
-    OPS->encoder_backward(CTX, G(GPT_WTE), G(GPT_WPE), m->acts->dres, m->inputs, m->B, m->T,
-                          m->cfg.n_embd);
+    if (A16)
+      A16->encoder_backward(CTX, G(GPT_WTE), G(GPT_WPE), m->acts->dres, m->inputs, m->B, m->T,
+                            m->cfg.n_embd);
+    else
+      OPS->encoder_backward(CTX, G(GPT_WTE), G(GPT_WPE), m->acts->dres, m->inputs, m->B, m->T,
+                            m->cfg.n_embd);
   } else if (u <= m->cfg.n_layer) {
     int rc = block_backward(m, u, h);
     if (rc != LOOM_OK) return rc;
@@ -1075,10 +1192,24 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
                dev->ops->hdr.abi_major, dev->ops->hdr.abi_minor);
     return LOOM_UNSUPPORTED;
   }
+  /* 16-bit activations end to end: the device's ABI 1.8 kernels for the dtype (the caller asks
+   * only where the device offers them: a missing table here is a caller's error) */
+  const loom_device_acts16_v1 *a16 = NULL;
+  if (acts_typed(cfg) && dev) {
+    a16 = dev->ops->acts16 ? dev->ops->acts16(dev->ctx, (loom_dtype)cfg->dtype) : NULL;
+    if (!a16) {
+      if (err)
+        snprintf(err, errlen, "device '%s' (ABI %d.%d) has no 16-bit activation kernels (acts16, "
+                 "ABI 1.8) for %s", dev->ops->hdr.name, dev->ops->hdr.abi_major,
+                 dev->ops->hdr.abi_minor, cfg->dtype == LOOM_BF16 ? "bf16" : "fp16");
+      return LOOM_UNSUPPORTED;
+    }
+  }
   m->cfg = *cfg;
   m->cfg.tp_size = cfg_tp(cfg);
   m->cfg.pp_end = cfg_last(cfg) + 1;
   m->dev = dev;
+  m->a16 = a16;
   m->mean_loss = -1.0f;
   const int L = cfg->n_layer;
   m->n_units = L + 2;
@@ -1488,5 +1619,18 @@ void gpt_logits_row(const gpt_model *m, int row, float *host_out) {
   assert(m->acts && row >= 0 && row < m->B * m->T);
   if (!m->acts || row < 0 || row >= m->B * m->T) return; /* defensive: misuse in release */
   const size_t V = (size_t)m->cfg.vocab_size, Vp = (size_t)gpt_vocab_rows(&m->cfg);
-  OPS->to_host(CTX, host_out, m->acts->logits + (size_t)row * Vp, V * sizeof(float));
+  if (!m->a16) {
+    OPS->to_host(CTX, host_out, m->acts->logits + (size_t)row * Vp, V * sizeof(float));
+    return;
+  }
+  /* 16-bit logits: through a small host buffer, widened (exact) */
+  const char *src = (const char *)act_at(m, m->acts->logits, (size_t)row * Vp);
+  uint16_t h16[2048];
+  for (size_t k = 0; k < V; k += 2048) {
+    size_t c = V - k < 2048 ? V - k : 2048;
+    OPS->to_host(CTX, h16, src + k * 2, c * 2);
+    for (size_t i = 0; i < c; i++)
+      host_out[k + i] =
+          m->cfg.dtype == LOOM_BF16 ? loom_bf16_to_f32(h16[i]) : loom_f16_to_f32(h16[i]);
+  }
 }

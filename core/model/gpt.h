@@ -85,6 +85,16 @@ typedef struct gpt_config {
    * 1 keeps them as fp32 buffers holding the same 16-bit values (the layout before 16-bit
    * activation storage; tests compare the two bit for bit). Ignored in fp32. */
   int acts_f32;
+  /* Under bf16/fp16 (dtype != F32, acts_f32 0): 1 asks for 16-bit activations end to end — every
+   * activation buffer (the residual stream, LayerNorm outputs, qkv, attention output, MLP
+   * hidden layer, logits, their gradients and the backward scratch) holds 2-byte elements and
+   * the device's ABI 1.8 kernels (acts16) read and write them directly; fp32 stays for
+   * LayerNorm's statistics, the attention probabilities, the losses and every parameter
+   * gradient. Same bits as acts_f32 1 where the device's GEMMs sum in the same order. Taken only
+   * for the whole model without tensor parallel (tp's region hooks and the pipeline's boundary
+   * buffers carry fp32): elsewhere the saved values alone are 16-bit, as with 0. gpt_init_ex
+   * refuses it on a device without acts16 for dtype. */
+  int acts_typed;
 } gpt_config;
 
 /* Activation checkpointing policies (Chen et al. 2016; Korthikanti et al. 2022, §5):
@@ -219,6 +229,9 @@ typedef struct gpt_model {
   float *gwork;
   size_t gwork_floats, gwork_wte_floats;
   float *gstage;
+  /* the device's 16-bit activation kernels when the model runs them (gpt_config.acts_typed);
+   * NULL otherwise */
+  const loom_device_acts16_v1 *a16;
 } gpt_model;
 
 /* Check `cfg` and build the parameter table; allocate parameters and gradients on `dev`.

@@ -241,6 +241,11 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                    .ckpt_every = cfg->activation_checkpointing.every,
                    .dtype = (int)rt->compute_dtype, .param_dtype = (int)rt->plan.v.param_dtype,
                    .grad_dtype = (int)rt->plan.v.grad_dtype};
+  /* 16-bit activations end to end where the device has the kernels (gpt.c takes them for the
+   * whole model without tp; elsewhere only the saved values are 16-bit) */
+  const loom_device_v1 *dops = rt->dev.ops;
+  mc.acts_typed = mc.dtype != LOOM_F32 && dops->acts16 &&
+                  dops->acts16(rt->dev.ctx, (loom_dtype)mc.dtype) != NULL;
   if (rt->mesh.pp > 1) {
     /* the split loom estimate accounts by (core/runtime/pp_split.c) */
     if (loom__pp_split(rt, &mc, e, sizeof e) != 0) return fail(tr, "%s: %s", cfg->path, e);

@@ -11,7 +11,8 @@
  * bitwise those of a context that never heard of bf16. Where oneDNN reports no bf16 units
  * (ctest unit.check_cpu_gemm_no_bf16 pins ONEDNN_MAX_CPU_ISA=AVX512_CORE) the operands stay
  * fp32 and lowp calls are bitwise the fp32 ones. loom__cpu_gemm_w's bf16 / fp16 B (padded) on
- * every path. Also the dnnl_sgemm fallback on every form,
+ * every path; loom__cpu_gemm_t's 16-bit A, B and C bitwise against the widened fp32 call rounded.
+ * Also the dnnl_sgemm fallback on every form,
  * K = 0, more distinct shapes than the primitive cache holds, and the start-up line. */
 #include <check.h>
 #include <math.h>
@@ -217,6 +218,60 @@ START_TEST(typed_b) {
 }
 END_TEST
 
+/* loom__cpu_gemm_t (ABI 1.8's 16-bit activations): A, B and C as dt elements with padded
+ * leading dimensions, every form, on the bf16 path (compute dtype bf16 with units: oneDNN
+ * writes the 16-bit C itself), the fp32 path and the fallback: bitwise loom__cpu_gemm on the
+ * widened (exact) operands with C's widened values, then C rounded to nearest even; C's padding
+ * untouched. */
+static void check_typed_abc(const form *f, loom_dtype dt, int fallback) {
+  const int ar = f->ta ? f->K : f->M, ac = f->ta ? f->M : f->K, lda = ac + 3;
+  const int br = f->tb ? f->N : f->K, bc = f->tb ? f->K : f->N, ldb = bc + 5, ldc = f->N + 2;
+  const size_t na = (size_t)ar * lda, nb = (size_t)br * ldb, nc = (size_t)f->M * ldc;
+  uint16_t *a16 = malloc(na * 2), *b16 = malloc(nb * 2), *c16 = malloc(nc * 2);
+  float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4);
+  float *bias = f->bias ? rand_floats((size_t)f->N, 0) : NULL;
+  uint16_t *x16[3] = {a16, b16, c16};
+  float *x[3] = {a, b, c};
+  const size_t n[3] = {na, nb, nc};
+  for (int t = 0; t < 3; t++)
+    for (size_t i = 0; i < n[t]; i++) {
+      x16[t][i] = dt == LOOM_BF16 ? loom__f32_to_bf16(urand()) : loom__f32_to_f16(urand());
+      x[t][i] = dt == LOOM_BF16 ? loom__bf16_to_f32(x16[t][i]) : loom__f16_to_f32(x16[t][i]);
+    }
+  uint16_t *c0 = malloc(nc * 2);
+  memcpy(c0, c16, nc * 2);
+  loom__cpu_gemm_force_fallback(gemm(), fallback);
+  loom__cpu_gemm(gemm(), f->ta, f->tb, f->M, f->N, f->K, f->alpha, a, lda, b, ldb, f->beta, c,
+                 ldc, bias, 1);
+  loom__cpu_gemm_t(gemm(), f->ta, f->tb, f->M, f->N, f->K, f->alpha, a16, dt, lda, b16, dt, ldb,
+                   f->beta, c16, dt, ldc, bias, 1);
+  loom__cpu_gemm_force_fallback(gemm(), 0);
+  for (int i = 0; i < f->M; i++)
+    for (int j = 0; j < ldc; j++) {
+      size_t e = (size_t)i * ldc + j;
+      uint16_t want = j >= f->N ? c0[e] : dt == LOOM_BF16 ? loom__f32_to_bf16(c[e])
+                                                           : loom__f32_to_f16(c[e]);
+      ck_assert_msg(c16[e] == want, "gemm_t %s ta %d tb %d %dx%dx%d beta %g (fallback %d): "
+                    "C[%d][%d] bits %04x, want %04x", dt == LOOM_BF16 ? "bf16" : "fp16", f->ta,
+                    f->tb, f->M, f->N, f->K, f->beta, fallback, i, j, c16[e], want);
+    }
+  free(a16), free(b16), free(c16), free(c0), free(a), free(b), free(c), free(bias);
+}
+
+START_TEST(typed_abc) {
+  for (int cdt = 0; cdt < 2; cdt++)
+    for (int fb = 0; fb < 2; fb++) {
+      dev.ops->set_compute_dtype(dev.ctx, cdt ? LOOM_BF16 : LOOM_F32);
+      for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        check_typed_abc(&forms[i], LOOM_BF16, fb);
+        /* fp16 values under the bf16 compute dtype would be a caller's contradiction (the
+         * fp32 reference would pack them to bf16); fp16 runs set the fp16 compute dtype */
+        if (!cdt) check_typed_abc(&forms[i], LOOM_F16, fb);
+      }
+    }
+}
+END_TEST
+
 START_TEST(k_zero) {
   float C[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {10, 20, 30}, A[1] = {0}, B[1] = {0};
   loom__cpu_gemm(gemm(), 0, 1, 2, 3, 0, 1.0f, A, 1, B, 1, 1.0f, C, 3, bias, 1);
@@ -256,6 +311,7 @@ int main(void) {
       {"fp32_unless_lowp_and_units", fp32_unless_lowp_and_units},
       {"fallback_forms", fallback_forms},
       {"typed_b", typed_b},
+      {"typed_abc", typed_abc},
       {"k_zero", k_zero},
       {"more_shapes_than_the_cache", more_shapes_than_the_cache},
       {"describe_line", describe_line},

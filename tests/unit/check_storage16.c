@@ -92,7 +92,7 @@ typedef struct result {
   float loss;
   float *grads; /* fp32 on the host (16-bit storage widened) */
   size_t n;
-  size_t params_bytes, grads_bytes, other_bytes;
+  size_t params_bytes, grads_bytes, other_bytes, act_bytes;
 } result;
 
 /* One forward and backward of stage [first, end) (0, 0: the whole model) from zeroed
@@ -132,6 +132,7 @@ static result run(gpt_config c, const float *values) {
   r.params_bytes = dev.bytes_now[LOOM_MEM_PARAMS];
   r.grads_bytes = dev.bytes_now[LOOM_MEM_GRADS];
   r.other_bytes = dev.bytes_now[LOOM_MEM_OTHER];
+  r.act_bytes = dev.bytes_now[LOOM_MEM_ACTIVATIONS];
   gpt_free(&m);
   return r;
 }
@@ -199,6 +200,57 @@ START_TEST(test_whole_model_16bit_gemms) {
 }
 END_TEST
 
+/* 16-bit activations end to end (gpt_config.acts_typed, device ABI 1.8 acts16) vs fp32
+ * activation buffers holding the same 16-bit values (acts_f32): the same loss and gradients,
+ * bit for bit, under each checkpointing policy, with fp32 or 16-bit parameter storage; and the
+ * activation pool about half the size. */
+static void typed_vs_fp32_acts(loom_dtype dt, int storage16, int policy, const char *what) {
+  gpt_config c = base;
+  c.dtype = dt;
+  c.ckpt_policy = policy;
+  if (storage16) c.param_dtype = c.grad_dtype = dt;
+  gpt_model t;
+  char err[256];
+  ck_assert_int_eq(gpt_init_ex(&t, &c, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, err,
+                               sizeof err), LOOM_OK);
+  size_t n = t.num_parameters;
+  gpt_free(&t);
+  float *values = host_floats(n);
+  fill_normal(values, n, 0.3f, 7);
+  round_host(values, dt, n);
+  c.acts_f32 = 1;
+  result ref = run(c, values);
+  c.acts_f32 = 0;
+  c.acts_typed = 1;
+  result got = run(c, values);
+  ck_assert_msg(memcmp(&got.loss, &ref.loss, sizeof(float)) == 0, "%s: loss %.9g vs %.9g", what,
+                got.loss, ref.loss);
+  for (size_t j = 0; j < n; j++)
+    ck_assert_msg(memcmp(&got.grads[j], &ref.grads[j], sizeof(float)) == 0,
+                  "%s: gradient element %zu: %.9g vs %.9g with fp32 activation buffers", what, j,
+                  got.grads[j], ref.grads[j]);
+  /* every activation but the fp32 statistics, probabilities and losses in 2 bytes */
+  ck_assert_msg(got.act_bytes < ref.act_bytes * 6 / 10, "%s: activations %zu vs %zu bytes", what,
+                got.act_bytes, ref.act_bytes);
+  free(values);
+  free(got.grads);
+  free(ref.grads);
+}
+
+START_TEST(test_acts_typed) {
+  for (int gemm16 = 0; gemm16 < 2; gemm16++) {
+    dev.ops->set_compute_dtype(dev.ctx, gemm16 ? LOOM_BF16 : LOOM_F32);
+    typed_vs_fp32_acts(LOOM_BF16, 0, GPT_CKPT_NONE, "bf16 activations");
+    typed_vs_fp32_acts(LOOM_BF16, 1, GPT_CKPT_NONE, "bf16 activations, bf16 storage");
+    typed_vs_fp32_acts(LOOM_BF16, 1, GPT_CKPT_FULL, "bf16 activations, full recompute");
+    typed_vs_fp32_acts(LOOM_BF16, 0, GPT_CKPT_SELECTIVE, "bf16 activations, selective");
+  }
+  dev.ops->set_compute_dtype(dev.ctx, LOOM_F16);
+  typed_vs_fp32_acts(LOOM_F16, 0, GPT_CKPT_NONE, "fp16 activations");
+  typed_vs_fp32_acts(LOOM_F16, 1, GPT_CKPT_FULL, "fp16 activations, fp16 storage, recompute");
+}
+END_TEST
+
 START_TEST(test_first_stage) { /* units 0..1: wte's gradient from the embedding alone */
   storage_vs_fp32_buffers(LOOM_BF16, 0, 2, "bf16 units 0..1");
 }
@@ -234,11 +286,12 @@ static Suite *storage_suite(void) {
   const check_case cases[] = {
       {"whole_model", test_whole_model},
       {"whole_model_16bit_gemms", test_whole_model_16bit_gemms},
+      {"acts_typed", test_acts_typed},
       {"first_stage", test_first_stage},
       {"last_stage", test_last_stage},
       {"init_weights_rounded", test_init_weights_rounded},
   };
-  return check_case_suite("storage16", CHECK_CASES(cases), setup, teardown, 0);
+  return check_case_suite("storage16", CHECK_CASES(cases), setup, teardown, 120);
 }
 
 int main(void) {

@@ -14,12 +14,39 @@ def last_step(path):
     return rec
 
 
+def model_bytes16(est, stage, policy, every):
+    """The same under 16-bit activations end to end (estimate's activations_16bit): every tensor
+    above in 2 bytes but the LayerNorm stats, the probabilities and the losses; no fp32 forward
+    scratch or widening buffer."""
+    m = est["model"]
+    s, b, h, a, V = m["seq_len"], m["micro_batch_size"], m["n_embd"], m["n_head"], m["vocab_size"]
+    t = est["tp"]
+    kept = s * b * h * 8 + s * b * h * 24 // t + 16 * s * b
+    att = 4 * a * s * s * b // t
+    values = 2 * s * b * (3 * h + 12 * h // t)
+    blocks = [u - 1 for u in range(stage["first_unit"], stage["last_unit"] + 1)
+              if 1 <= u <= m["n_layer"]]
+    ck = lambda l: policy != "none" and l % every == 0
+    pool = 2 * s * b * h
+    for l in blocks:
+        pool += 2 * s * b * h if policy == "full" and ck(l) else kept + (0 if ck(l) else att)
+    pool += 2 * s * b * h + 8 * s * b + 2 * s * b * V + 4 * s * b   # ln_f, logits, losses
+    block_scratch = 2 * s * b * (4 * h // t * 2 + 3 * h // t + h // t) + att
+    pool += 2 * 2 * s * b * h + max(2 * s * b * V, block_scratch if blocks else 0)
+    recompute = 0
+    if any(ck(l) for l in blocks):
+        recompute = att + (values + 16 * s * b if policy == "full" else 0)
+    return pool * stage["in_flight"] + recompute
+
+
 def model_bytes(est, stage, policy, every):
     """Rank 0's activation bytes by the per-layer model: each micro-batch in flight holds the
     stage's input (B,T,C), its blocks' saved tensors, the head's, and backward's scratch; one
     recompute scratch per rank. s = T, b = B, h = C, a = NH, t = tp, V = vocab (fp32; under
     bf16 the block's saved values are 2 bytes each, its forward computes them in the backward
     scratch, and one (B,T,4C/t) fp32 buffer per rank widens them for backward)."""
+    if est.get("activations_16bit"):
+        return model_bytes16(est, stage, policy, every)
     m = est["model"]
     s, b, h, a, V = m["seq_len"], m["micro_batch_size"], m["n_embd"], m["n_head"], m["vocab_size"]
     t = est["tp"]
@@ -57,6 +84,9 @@ def block_model(est):
     """The per-block bytes `loom estimate` prints (Korthikanti-style), from the same terms."""
     m = est["model"]
     s, b, h, a, t = m["seq_len"], m["micro_batch_size"], m["n_embd"], m["n_head"], est["tp"]
+    if est.get("activations_16bit"):
+        kept = s * b * h * 8 + s * b * h * 24 // t + 16 * s * b
+        return {"none": kept + 4 * a * s * s * b // t, "selective": kept, "full": 2 * s * b * h}
     kept = s * b * h * 16 + s * b * h * 48 // t + 16 * s * b
     if est["precision"] != "fp32":
         kept -= 2 * s * b * (3 * h + 12 * h // t)
