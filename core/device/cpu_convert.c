@@ -122,6 +122,22 @@ static void f16_unpack_span(float *dst, const uint16_t *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = loom__f16_to_f32(src[i]);
 }
 
+/* Row helpers for the 16-bit activation kernels (cpu_acts16.c): one span on the calling thread,
+ * the same conversions as loom__cpu_convert. */
+void loom__cpu_half_init(void) {
+#if defined(LOOM_HAVE_X86)
+  (void)have_f16c();
+#endif
+}
+void loom__cpu_widen(float *dst, const void *src, loom_dtype dt, size_t n) {
+  if (dt == LOOM_BF16) bf16_unpack_span(dst, src, n);
+  else f16_unpack_span(dst, src, n);
+}
+void loom__cpu_narrow(void *dst, loom_dtype dt, const float *src, size_t n) {
+  if (dt == LOOM_BF16) bf16_pack_span(dst, src, n);
+  else f16_pack_span(dst, src, n);
+}
+
 /* Chunks of this many elements go to one OpenMP thread (conversion is memory bound). */
 #define CONVERT_BLOCK 65536
 
