@@ -9,7 +9,8 @@
  * and sizes above LOOM_CPU_PAR_MIN (the parallel one) whose rows do not fill a whole number of
  * tiles and whose C is not a multiple of 16; accumulation into non-zero dinp / dqkv and
  * parameter gradients, residual in place (out == a), the classifier in place (dlogits ==
- * logits), without dlogits, and with an ignored row (target -1); fp16 overflow to inf.
+ * logits), without dlogits, and with an ignored row (target -1); fp16 overflow to inf. And the
+ * span conversions they are built from, with and without AVX-512 / F16C.
  *
  * Legend: B = batch, T = time, C = channels, N = rows, NH = heads, HS = head size, V = vocab. */
 #include <check.h>
@@ -17,6 +18,7 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device/cpu_kernels.h"
@@ -114,6 +116,71 @@ static void eqf(const float *got, const float *ref, size_t n, const char *what, 
         body;                                                                                    \
         host_scratch_free_all();                                                                 \
       }
+
+/* ---- the span conversions the kernels use (cpu_convert.c) ---- */
+
+/* loom__cpu_widen / loom__cpu_narrow against the scalar conversions: every half widened, and a
+ * sweep of fp32 patterns (every exponent, NaN, inf, subnormals) narrowed, at every length below
+ * a vector's width and at odd lengths (the tails). bf16 bit for bit, NaN included; fp16 NaN as
+ * NaN (F16C's payload handling is the hardware's). */
+static void spans_case(loom_dtype dt) {
+  enum { NH = 65536, NS = 300007 };
+  uint16_t *h = host_scratch(NH * sizeof *h), *h2 = host_scratch(NS * sizeof *h2);
+  float *w = host_scratch(NS * sizeof *w), *f = host_scratch(NS * sizeof *f);
+  for (size_t i = 0; i < NH; i++) h[i] = (uint16_t)i;
+  loom__cpu_half_init();
+  for (size_t len = 0; len <= 40; len++) { /* tails: every short length, at an odd offset */
+    loom__cpu_widen(w, h + 3, dt, len);
+    for (size_t i = 0; i < len; i++) {
+      float want = from16(dt, h[3 + i]);
+      ck_assert_msg(memcmp(w + i, &want, 4) == 0 || (isnan(want) && isnan(w[i])),
+                    "%s widen len %zu elem %zu", dtname(dt), len, i);
+    }
+  }
+  loom__cpu_widen(w, h, dt, NH);
+  for (size_t i = 0; i < NH; i++) {
+    float want = from16(dt, h[i]);
+    if (dt == LOOM_F16 && isnan(want)) ck_assert(isnan(w[i]));
+    else ck_assert_msg(memcmp(w + i, &want, 4) == 0, "%s widen 0x%04zx", dtname(dt), i);
+  }
+  uint32_t s = 2463534242u;
+  for (size_t i = 0; i < NS; i++) {
+    s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+    uint32_t u = i % 7 == 0 ? (s & 0x807fffffu) : s; /* some subnormals and zeros */
+    memcpy(f + i, &u, 4);
+  }
+  for (size_t len = 0; len <= 40; len++) {
+    loom__cpu_narrow(h2, dt, f + 5, len);
+    for (size_t i = 0; i < len; i++) {
+      uint16_t want = to16(dt, f[5 + i]);
+      ck_assert_msg(h2[i] == want || (dt == LOOM_F16 && isnan(f[5 + i]) &&
+                                      isnan(from16(dt, h2[i]))),
+                    "%s narrow len %zu elem %zu", dtname(dt), len, i);
+    }
+  }
+  loom__cpu_narrow(h2, dt, f, NS);
+  for (size_t i = 0; i < NS; i++) {
+    uint16_t want = to16(dt, f[i]);
+    if (dt == LOOM_F16 && isnan(f[i])) ck_assert(isnan(from16(dt, h2[i])));
+    else
+      ck_assert_msg(h2[i] == want, "%s narrow %a: 0x%04x, want 0x%04x", dtname(dt), (double)f[i],
+                    h2[i], want);
+  }
+}
+
+START_TEST(spans) {
+  spans_case(LOOM_BF16);
+  spans_case(LOOM_F16);
+}
+END_TEST
+
+START_TEST(spans_generic) { /* this forked test only: without AVX-512 and F16C */
+  setenv("LOOM_NO_AVX512", "1", 1);
+  setenv("LOOM_NO_F16C", "1", 1);
+  spans_case(LOOM_BF16);
+  spans_case(LOOM_F16);
+}
+END_TEST
 
 /* ---- encoder ---- */
 
@@ -308,8 +375,9 @@ END_TEST
 
 int main(void) {
   const check_case cases[] = {
-      {"encoder", encoder},     {"layernorm", layernorm},       {"attention", attention},
-      {"gelu", gelu},           {"residual", residual},         {"crossentropy", crossentropy},
+      {"spans", spans},         {"spans_generic", spans_generic}, {"encoder", encoder},
+      {"layernorm", layernorm}, {"attention", attention},         {"gelu", gelu},
+      {"residual", residual},   {"crossentropy", crossentropy},
   };
   return check_run_suite(check_case_suite("acts16", CHECK_CASES(cases), open_cpu, close_cpu, 120),
                          CK_FORK);
