@@ -11,6 +11,7 @@
  * The bf16 loops are plain integer arithmetic that the compiler vectorises; target_clones builds
  * AVX-512 and AVX2 variants next to the baseline one and the loader picks one at run time. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,18 +38,63 @@ uint16_t loom__f32_to_f16(float f) { return loom_f32_to_f16(f); }
 float loom__f16_to_f32(uint16_t h) { return loom_f16_to_f32(h); }
 
 #if defined(LOOM_HAVE_X86)
-/* F16C present and not turned off: LOOM_NO_F16C=1 (tests) forces the scalar fp16 routines, so
- * both paths are exercised on a machine that has F16C. Read by the public entry points before
- * their parallel loops (no race on the cache). */
-static int have_f16c(void) {
-  static int cached = -1;
-  if (cached < 0) {
+/* The CPU's conversion units, cached: bit 0 F16C (with AVX), bit 1 AVX-512F. LOOM_NO_F16C=1 /
+ * LOOM_NO_AVX512=1 (tests) turn them off, so the scalar fp16 routines and the compiler's bf16
+ * loops are exercised on a machine that has them. The cache is atomic: threads of a parallel
+ * loop may be the first to ask (they all find the same value). */
+static int cpu_caps(void) {
+  static _Atomic int cached = -1;
+  int caps = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (caps < 0) {
     __builtin_cpu_init();
-    const char *off = getenv("LOOM_NO_F16C");
-    cached = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx") &&
-             !(off && off[0] == '1');
+    const char *no_f16c = getenv("LOOM_NO_F16C"), *no_512 = getenv("LOOM_NO_AVX512");
+    caps = (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx") &&
+            !(no_f16c && no_f16c[0] == '1')) |
+           (__builtin_cpu_supports("avx512f") && !(no_512 && no_512[0] == '1')) << 1;
+    atomic_store_explicit(&cached, caps, memory_order_relaxed);
   }
-  return cached;
+  return caps;
+}
+static int have_f16c(void) { return cpu_caps() & 1; }
+static int have_avx512(void) { return cpu_caps() >> 1 & 1; }
+
+/* bf16 on AVX-512F, 16 lanes an instruction where GCC's clones stop at 256-bit vectors (its
+ * preferred width): loom_bf16_round_bits' integer operations, so the same bits. */
+#define BF16_AVX512_ROUND(u)                                                                     \
+  _mm512_mask_mov_epi32(                                                                         \
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),                           \
+                       _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))),        \
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),               \
+                              _mm512_set1_epi32(0x7f800000)),                                    \
+      _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)))
+__attribute__((target("avx512f"))) static size_t avx512_bf16_pack(uint16_t *dst, const float *src,
+                                                                  size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i u = _mm512_loadu_si512(src + i);
+    const __m512i r = _mm512_srli_epi32(BF16_AVX512_ROUND(u), 16);
+    _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(r));
+  }
+  return i; /* elements done; the caller converts the tail */
+}
+__attribute__((target("avx512f"))) static size_t avx512_bf16_unpack(float *dst,
+                                                                    const uint16_t *src,
+                                                                    size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+    _mm512_storeu_si512(dst + i, _mm512_slli_epi32(h, 16));
+  }
+  return i;
+}
+__attribute__((target("avx512f"))) static size_t avx512_bf16_round(float *x, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i u = _mm512_loadu_si512(x + i);
+    const __m512i r = _mm512_and_si512(BF16_AVX512_ROUND(u), _mm512_set1_epi32((int)0xffff0000));
+    _mm512_storeu_si512(x + i, r);
+  }
+  return i;
 }
 #endif
 
@@ -80,19 +126,44 @@ __attribute__((target("avx,f16c"))) static void f16c_round(float *x, size_t n) {
 #endif
 
 /* Element access through memcpy (loom_f32_bits / loom_bits_f32): no type punning through
- * pointers, and GCC still vectorises the loops. */
-VEC_CLONES static void bf16_round_span(float *x, size_t n) {
+ * pointers, and GCC still vectorises the loops: `omp simd` makes it do so at -O2 too (whose
+ * very-cheap cost model left them scalar: 3-4x slower), integer operations, so no bit changes. */
+VEC_CLONES static void bf16_round_loop(float *x, size_t n) {
+#pragma omp simd
   for (size_t i = 0; i < n; i++) x[i] = loom_bits_f32(bf16_round_bits(loom_f32_bits(x[i])));
 }
-VEC_CLONES static void bf16_pack_span(uint16_t *dst, const float *src, size_t n) {
+VEC_CLONES static void bf16_pack_loop(uint16_t *dst, const float *src, size_t n) {
+#pragma omp simd
   for (size_t i = 0; i < n; i++)
     dst[i] = (uint16_t)(bf16_round_bits(loom_f32_bits(src[i])) >> 16);
 }
-void loom__cpu_bf16_pack(uint16_t *dst, const float *src, size_t n) { bf16_pack_span(dst, src, n); }
-
-VEC_CLONES static void bf16_unpack_span(float *dst, const uint16_t *src, size_t n) {
+VEC_CLONES static void bf16_unpack_loop(float *dst, const uint16_t *src, size_t n) {
+#pragma omp simd
   for (size_t i = 0; i < n; i++) dst[i] = loom_bits_f32((uint32_t)src[i] << 16);
 }
+/* The spans: AVX-512F where present (then the loops above for the tail), else the loops. */
+static void bf16_round_span(float *x, size_t n) {
+  size_t i = 0;
+#if defined(LOOM_HAVE_X86)
+  if (have_avx512()) i = avx512_bf16_round(x, n);
+#endif
+  bf16_round_loop(x + i, n - i);
+}
+static void bf16_pack_span(uint16_t *dst, const float *src, size_t n) {
+  size_t i = 0;
+#if defined(LOOM_HAVE_X86)
+  if (have_avx512()) i = avx512_bf16_pack(dst, src, n);
+#endif
+  bf16_pack_loop(dst + i, src + i, n - i);
+}
+static void bf16_unpack_span(float *dst, const uint16_t *src, size_t n) {
+  size_t i = 0;
+#if defined(LOOM_HAVE_X86)
+  if (have_avx512()) i = avx512_bf16_unpack(dst, src, n);
+#endif
+  bf16_unpack_loop(dst + i, src + i, n - i);
+}
+void loom__cpu_bf16_pack(uint16_t *dst, const float *src, size_t n) { bf16_pack_span(dst, src, n); }
 
 static void f16_round_span(float *x, size_t n) {
 #if defined(LOOM_HAVE_X86)
@@ -120,6 +191,22 @@ static void f16_unpack_span(float *dst, const uint16_t *src, size_t n) {
   }
 #endif
   for (size_t i = 0; i < n; i++) dst[i] = loom__f16_to_f32(src[i]);
+}
+
+/* Row helpers for the 16-bit activation kernels (cpu_acts16.c): one span on the calling thread,
+ * the same conversions as loom__cpu_convert. */
+void loom__cpu_half_init(void) {
+#if defined(LOOM_HAVE_X86)
+  (void)have_f16c();
+#endif
+}
+void loom__cpu_widen(float *dst, const void *src, loom_dtype dt, size_t n) {
+  if (dt == LOOM_BF16) bf16_unpack_span(dst, src, n);
+  else f16_unpack_span(dst, src, n);
+}
+void loom__cpu_narrow(void *dst, loom_dtype dt, const float *src, size_t n) {
+  if (dt == LOOM_BF16) bf16_pack_span(dst, src, n);
+  else f16_pack_span(dst, src, n);
 }
 
 /* Chunks of this many elements go to one OpenMP thread (conversion is memory bound). */

@@ -20,24 +20,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
-
-/* e (V) = exp(l - max l) (e may be l), *maxv = max l; returns sum e in double. */
-static inline double row_exp_sum(float *e, const float *l, int V, float *maxv) {
-  float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-  for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-  loom__cpu_exp_sub(e, l, (size_t)V, mx);
-  double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-  for (int v = 0; v < V; v++) sum += e[v];
-  *maxv = mx;
-  return sum;
-}
-
-/* -log softmax(l)[t] as logsumexp - logit: exact even when the probability underflows. */
-static inline float row_loss(double sum, float lt, float maxv) {
-  return (float)(log(sum) - (double)(lt - maxv));
-}
+#include "cpu_rows.h"
 
 void loom__cpu_crossentropy_forward(void *ctx, float *losses, float *probs, const float *logits,
                                     const int32_t *targets, int N, int V) {
@@ -47,12 +30,12 @@ void loom__cpu_crossentropy_forward(void *ctx, float *losses, float *probs, cons
     const float *l = logits + (size_t)n * V;
     float *p = probs + (size_t)n * V;
     float maxv;
-    double sum = row_exp_sum(p, l, V, &maxv);
+    double sum = loom__cpu_row_exp_sum(p, l, V, &maxv);
     float inv = (float)(1.0 / sum);
 #pragma omp simd
     for (int v = 0; v < V; v++) p[v] *= inv;
     int32_t t = targets[n];
-    losses[n] = t < 0 ? 0.0f : row_loss(sum, l[t], maxv);
+    losses[n] = t < 0 ? 0.0f : loom__cpu_row_loss(sum, l[t], maxv);
   }
 }
 
@@ -74,26 +57,6 @@ void loom__cpu_crossentropy_backward(void *ctx, float *dlogits, const float *pro
   }
 }
 
-/* One row of the fused classifier: e (V) is the row's work buffer (the dlogits row, which may
- * be l itself, or a per-thread scratch row for the loss only). */
-static inline float fused_row(float *e, const float *l, int32_t t, float dloss, int write_d,
-                              int V) {
-  const float lt = t < 0 ? 0.0f : l[t]; /* before an in-place exp overwrites it */
-  float maxv;
-  double sum = row_exp_sum(e, l, V, &maxv);
-  float loss = t < 0 ? 0.0f : row_loss(sum, lt, maxv);
-  if (!write_d) return loss;
-  if (t < 0) {
-    memset(e, 0, (size_t)V * sizeof(float));
-    return loss;
-  }
-  const float inv = (float)(1.0 / sum), pt = e[t] * inv;
-#pragma omp simd
-  for (int v = 0; v < V; v++) e[v] = (e[v] * inv) * dloss; /* p·dloss, p rounded first */
-  e[t] = (pt - 1.0f) * dloss;
-  return loss;
-}
-
 void loom__cpu_crossentropy_fused(void *ctx, float *losses, float *dlogits, const float *logits,
                                   const int32_t *targets, float dloss, int N, int V) {
   (void)ctx;
@@ -107,9 +70,9 @@ void loom__cpu_crossentropy_fused(void *ctx, float *losses, float *dlogits, cons
     for (int n = 0; n < N; n++) {
       const float *l = logits + (size_t)n * V;
       if (dlogits) {
-        losses[n] = fused_row(dlogits + (size_t)n * V, l, targets[n], dloss, 1, V);
+        losses[n] = loom__cpu_fused_row(dlogits + (size_t)n * V, l, targets[n], dloss, 1, V);
       } else if (scratch) {
-        losses[n] = fused_row(scratch, l, targets[n], dloss, 0, V);
+        losses[n] = loom__cpu_fused_row(scratch, l, targets[n], dloss, 0, V);
       }
     }
     free(scratch);
@@ -122,7 +85,7 @@ void loom__cpu_crossentropy_fused(void *ctx, float *losses, float *dlogits, cons
       for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
       double sum = 0.0;
       for (int v = 0; v < V; v++) sum += expf(l[v] - mx);
-      losses[n] = t < 0 ? 0.0f : row_loss(sum, l[t], mx);
+      losses[n] = t < 0 ? 0.0f : loom__cpu_row_loss(sum, l[t], mx);
     }
   }
 }

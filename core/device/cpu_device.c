@@ -81,6 +81,7 @@ static int cpu_create(const char *options_json, int local_rank, void **ctx) {
 static void cpu_destroy(void *ctx) {
   loom_cpu_ctx *c = ctx;
   if (c) loom__cpu_gemm_close(c->gemm);
+  if (c) loom__cpu16_free(c);
   free(c);
 }
 

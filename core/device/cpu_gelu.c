@@ -142,7 +142,8 @@ INL vf gelu_bwdv(vf x, vf dout, vf dinp) {
   return dinp + local * dout;
 }
 
-/* One contiguous range, in clones for AVX-512 and AVX2 (without FMA: see above). */
+/* One contiguous range, in clones for AVX-512 and AVX2 (without FMA: see above); extern for
+ * cpu_acts16.c, which runs them on widened tiles (cpu_kernels.h). */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX2__) && \
     !defined(__SANITIZE_ADDRESS__)
 #define GELU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -150,8 +151,8 @@ INL vf gelu_bwdv(vf x, vf dout, vf dinp) {
 #define GELU_CLONES
 #endif
 
-GELU_CLONES static void gelu_fwd_range(float *restrict out, const float *restrict inp,
-                                       size_t n) {
+GELU_CLONES void loom__cpu_gelu_fwd_span(float *restrict out, const float *restrict inp,
+                                          size_t n) {
   size_t i = 0;
   for (; i + LANES <= n; i += LANES) storev(out + i, gelu_fwdv(loadv(inp + i)));
   if (i < n) { /* tail: padded copy, same arithmetic */
@@ -162,8 +163,8 @@ GELU_CLONES static void gelu_fwd_range(float *restrict out, const float *restric
   }
 }
 
-GELU_CLONES static void gelu_bwd_range(float *restrict dinp, const float *restrict inp,
-                                       const float *restrict dout, size_t n) {
+GELU_CLONES void loom__cpu_gelu_bwd_span(float *restrict dinp, const float *restrict inp,
+                                          const float *restrict dout, size_t n) {
   size_t i = 0;
   for (; i + LANES <= n; i += LANES)
     storev(dinp + i, gelu_bwdv(loadv(inp + i), loadv(dout + i), loadv(dinp + i)));
@@ -177,7 +178,8 @@ GELU_CLONES static void gelu_bwd_range(float *restrict dinp, const float *restri
   }
 }
 
-/* Elements per OpenMP task: a multiple of LANES, so only the last task has a tail. */
+/* Elements per OpenMP task: a multiple of LANES, so only the last task has a tail (every lane's
+ * result is its own element's, so the blocking does not change any bits). */
 #define GELU_BLOCK 4096
 
 void loom__cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n) {
@@ -186,7 +188,7 @@ void loom__cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n) {
 #pragma omp parallel for schedule(static) if (n > LOOM_CPU_PAR_MIN)
   for (ptrdiff_t b = 0; b < nblk; b++) {
     size_t lo = (size_t)b * GELU_BLOCK, len = n - lo < GELU_BLOCK ? n - lo : GELU_BLOCK;
-    gelu_fwd_range(out + lo, inp + lo, len);
+    loom__cpu_gelu_fwd_span(out + lo, inp + lo, len);
   }
 }
 
@@ -197,7 +199,7 @@ void loom__cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const flo
 #pragma omp parallel for schedule(static) if (n > LOOM_CPU_PAR_MIN)
   for (ptrdiff_t b = 0; b < nblk; b++) {
     size_t lo = (size_t)b * GELU_BLOCK, len = n - lo < GELU_BLOCK ? n - lo : GELU_BLOCK;
-    gelu_bwd_range(dinp + lo, inp + lo, dout + lo, len);
+    loom__cpu_gelu_bwd_span(dinp + lo, inp + lo, dout + lo, len);
   }
 }
 

@@ -12,10 +12,19 @@
 
 #include "cpu_gemm.h"
 
+/* A grow-only fp32 scratch buffer of the context (64-byte aligned; n floats allocated). */
+typedef struct loom_cpu_scratch {
+  float *p;
+  size_t n;
+} loom_cpu_scratch;
+
 /* The CPU backend's context (what create returns as ctx). */
 typedef struct loom_cpu_ctx {
   int threads;    /* device.threads as configured; 0 = OpenMP's default */
   cpu_gemm *gemm; /* oneDNN engine and primitive cache (cpu_gemm.h) */
+  /* cpu_acts16.c's scratch, grown on first use, freed by loom__cpu16_free (destroy) */
+  loom_cpu_scratch tiles16; /* per-thread fp32 tiles of the 16-bit kernels */
+  loom_cpu_scratch attn16;  /* attention's fp32 copies of one batch row */
 } loom_cpu_ctx;
 
 /* The GEMM state of a kernel's ctx. */
@@ -96,5 +105,55 @@ uint16_t loom__f32_to_bf16(float f);
 float loom__bf16_to_f32(uint16_t h);
 uint16_t loom__f32_to_f16(float f);
 float loom__f16_to_f32(uint16_t h);
+
+/* ---- ABI 1.8: the GPT kernels on 16-bit activations (cpu_acts16.c) ----
+ * device_v1.h's loom_device_acts16_v1 slots with the activation dtype `dt` (LOOM_BF16 or
+ * LOOM_F16) as a parameter; every `void *` is (n elements of) dt, every `float *` fp32, the
+ * shapes those of the fp32 kernels. Each result is bitwise that of the fp32 kernel above run on
+ * the widened inputs, each 16-bit output rounded once (as loom__cpu_convert): the kernels widen
+ * a tile of rows into per-thread fp32 scratch of ctx, run the fp32 kernel's row code on it and
+ * narrow the tile, with no pass over whole buffers. `+=` outputs (dinp, dqkv) are widened,
+ * accumulated and rounded once. Out of memory for the scratch: a message and abort. */
+void loom__cpu16_encoder_forward(void *ctx, loom_dtype dt, void *out, const int32_t *inp,
+                                 const float *wte, const float *wpe, int B, int T, int C);
+void loom__cpu16_encoder_backward(void *ctx, loom_dtype dt, float *dwte, float *dwpe,
+                                  const void *dout, const int32_t *inp, int B, int T, int C);
+void loom__cpu16_layernorm_forward(void *ctx, loom_dtype dt, void *out, float *mean, float *rstd,
+                                   const void *inp, const float *weight, const float *bias, int N,
+                                   int C);
+void loom__cpu16_layernorm_backward(void *ctx, loom_dtype dt, void *dinp, float *dweight,
+                                    float *dbias, const void *dout, const void *inp,
+                                    const float *weight, const float *mean, const float *rstd,
+                                    int N, int C);
+void loom__cpu16_attention_forward(void *ctx, loom_dtype dt, void *out, float *att,
+                                   const void *qkv, int B, int T, int NH, int HS);
+void loom__cpu16_attention_backward(void *ctx, loom_dtype dt, void *dqkv, float *datt,
+                                    const void *dout, const void *qkv, const float *att, int B,
+                                    int T, int NH, int HS);
+void loom__cpu16_gelu_forward(void *ctx, loom_dtype dt, void *out, const void *inp, size_t n);
+void loom__cpu16_gelu_backward(void *ctx, loom_dtype dt, void *dinp, const void *inp,
+                               const void *dout, size_t n);
+/* out may be a (in place) */
+void loom__cpu16_residual_forward(void *ctx, loom_dtype dt, void *out, const void *a,
+                                  const void *b, size_t n);
+/* dlogits may be logits (in place) or NULL (the loss only) */
+void loom__cpu16_crossentropy_fused(void *ctx, loom_dtype dt, float *losses, void *dlogits,
+                                    const void *logits, const int32_t *targets, float dloss, int N,
+                                    int V);
+/* Frees ctx's 16-bit scratch (tiles16, attn16); cpu_device.c's destroy. */
+void loom__cpu16_free(loom_cpu_ctx *c);
+
+/* What they are built from: cpu_gelu.c's vectorised spans (n fp32 elements on the calling
+ * thread: out = gelu(inp); dinp += gelu'(inp) * dout) and cpu_convert.c's span conversions on
+ * the calling thread (dt LOOM_BF16 or LOOM_F16; vectorised; loom__cpu_half_init once outside
+ * a parallel region first, which caches the CPU's F16C support). */
+void loom__cpu_gelu_fwd_span(float *restrict out, const float *restrict inp, size_t n);
+void loom__cpu_gelu_bwd_span(float *restrict dinp, const float *restrict inp,
+                             const float *restrict dout, size_t n);
+void loom__cpu_half_init(void);
+/* dst (n fp32) = src (n dt), exact */
+void loom__cpu_widen(float *dst, const void *src, loom_dtype dt, size_t n);
+/* dst (n dt) = src (n fp32) rounded to nearest even (fp16: overflow to inf, subnormals kept) */
+void loom__cpu_narrow(void *dst, loom_dtype dt, const float *src, size_t n);
 
 #endif

@@ -27,8 +27,7 @@
 #include <loom/half_v1.h>
 
 #include "cpu_kernels.h"
-
-#define LN_EPS 1e-5f
+#include "cpu_rows.h"
 
 /* This thread's share [*c0, *c1) of C columns inside an OpenMP parallel region (all of them
  * outside one): contiguous, a multiple of 16 columns (a cache line) except the last. */
@@ -51,8 +50,7 @@ void loom__cpu_encoder_forward(void *ctx, float *out, const int32_t *inp, const 
       float *o = out + bt * C;
       const float *we = wte + (size_t)inp[bt] * C;
       const float *pe = wpe + (size_t)t * C;
-#pragma omp simd
-      for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+      loom__cpu_encoder_row(o, we, pe, C);
     }
   }
 }
@@ -92,62 +90,9 @@ void loom__cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd
                                  int C) {
   (void)ctx;
 #pragma omp parallel for schedule(static) if ((size_t)N * C > LOOM_CPU_PAR_MIN)
-  for (int n = 0; n < N; n++) {
-    const float *x = inp + (size_t)n * C;
-    float *o = out + (size_t)n * C;
-    float m = 0.0f;
-#pragma omp simd reduction(+ : m)
-    for (int c = 0; c < C; c++) m += x[c];
-    m /= (float)C;
-    float v = 0.0f;
-#pragma omp simd reduction(+ : v)
-    for (int c = 0; c < C; c++) {
-      float xm = x[c] - m;
-      v += xm * xm;
-    }
-    v /= (float)C;
-    float s = 1.0f / sqrtf(v + LN_EPS);
-#pragma omp simd
-    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
-    mean[n] = m;
-    rstd[n] = s;
-  }
-}
-
-/* One row of LayerNorm's backward: di += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * s,
- * with dnorm = weight * d and norm = (x - m) * s. With dweight/dbias non-NULL it also adds the
- * row's terms to them (norm * d, d), so one thread makes one pass over x and d. */
-static inline void ln_backward_row(float *restrict di, float *restrict dweight,
-                                   float *restrict dbias, const float *restrict d,
-                                   const float *restrict x, const float *restrict weight, float m,
-                                   float s, int C) {
-  float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
-  for (int c = 0; c < C; c++) {
-    float norm = (x[c] - m) * s;
-    float dnorm = weight[c] * d[c];
-    dnorm_mean += dnorm;
-    dnorm_norm_mean += dnorm * norm;
-  }
-  dnorm_mean /= (float)C;
-  dnorm_norm_mean /= (float)C;
-  if (dweight) {
-#pragma omp simd
-    for (int c = 0; c < C; c++) {
-      float norm = (x[c] - m) * s;
-      float dnorm = weight[c] * d[c];
-      di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-      dweight[c] += norm * d[c];
-      dbias[c] += d[c];
-    }
-  } else {
-#pragma omp simd
-    for (int c = 0; c < C; c++) {
-      float norm = (x[c] - m) * s;
-      float dnorm = weight[c] * d[c];
-      di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-    }
-  }
+  for (int n = 0; n < N; n++)
+    loom__cpu_ln_forward_row(out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C,
+                             weight, bias, C);
 }
 
 void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float *dbias,
@@ -157,30 +102,23 @@ void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float 
   const int parallel = (size_t)N * C > LOOM_CPU_PAR_MIN && omp_get_max_threads() > 1;
   if (!parallel) { /* one pass: each row's dinp and its dweight/dbias terms together */
     for (int n = 0; n < N; n++)
-      ln_backward_row(dinp + (size_t)n * C, dweight, dbias, dout + (size_t)n * C,
-                      inp + (size_t)n * C, weight, mean[n], rstd[n], C);
+      loom__cpu_ln_backward_row(dinp + (size_t)n * C, dweight, dbias, dout + (size_t)n * C,
+                                inp + (size_t)n * C, weight, mean[n], rstd[n], C);
     return;
   }
   /* several threads: dinp row by row, then dweight, dbias as sums down the rows (the same
    * float operations in the same order per element as the one-pass loop) */
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++)
-    ln_backward_row(dinp + (size_t)n * C, NULL, NULL, dout + (size_t)n * C, inp + (size_t)n * C,
-                    weight, mean[n], rstd[n], C);
+    loom__cpu_ln_backward_row(dinp + (size_t)n * C, NULL, NULL, dout + (size_t)n * C,
+                              inp + (size_t)n * C, weight, mean[n], rstd[n], C);
 #pragma omp parallel
   {
     int c0, c1;
     col_range(C, &c0, &c1);
-    for (int n = 0; n < N; n++) {
-      const float *restrict x = inp + (size_t)n * C;
-      const float *restrict d = dout + (size_t)n * C;
-      const float m = mean[n], s = rstd[n];
-#pragma omp simd
-      for (int c = c0; c < c1; c++) {
-        dweight[c] += (x[c] - m) * s * d[c];
-        dbias[c] += d[c];
-      }
-    }
+    for (int n = 0; n < N; n++)
+      loom__cpu_ln_dwdb_cols(dweight, dbias, inp + (size_t)n * C, dout + (size_t)n * C, mean[n],
+                             rstd[n], c0, c1);
   }
 }
 
