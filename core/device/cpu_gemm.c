@@ -60,8 +60,8 @@ struct cpu_gemm {
   size_t scratch_cap;
   uint16_t *pack[2];  /* bf16 copies of A and B */
   size_t pack_cap[2]; /* bytes */
-  float *wide[3];     /* fp32 copies of 16-bit A, B, C on the fp32 path */
-  size_t wide_cap[3]; /* bytes */
+  float *wide[4];     /* fp32 copies of 16-bit A, B, C on the fp32 path; [3]: loom__cpu_gemm_wide */
+  size_t wide_cap[4]; /* bytes */
   int warned;         /* the dnnl_sgemm fallback has been reported */
   int force_fallback; /* loom__cpu_gemm_force_fallback (unit tests) */
 };
@@ -129,7 +129,7 @@ void loom__cpu_gemm_close(cpu_gemm *g) {
   free(g->scratch);
   free(g->pack[0]);
   free(g->pack[1]);
-  for (int i = 0; i < 3; i++) free(g->wide[i]);
+  for (int i = 0; i < 4; i++) free(g->wide[i]);
   free(g);
 }
 
@@ -352,6 +352,13 @@ static void run_sgemm(cpu_gemm *g, const gemm_key *k, const float *A, int lda, c
 }
 
 static int is16(loom_dtype dt) { return dt == LOOM_BF16 || dt == LOOM_F16; }
+
+int loom__cpu_gemm_reads16(const cpu_gemm *g, loom_dtype dt) { return g->bf16 && dt == LOOM_BF16; }
+
+const float *loom__cpu_gemm_wide(cpu_gemm *g, const void *x, loom_dtype dt, int rows, int cols) {
+  int ld = cols;
+  return as_f32(g, 3, x, dt, rows, cols, &ld);
+}
 
 void loom__cpu_gemm_t(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha,
                       const void *A, loom_dtype adt, int lda, const void *B, loom_dtype bdt,

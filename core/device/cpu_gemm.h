@@ -66,6 +66,14 @@ void loom__cpu_gemm_t(cpu_gemm *g, int ta, int tb, int M, int N, int K, float al
                       int ldb, float beta, void *C, loom_dtype cdt, int ldc, const float *bias,
                       int lowp);
 
+/* 1 if lowp loom__cpu_gemm_t calls read `dt` operands as they are (bf16 with bf16 units); else
+ * they widen each 16-bit operand first, and a caller that passes one operand to several GEMMs
+ * widens it once with loom__cpu_gemm_wide. */
+int loom__cpu_gemm_reads16(const cpu_gemm *g, loom_dtype dt);
+/* x (rows, cols, dense, dt elements) widened (exact) into g's own buffer, valid until the next
+ * loom__cpu_gemm_wide call on g; x itself when dt is LOOM_F32. Aborts when out of memory. */
+const float *loom__cpu_gemm_wide(cpu_gemm *g, const void *x, loom_dtype dt, int rows, int cols);
+
 /* Unit tests only: with on = 1 every call of g takes the fallback that runs when oneDNN cannot
  * build a primitive (dnnl_sgemm on the fp32 operands), so that path is exercised too. */
 void loom__cpu_gemm_force_fallback(cpu_gemm *g, int on);

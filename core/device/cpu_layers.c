@@ -184,13 +184,19 @@ void loom__cpu16_matmul_backward(void *ctx, loom_dtype dt, void *dinp, float *dw
                                  float *dbias, const void *dout, const void *inp,
                                  const void *weight, loom_dtype wdt, int N, int C, int OC) {
   cpu_gemm *g = loom__cpu_gemm_of(ctx);
+  /* without 16-bit GEMMs both read dout in fp32: widen it once, not once per GEMM */
+  loom_dtype ddt = dt;
+  if (!loom__cpu_gemm_reads16(g, dt) && dinp && dweight)
+    dout = loom__cpu_gemm_wide(g, dout, dt, N, OC), ddt = LOOM_F32;
   if (dinp) /* dinp (N,C) += dout (N,OC) @ weight (OC,C), rounded once into the 16-bit dinp */
-    loom__cpu_gemm_t(g, 0, 0, N, C, OC, 1.0f, dout, dt, OC, weight, wdt, C, 1.0f, dinp, dt, C,
+    loom__cpu_gemm_t(g, 0, 0, N, C, OC, 1.0f, dout, ddt, OC, weight, wdt, C, 1.0f, dinp, dt, C,
                      NULL, 1);
   if (dweight) /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C), fp32 */
-    loom__cpu_gemm_t(g, 1, 0, OC, C, N, 1.0f, dout, dt, OC, inp, dt, C, 1.0f, dweight, LOOM_F32,
+    loom__cpu_gemm_t(g, 1, 0, OC, C, N, 1.0f, dout, ddt, OC, inp, dt, C, 1.0f, dweight, LOOM_F32,
                      C, NULL, 1);
-  if (dbias) { /* as the fp32 kernel: each column sums its rows in row order */
+  if (dbias && ddt == LOOM_F32) { /* the widened dout: the fp32 kernel's own column sums */
+    loom__cpu_matmul_backward(ctx, NULL, NULL, dbias, dout, NULL, NULL, N, C, OC);
+  } else if (dbias) { /* as the fp32 kernel: each column sums its rows in row order */
     const uint16_t *d16 = dout;
 #pragma omp parallel if ((size_t)N * OC > LOOM_CPU_PAR_MIN)
     {
