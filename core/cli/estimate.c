@@ -713,14 +713,16 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   fprintf(out, "  %-16s %-40s %15llu %10.2f\n", "total", "sum of the rows (>= every rank's peak)",
           (unsigned long long)e->total,
           (double)e->total / 1048576.0);
-  /* 16-bit activations end to end (acts16): every tensor but the stats and probabilities */
-  const int a16 = e->acts16;
+  /* three layouts: fp32; 16-bit saved copies (bf16/fp16 with tp or pipeline stages); 16-bit end
+   * to end (acts16): every tensor but the stats and the probabilities */
+  const int lay = e->dtype == LOOM_F32 ? 0 : e->acts16 ? 2 : 1;
+  static const char *const lay_name[] = {"fp32", "16-bit saved values", "16-bit activations"};
+  static const char *const lay_kept[] = {"16+48/t", "10+24/t", "8+24/t"};
   fprintf(out, "activations per block (Korthikanti et al. 2022 Table 2 style, %s; s=T b=B h=C "
           "a=NH t=tp): none sbh(%s)+16sb+4as^2b/t = %llu, selective sbh(%s)+16sb = %llu, full "
-          "%s = %llu; activation_checkpointing %s",
-          a16 ? "16-bit activations" : "fp32", a16 ? "8+24/t" : "16+48/t",
-          (unsigned long long)block_act_bytes(e, GPT_CKPT_NONE), a16 ? "8+24/t" : "16+48/t",
-          (unsigned long long)block_act_bytes(e, GPT_CKPT_SELECTIVE), a16 ? "2sbh" : "4sbh",
+          "%s = %llu; activation_checkpointing %s", lay_name[lay], lay_kept[lay],
+          (unsigned long long)block_act_bytes(e, GPT_CKPT_NONE), lay_kept[lay],
+          (unsigned long long)block_act_bytes(e, GPT_CKPT_SELECTIVE), lay == 2 ? "2sbh" : "4sbh",
           (unsigned long long)block_act_bytes(e, GPT_CKPT_FULL), policy_name(e->ckpt_policy));
   if (e->ckpt_policy != GPT_CKPT_NONE)
     fprintf(out, " every %d, recompute scratch %llu bytes once per rank", e->ckpt_every,

@@ -54,6 +54,7 @@
     loom__cpu16_crossentropy_fused(ctx, DT, losses, dlogits, logits, targets, dloss, N, V);     \
   }                                                                                             \
   static const loom_device_acts16_v1 table_##sfx = {                                            \
+      .struct_size = sizeof(loom_device_acts16_v1),                                            \
       .dtype = DT,                                                                              \
       .encoder_forward = enc_fwd_##sfx,                                                         \
       .encoder_backward = enc_bwd_##sfx,                                                        \

@@ -258,22 +258,28 @@ static void gemm_empty_k(int M, int N, float beta, float *C, int ldc, const floa
     }
 }
 
-/* dst (rows, cols) dense fp32 = src (rows of ld elements of dt: BF16 or F16), widened (exact). */
+/* The widening path keeps every operand's layout (its leading dimension): the fp32 GEMM then
+ * sees the descriptors the fp32 call on widened buffers would, so it picks the same kernel and
+ * summation order (oneDNN's choice can depend on the strides). Elements of a (rows, ld) layout: */
+static size_t span(int rows, int cols, int ld) { return (size_t)(rows - 1) * ld + cols; }
+
+/* dst (rows of ld floats) = src (rows of ld elements of dt: BF16 or F16), widened (exact); the
+ * padding between rows is not touched. */
 static void widen_rows(float *dst, const void *src, loom_dtype dt, int rows, int cols, int ld) {
   const uint16_t *s16 = src;
-  if (ld == cols) { /* dense (the weights): one conversion, threaded inside */
+  if (ld == cols) { /* dense (the model's operands): one conversion, threaded inside */
     loom__cpu_convert(NULL, dst, LOOM_F32, src, dt, (size_t)rows * cols);
     return;
   }
 #pragma omp parallel for schedule(static) if ((size_t)rows * cols > LOOM_CPU_PAR_MIN)
   for (int r = 0; r < rows; r++)
-    loom__cpu_convert(NULL, dst + (size_t)r * cols, LOOM_F32, s16 + (size_t)r * ld, dt,
+    loom__cpu_convert(NULL, dst + (size_t)r * ld, LOOM_F32, s16 + (size_t)r * ld, dt,
                       (size_t)cols);
 }
 
-/* dst (rows of ld elements of dt: BF16 or F16) = src (rows, cols) dense fp32, rounded to nearest
- * even (round_to's rounding). */
-static void narrow_rows(void *dst, loom_dtype dt, int ld, const float *src, int rows, int cols) {
+/* dst (rows of ld elements of dt: BF16 or F16) = src (rows of ld floats), rounded to nearest
+ * even (round_to's rounding); the padding is not touched. */
+static void narrow_rows(void *dst, loom_dtype dt, const float *src, int rows, int cols, int ld) {
   uint16_t *d16 = dst;
   if (ld == cols) {
     loom__cpu_convert(NULL, dst, dt, src, LOOM_F32, (size_t)rows * cols);
@@ -281,21 +287,20 @@ static void narrow_rows(void *dst, loom_dtype dt, int ld, const float *src, int 
   }
 #pragma omp parallel for schedule(static) if ((size_t)rows * cols > LOOM_CPU_PAR_MIN)
   for (int r = 0; r < rows; r++)
-    loom__cpu_convert(NULL, d16 + (size_t)r * ld, dt, src + (size_t)r * cols, LOOM_F32,
+    loom__cpu_convert(NULL, d16 + (size_t)r * ld, dt, src + (size_t)r * ld, LOOM_F32,
                       (size_t)cols);
 }
 
 /* An fp32 view of operand x (rows of ld elements of dt): x itself when fp32, else widened
- * (exact) into the context's buffer `which` (0 A, 1 B, 2 C), dense (*ld = cols then). */
-static const float *as_f32(cpu_gemm *g, int which, const void *x, loom_dtype dt, int rows,
-                           int cols, int *ld) {
-  if (dt == LOOM_F32) return x;
-  if (!grow((void **)&g->wide[which], &g->wide_cap[which], (size_t)rows * cols * sizeof(float))) {
+ * (exact) into the context's buffer `which` (0 A, 1 B, 2 C, 3 loom__cpu_gemm_wide), same ld. */
+static float *as_f32(cpu_gemm *g, int which, const void *x, loom_dtype dt, int rows, int cols,
+                     int ld) {
+  if (dt == LOOM_F32) return (float *)x;
+  if (!grow((void **)&g->wide[which], &g->wide_cap[which], span(rows, cols, ld) * sizeof(float))) {
     fprintf(stderr, "loom: cpu: out of memory widening a %dx%d GEMM operand\n", rows, cols);
     abort(); /* nothing to run the GEMM on; a result silently missing would be worse */
   }
-  widen_rows(g->wide[which], x, dt, rows, cols, *ld);
-  *ld = cols;
+  widen_rows(g->wide[which], x, dt, rows, cols, ld);
   return g->wide[which];
 }
 
@@ -353,11 +358,22 @@ static void run_sgemm(cpu_gemm *g, const gemm_key *k, const float *A, int lda, c
 
 static int is16(loom_dtype dt) { return dt == LOOM_BF16 || dt == LOOM_F16; }
 
+/* The fp32 copy (M rows of ldc) a 16-bit C is computed in: C's widened values when beta reads
+ * them. Aborts when out of memory. */
+static float *c_copy(cpu_gemm *g, const void *C, loom_dtype cdt, int M, int N, int ldc,
+                     float beta) {
+  if (!grow((void **)&g->wide[2], &g->wide_cap[2], span(M, N, ldc) * sizeof(float))) {
+    fprintf(stderr, "loom: cpu: out of memory for a %dx%d GEMM result\n", M, N);
+    abort();
+  }
+  if (beta != 0.0f) widen_rows(g->wide[2], C, cdt, M, N, ldc);
+  return g->wide[2];
+}
+
 int loom__cpu_gemm_reads16(const cpu_gemm *g, loom_dtype dt) { return g->bf16 && dt == LOOM_BF16; }
 
 const float *loom__cpu_gemm_wide(cpu_gemm *g, const void *x, loom_dtype dt, int rows, int cols) {
-  int ld = cols;
-  return as_f32(g, 3, x, dt, rows, cols, &ld);
+  return as_f32(g, 3, x, dt, rows, cols, cols);
 }
 
 void loom__cpu_gemm_t(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha,
@@ -382,29 +398,28 @@ void loom__cpu_gemm_t(cpu_gemm *g, int ta, int tb, int M, int N, int K, float al
       if (bdt == LOOM_F32) pack_bf16(g->pack[1], B, br, bc, ldb), b = g->pack[1], k.ldb = bc;
       k.c_bf16 = cdt == LOOM_BF16; /* oneDNN rounds the fp32 accumulator to nearest even */
       if (run_primitive(g, &k, a, b, C, bias)) return;
+      if (k.c_bf16) { /* no bf16-C primitive: the same bf16 GEMM into an fp32 copy, rounded */
+        float *c32 = c_copy(g, C, cdt, M, N, ldc, beta);
+        k.c_bf16 = 0;
+        if (run_primitive(g, &k, a, b, c32, bias)) {
+          narrow_rows(C, cdt, c32, M, N, ldc);
+          return;
+        }
+      }
     }
     k.bf16 = k.c_bf16 = 0; /* no memory for the copies, or no primitive: fp32 below */
     k.lda = lda, k.ldb = ldb;
   }
   /* fp32: 16-bit operands widened (exact); a 16-bit C computed in an fp32 copy (holding C's
    * widened values when beta reads them) and rounded to nearest even once at the end */
-  const float *a32 = as_f32(g, 0, A, adt, ar, ac, &lda);
-  const float *b32 = as_f32(g, 1, B, bdt, br, bc, &ldb);
-  float *c32 = C;
-  int ldc32 = ldc;
-  if (is16(cdt)) {
-    if (!grow((void **)&g->wide[2], &g->wide_cap[2], (size_t)M * N * sizeof(float))) {
-      fprintf(stderr, "loom: cpu: out of memory for a %dx%d GEMM result\n", M, N);
-      abort();
-    }
-    c32 = g->wide[2], ldc32 = N;
-    if (beta != 0.0f) widen_rows(c32, C, cdt, M, N, ldc);
-  }
-  k.lda = lda, k.ldb = ldb, k.ldc = ldc32;
-  if (K <= 0) gemm_empty_k(M, N, beta, c32, ldc32, bias);
+  const float *a32 = as_f32(g, 0, A, adt, ar, ac, lda);
+  const float *b32 = as_f32(g, 1, B, bdt, br, bc, ldb);
+  float *c32 = is16(cdt) ? c_copy(g, C, cdt, M, N, ldc, beta) : C;
+  k.lda = lda, k.ldb = ldb, k.ldc = ldc;
+  if (K <= 0) gemm_empty_k(M, N, beta, c32, ldc, bias);
   else if (!run_primitive(g, &k, a32, b32, c32, bias))
-    run_sgemm(g, &k, a32, lda, b32, ldb, c32, ldc32, bias);
-  if (is16(cdt)) narrow_rows(C, cdt, ldc, c32, M, N);
+    run_sgemm(g, &k, a32, lda, b32, ldb, c32, ldc, bias);
+  if (is16(cdt)) narrow_rows(C, cdt, c32, M, N, ldc);
 }
 
 void loom__cpu_gemm_w(cpu_gemm *g, int ta, int tb, int M, int N, int K, float alpha,

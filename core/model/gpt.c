@@ -144,7 +144,8 @@ static gpt_param *param(const gpt_model *m, int u, gpt_param_role role) {
  * GPT_CKPT_FULL, La = blocks not checkpointed at all, for att); a checkpointed block's other
  * tensors live in the model's shared recompute scratch (see block_acts_at). Under bf16/fp16
  * (acts16) ln1, qkv, atty, residual2, ln2, fch and fch_gelu hold 2-byte elements (uint16_t
- * behind the float pointer; see "16-bit saved values"). */
+ * behind the float pointer; see "16-bit saved values"); under acts_typed every tensor does but
+ * the means, rstds, att and losses (and the recompute scratch alike; offsets through act_at). */
 struct gpt_acts {
   float *pool;
   float *encoded;                     /* (B,T,C) wte[inp] + wpe */
@@ -819,7 +820,7 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   /* store16: the 16-bit stores of mixed precision (no-ops in fp32); LayerNorm's mean and rstd
    * stay fp32, as in every mixed-precision LayerNorm */
   k_layernorm_forward(m, b.ln1, b.ln1_mean, b.ln1_rstd, res_in, W(GPT_LN1_W), W(GPT_LN1_B),
-                         N, C);
+                      N, C);
   store16(m, b.ln1, NC);
   save16(m, l, SAVED_LN1, b.ln1);
   if ((rc = region(m, h, GPT_REGION_F, 0, b.ln1, NC)) != LOOM_OK) return rc;
@@ -836,7 +837,7 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   store16(m, b.res2, NC);
   save16(m, l, SAVED_RES2, b.res2);
   k_layernorm_forward(m, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, W(GPT_LN2_W), W(GPT_LN2_B),
-                         N, C);
+                      N, C);
   store16(m, b.ln2, NC);
   save16(m, l, SAVED_LN2, b.ln2);
   if ((rc = region(m, h, GPT_REGION_F, 0, b.ln2, NC)) != LOOM_OK) return rc;
@@ -895,8 +896,8 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   store16(m, dln, NC); /* the tp sum of 16-bit partials, stored in 16 bits again */
   /* dres becomes d(res2): the skip path (already in dres) plus the branch */
   k_layernorm_backward(m, dres, G(GPT_LN2_W), G(GPT_LN2_B), dln,
-                          load16(m, l, SAVED_RES2, b.res2), W(GPT_LN2_W),
-                          b.ln2_mean, b.ln2_rstd, N, C);
+                       load16(m, l, SAVED_RES2, b.res2), W(GPT_LN2_W),
+                       b.ln2_mean, b.ln2_rstd, N, C);
   store16(m, dres, NC);
   /* attention branch: res2 = res_in + proj(attn(qkv(ln1(res_in)))) */
   if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
@@ -919,7 +920,7 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
   store16(m, dln, NC);
   k_layernorm_backward(m, dres, G(GPT_LN1_W), G(GPT_LN1_B), dln, res_in, W(GPT_LN1_W),
-                          b.ln1_mean, b.ln1_rstd, N, C);
+                       b.ln1_mean, b.ln1_rstd, N, C);
   store16(m, dres, NC);
   return LOOM_OK;
 }
@@ -940,7 +941,7 @@ static int head_forward(gpt_model *m, int u) {
   const size_t NV = (size_t)N * V;
   const gpt_param *wte = gpt_head_wte(m); /* tied: the head reads unit 0's wte (or its copy) */
   k_layernorm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(m, m->cfg.n_layer),
-                         W(GPT_LNF_W), W(GPT_LNF_B), N, C);
+                      W(GPT_LNF_W), W(GPT_LNF_B), N, C);
   store16(m, a->lnf, (size_t)N * C);
   /* a padded vocabulary's extra columns get -inf (logits_mask): probability 0, so the loss,
    * dlogits (probs - one-hot: 0 there) and every gradient are the unpadded model's */
@@ -1019,8 +1020,8 @@ static void head_backward(gpt_model *m, int u, float dloss) {
   store16(m, a->dln, NC);
   act_zero(m, a->dres, NC);
   k_layernorm_backward(m, a->dres, G(GPT_LNF_W), G(GPT_LNF_B), a->dln,
-                          block_input(m, m->cfg.n_layer), W(GPT_LNF_W), a->lnf_mean, a->lnf_rstd,
-                          N, C);
+                       block_input(m, m->cfg.n_layer), W(GPT_LNF_W), a->lnf_mean, a->lnf_rstd,
+                       N, C);
   store16(m, a->dres, NC);
 }
 
@@ -1063,8 +1064,41 @@ static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
 #undef W
 #undef G
 #undef P
+#undef A16
 
 /* ---- public API ---- */
+
+/* *out = a zero-filled host copy of dev's acts16 table for dt (the part its struct_size covers:
+ * a newer minor's table may be longer), every kernel this host calls present; free()d by
+ * gpt_free. LOOM_UNSUPPORTED with err naming the device when it has none or an incomplete one. */
+static int acts16_table(const loom_dev *dev, loom_dtype dt, loom_device_acts16_v1 **out,
+                        char *err, size_t errlen) {
+  const loom_device_v1 *d = dev->ops;
+  const loom_device_acts16_v1 *t = d->acts16 ? d->acts16(dev->ctx, dt) : NULL;
+  loom_device_acts16_v1 *c = t ? calloc(1, sizeof *c) : NULL;
+  if (c) memcpy(c, t, t->struct_size < sizeof *c ? t->struct_size : sizeof *c);
+  const char *dn = dt == LOOM_BF16 ? "bf16" : "fp16";
+  if (c && (c->dtype != dt || !c->encoder_forward || !c->encoder_backward ||
+            !c->layernorm_forward || !c->layernorm_backward || !c->matmul_forward ||
+            !c->matmul_backward || !c->attention_forward || !c->attention_backward ||
+            !c->gelu_forward || !c->gelu_backward || !c->residual_forward ||
+            !c->crossentropy_fused)) {
+    if (err)
+      snprintf(err, errlen, "device '%s': its acts16 table for %s is not of that dtype or lacks a "
+               "kernel (struct_size %u)", d->hdr.name, dn, (unsigned)t->struct_size);
+    free(c);
+    return LOOM_UNSUPPORTED;
+  }
+  if (!c) {
+    if (err)
+      snprintf(err, errlen, t ? "out of memory" : "device '%s' (ABI %d.%d) has no 16-bit "
+               "activation kernels (acts16, ABI 1.8) for %s", d->hdr.name, d->hdr.abi_major,
+               d->hdr.abi_minor, dn);
+    return t ? LOOM_NOMEM : LOOM_UNSUPPORTED;
+  }
+  *out = c;
+  return LOOM_OK;
+}
 
 size_t gpt_weight_work_bytes(const gpt_model *m) {
   return m->cfg.dtype == LOOM_F32 ? 0 : wwork_size(m) * sizeof(float);
@@ -1194,17 +1228,10 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
   }
   /* 16-bit activations end to end: the device's ABI 1.8 kernels for the dtype (the caller asks
    * only where the device offers them: a missing table here is a caller's error) */
-  const loom_device_acts16_v1 *a16 = NULL;
-  if (acts_typed(cfg) && dev) {
-    a16 = dev->ops->acts16 ? dev->ops->acts16(dev->ctx, (loom_dtype)cfg->dtype) : NULL;
-    if (!a16) {
-      if (err)
-        snprintf(err, errlen, "device '%s' (ABI %d.%d) has no 16-bit activation kernels (acts16, "
-                 "ABI 1.8) for %s", dev->ops->hdr.name, dev->ops->hdr.abi_major,
-                 dev->ops->hdr.abi_minor, cfg->dtype == LOOM_BF16 ? "bf16" : "fp16");
-      return LOOM_UNSUPPORTED;
-    }
-  }
+  loom_device_acts16_v1 *a16 = NULL;
+  if (acts_typed(cfg) && dev && (rc = acts16_table(dev, (loom_dtype)cfg->dtype, &a16, err,
+                                                   errlen)) != LOOM_OK)
+    return rc;
   m->cfg = *cfg;
   m->cfg.tp_size = cfg_tp(cfg);
   m->cfg.pp_end = cfg_last(cfg) + 1;
@@ -1341,6 +1368,7 @@ void gpt_free(gpt_model *m) {
   }
   free(m->params);
   free(m->unit_offset);
+  free((void *)m->a16);
   memset(m, 0, sizeof *m);
 }
 
@@ -1537,7 +1565,9 @@ gpt_param *gpt_head_wte(gpt_model *m) {
 }
 
 float *gpt_stage_buffer(gpt_model *m, int slot, int which) {
-  if (slot_select(m, slot) != LOOM_OK || !m->acts) return NULL;
+  /* fp32 boundary buffers: acts_typed runs the whole model, which has no boundaries */
+  assert(!m->a16);
+  if (m->a16 || slot_select(m, slot) != LOOM_OK || !m->acts) return NULL;
   gpt_acts *a = m->acts;
   int nb = cfg_blocks(&m->cfg);
   switch (which) {

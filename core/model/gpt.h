@@ -211,8 +211,8 @@ typedef struct gpt_model {
   gpt_slot *slots;
   int n_slots, cur_slot;
   /* activation checkpointing: one block's recomputed activations, shared by every block and
-   * slot; under bf16/fp16 also the (B,T,4C/tp) buffer that widens a block's 16-bit saved values
-   * for backward (LOOM_MEM_ACTIVATIONS; NULL in fp32 under GPT_CKPT_NONE) */
+   * slot; under bf16/fp16 with 16-bit saved copies (not acts_typed) also the (B,T,4C/tp) buffer
+   * that widens them for backward (LOOM_MEM_ACTIVATIONS; NULL under GPT_CKPT_NONE otherwise) */
   float *recompute;
   size_t recompute_floats;
   /* mixed precision: one unit's 16-bit working weights as fp32 (gpt_work_category; NULL in
@@ -229,8 +229,8 @@ typedef struct gpt_model {
   float *gwork;
   size_t gwork_floats, gwork_wte_floats;
   float *gstage;
-  /* the device's 16-bit activation kernels when the model runs them (gpt_config.acts_typed);
-   * NULL otherwise */
+  /* the device's 16-bit activation kernels when the model runs them (gpt_config.acts_typed): a
+   * host copy of its acts16 table, owned (freed by gpt_free); NULL otherwise */
   const loom_device_acts16_v1 *a16;
 } gpt_model;
 
@@ -266,8 +266,9 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
 /* Bytes of the recompute scratch (LOOM_MEM_ACTIVATIONS) that activation checkpointing adds once
  * per model, whatever the number of micro-batches in flight: one block's activations under
  * GPT_CKPT_FULL, one block's attention probabilities under GPT_CKPT_SELECTIVE, 0 without
- * checkpointing or blocks; under bf16/fp16 storage of the saved activations (acts_f32 0) plus a
- * (B,T,4C/tp) fp32 widening buffer unless GPT_CKPT_FULL's block holds one. Same saturation as
+ * checkpointing or blocks (2-byte elements but for the stats and att under acts_typed); under
+ * bf16/fp16 16-bit saved copies (acts_f32 0, not acts_typed) plus a (B,T,4C/tp) fp32 widening
+ * buffer unless GPT_CKPT_FULL's block holds one. Same saturation as
  * gpt_activation_bytes. */
 size_t gpt_recompute_bytes(const gpt_config *cfg, int B, int T);
 
@@ -341,7 +342,9 @@ int gpt_stage_backward(gpt_model *m, int slot, float dloss, const gpt_hooks *hoo
 #define GPT_BUF_GRAD_OUTPUT 2 /* (B,T,C) gradient of the output (before backward) */
 #define GPT_BUF_GRAD_INPUT 3  /* (B,T,C) gradient of the input (after backward; same memory as
                                  GRAD_OUTPUT) */
-/* Device pointer of a boundary buffer of slot `slot` (which must have been ensured). */
+/* Device pointer of a boundary buffer of slot `slot` (which must have been ensured): fp32,
+ * (B,T,C) floats. NULL under acts_typed (16-bit buffers; only ever the whole model, which has no
+ * boundary). */
 float *gpt_stage_buffer(gpt_model *m, int slot, int which);
 /* The tied wte the head reads (the copy on a last stage without the embedding). */
 gpt_param *gpt_head_wte(gpt_model *m);

@@ -93,6 +93,16 @@ START_TEST(test_device_copy_zero_fills) {
   ck_assert_uint_eq(d.ops->hdr.struct_size, old.hdr.struct_size);
   ck_assert_uint_eq(d.ops->hdr.abi_minor, 2);
   loom__dev_close(&d);
+  /* a 1.7 table ends before acts16: the host sees none (fp32 activation buffers) */
+  loom_device_v1 v17 = *loom__cpu_device();
+  v17.hdr.struct_size = (uint32_t)offsetof(loom_device_v1, acts16);
+  v17.hdr.abi_minor = 7;
+  poison_tail(&v17);
+  ck_assert_ptr_nonnull(v17.acts16);
+  ck_assert_int_eq(loom__dev_open(&d, &v17, "{}", 0, err, sizeof err), LOOM_OK);
+  ck_assert_ptr_null(d.ops->acts16);
+  ck_assert_ptr_nonnull(d.ops->matmul_forward_w);
+  loom__dev_close(&d);
   /* a newer backend's table: the copy says how much of it this host holds, so a plugin's
    * LOOM_HAS on api->device() never reads past the host's struct */
   loom_device_v1 newer = *loom__cpu_device();

@@ -258,10 +258,22 @@ static void check_typed_abc(const form *f, loom_dtype dt, int fallback) {
   free(a16), free(b16), free(c16), free(c0), free(a), free(b), free(c), free(bias);
 }
 
+/* the model's long reductions, where oneDNN blocks K (and may keep a bf16 C's partial sums in
+ * an fp32 buffer): the head's dinp (K = V), mlp.proj (K = 4C), a weight gradient (K = B*T) */
+static const form long_k_forms[] = {
+    {0, 0, 33, 40, 8192, 1.0f, 1.0f, 0},
+    {0, 1, 64, 256, 1024, 1.0f, 0.0f, 1},
+    {1, 0, 64, 48, 4096, 1.0f, 1.0f, 0},
+};
+
 START_TEST(typed_abc) {
   for (int cdt = 0; cdt < 2; cdt++)
     for (int fb = 0; fb < 2; fb++) {
       dev.ops->set_compute_dtype(dev.ctx, cdt ? LOOM_BF16 : LOOM_F32);
+      for (size_t i = 0; i < sizeof long_k_forms / sizeof long_k_forms[0]; i++) {
+        check_typed_abc(&long_k_forms[i], LOOM_BF16, fb);
+        if (!cdt) check_typed_abc(&long_k_forms[i], LOOM_F16, fb);
+      }
       for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
         check_typed_abc(&forms[i], LOOM_BF16, fb);
         /* fp16 values under the bf16 compute dtype would be a caller's contradiction (the
@@ -269,6 +281,40 @@ START_TEST(typed_abc) {
         if (!cdt) check_typed_abc(&forms[i], LOOM_F16, fb);
       }
     }
+}
+END_TEST
+
+/* Results below 2^-126 (fp32 subnormals) into a bf16 C on the bf16 path: round_to keeps them;
+ * the bf16 hardware (VDPBF16PS, VCVTNEPS2BF16) flushes subnormal inputs and results to +-0 —
+ * the fp32-C bf16 GEMM too — which device_v1.h's acts16 semantics allow. Either, and nothing
+ * else; which one ran is printed. */
+START_TEST(typed_subnormal_results) {
+  dev.ops->set_compute_dtype(dev.ctx, LOOM_BF16);
+  enum { M = 4, N = 4, K = 8 };
+  uint16_t a16[M * K], b16[K * N], c16[M * N];
+  float a[M * K], b[K * N], c[M * N];
+  for (int i = 0; i < M * K; i++) a[i] = ldexpf(1.0f + (float)(i % 5) / 8.0f, -70);
+  for (int i = 0; i < K * N; i++) b[i] = ldexpf(1.0f + (float)(i % 3) / 4.0f, -65);
+  for (int i = 0; i < M * K; i++) a16[i] = loom__f32_to_bf16(a[i]);
+  for (int i = 0; i < K * N; i++) b16[i] = loom__f32_to_bf16(b[i]);
+  for (int i = 0; i < M; i++) /* exact: the products and their sum are fp32 subnormals */
+    for (int j = 0; j < N; j++) {
+      double sum = 0.0;
+      for (int k = 0; k < K; k++) sum += (double)a[i * K + k] * b[k * N + j];
+      c[i * N + j] = (float)sum;
+    }
+  loom__cpu_gemm_t(gemm(), 0, 0, M, N, K, 1.0f, a16, LOOM_BF16, K, b16, LOOM_BF16, N, 0.0f, c16,
+                   LOOM_BF16, N, NULL, 1);
+  int kept = 0, flushed = 0;
+  for (int i = 0; i < M * N; i++) {
+    ck_assert(fabsf(c[i]) < 0x1p-126f && c[i] != 0.0f); /* the case under test */
+    uint16_t want = loom__f32_to_bf16(c[i]);
+    ck_assert_msg(c16[i] == want || (c16[i] & 0x7fff) == 0, "C[%d] bits %04x: neither round_to's "
+                  "%04x nor a flushed zero", i, c16[i], want);
+    kept += c16[i] == want, flushed += c16[i] != want;
+  }
+  printf("bf16 C of fp32-subnormal results (%s): %d kept as round_to does, %d flushed to zero\n",
+         loom__cpu_gemm_isa(), kept, flushed);
 }
 END_TEST
 
@@ -312,6 +358,7 @@ int main(void) {
       {"fallback_forms", fallback_forms},
       {"typed_b", typed_b},
       {"typed_abc", typed_abc},
+      {"typed_subnormal_results", typed_subnormal_results},
       {"k_zero", k_zero},
       {"more_shapes_than_the_cache", more_shapes_than_the_cache},
       {"describe_line", describe_line},

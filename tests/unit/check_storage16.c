@@ -237,6 +237,61 @@ static void typed_vs_fp32_acts(loom_dtype dt, int storage16, int policy, const c
   free(ref.grads);
 }
 
+/* Under acts_typed: gpt_logits_row widens 16-bit logits (a vocabulary past its 2048-element
+ * chunks, padded), and a backward whose dloss differs from the training forward's rescales the
+ * 16-bit dlogits in place (dlogits_rescale) — both bitwise the fp32-buffer layout's. */
+static void typed_logits_and_rescale(loom_dtype dt) {
+  gpt_config c = base;
+  c.vocab_size = 2500, c.padded_vocab_size = 2560, c.dtype = dt, c.ckpt_policy = GPT_CKPT_FULL;
+  c.ckpt_every = 2;
+  enum { ROWS = 3 };
+  const int rows[ROWS] = {0, 7, B * T - 1};
+  float *logits[2], *grads[2], loss[2];
+  size_t n = 0;
+  for (int typed = 0; typed < 2; typed++) {
+    c.acts_f32 = !typed, c.acts_typed = typed;
+    char err[256];
+    gpt_model m;
+    ck_assert_msg(gpt_init(&m, &c, &dev, err, sizeof err) == LOOM_OK, "gpt_init: %s", err);
+    ck_assert(typed == (m.a16 != NULL));
+    n = m.num_parameters;
+    float *values = host_floats(n);
+    fill_normal(values, n, 0.3f, 7);
+    round_host(values, dt, n);
+    set_params(&m, values);
+    free(values);
+    gpt_zero_grad(&m);
+    int32_t in[B * T], tg[B * T];
+    for (int i = 0; i < B * T; i++)
+      in[i] = (i * 37) % c.vocab_size, tg[i] = (i * 101) % c.vocab_size;
+    gpt_set_train_dloss(&m, 1.0f / (B * T)); /* dlogits written in place by the forward */
+    ck_assert_int_eq(gpt_forward(&m, in, tg, B, T, NULL, &loss[typed]), LOOM_OK);
+    logits[typed] = host_floats((size_t)ROWS * c.vocab_size);
+    for (int r = 0; r < ROWS; r++)
+      gpt_logits_row(&m, rows[r], logits[typed] + (size_t)r * c.vocab_size);
+    ck_assert_int_eq(gpt_backward(&m, 0.75f / (B * T), NULL), LOOM_OK); /* a different dloss */
+    grads[typed] = widen(m.grads_memory, LOOM_F32, n);
+    gpt_free(&m);
+  }
+  ck_assert(memcmp(&loss[0], &loss[1], sizeof(float)) == 0);
+  ck_assert_msg(memcmp(logits[0], logits[1], (size_t)ROWS * c.vocab_size * sizeof(float)) == 0,
+                "%s: logits rows differ from the fp32-buffer layout's", dt == LOOM_BF16 ? "bf16"
+                                                                                        : "fp16");
+  for (size_t j = 0; j < n; j++)
+    ck_assert_msg(memcmp(&grads[0][j], &grads[1][j], sizeof(float)) == 0,
+                  "gradient element %zu after a rescaled dlogits: %.9g vs %.9g", j, grads[1][j],
+                  grads[0][j]);
+  for (int t = 0; t < 2; t++) free(logits[t]), free(grads[t]);
+}
+
+START_TEST(test_acts_typed_logits_rescale) {
+  dev.ops->set_compute_dtype(dev.ctx, LOOM_BF16);
+  typed_logits_and_rescale(LOOM_BF16);
+  dev.ops->set_compute_dtype(dev.ctx, LOOM_F16);
+  typed_logits_and_rescale(LOOM_F16);
+}
+END_TEST
+
 START_TEST(test_acts_typed) {
   for (int gemm16 = 0; gemm16 < 2; gemm16++) {
     dev.ops->set_compute_dtype(dev.ctx, gemm16 ? LOOM_BF16 : LOOM_F32);
@@ -287,6 +342,7 @@ static Suite *storage_suite(void) {
       {"whole_model", test_whole_model},
       {"whole_model_16bit_gemms", test_whole_model_16bit_gemms},
       {"acts_typed", test_acts_typed},
+      {"acts_typed_logits_rescale", test_acts_typed_logits_rescale},
       {"first_stage", test_first_stage},
       {"last_stage", test_last_stage},
       {"init_weights_rounded", test_init_weights_rounded},

@@ -162,7 +162,8 @@ typedef struct loom_device_v1 {
    * buffers (the 1.3 layout, or 16-bit saved copies widened for the kernels) ---- */
   /* The GPT kernels on activations stored as `dt` elements (LOOM_BF16 or LOOM_F16), or NULL when
    * the backend has no such kernels for dt. The table is the backend's (static or owned by ctx),
-   * valid until destroy; see loom_device_acts16_v1. The host asks once, after set_compute_dtype. */
+   * valid until destroy; see loom_device_acts16_v1. The host asks after set_compute_dtype, maybe
+   * more than once: each answer for a dt must be the same. */
   const struct loom_device_acts16_v1 *(*acts16)(void *ctx, loom_dtype dt);
 } loom_device_v1;
 
@@ -178,10 +179,14 @@ typedef struct loom_device_v1 {
  * the fp32 slot accumulates into (dinp, dqkv: `+=`) is widened, accumulated in fp32 and rounded
  * once. So a backend whose fp32 slots and these share their arithmetic (the same GEMM summation
  * order) gives the bits of the fp32 slots on buffers the host rounds with round_to after every
- * store; the conformance suite checks each kernel against that. Shapes and argument order are
- * those of the fp32 slots of the same name. */
+ * store; the conformance suite checks each kernel against that. One exception is allowed: a
+ * result below 2^-126 in magnitude (an fp32 subnormal) may be stored as +-0, as hardware bf16
+ * conversions (AVX512-BF16's VCVTNEPS2BF16, AMX) do. Shapes and argument order are those of the
+ * fp32 slots of the same name. */
 typedef struct loom_device_acts16_v1 {
-  loom_dtype dtype; /* the activations' element type, the dt acts16 was asked for */
+  uint32_t struct_size; /* sizeof(loom_device_acts16_v1) the backend was built with: later minors
+                           append kernels, and the host reads only what this covers */
+  loom_dtype dtype;     /* the activations' element type, the dt acts16 was asked for */
   void (*encoder_forward)(void *ctx, void *out, const int32_t *inp, const float *wte,
                           const float *wpe, int B, int T, int C);
   void (*encoder_backward)(void *ctx, float *dwte, float *dwpe, const void *dout,
