@@ -338,11 +338,17 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   st->in_flight = k;
   e->bytes[LOOM_MEM_ACTIVATIONS] =
       sat_add(sat_mul(e->bytes[LOOM_MEM_ACTIVATIONS], (uint64_t)k), e->act_recompute);
-  e->bytes[LOOM_MEM_OTHER] = sat_mul(e->bytes[LOOM_MEM_OTHER], (uint64_t)k);
+  /* only the token buffers are per micro-batch; 16-bit storage's fp32 unit work and stage are
+   * the model's, once per rank */
+  const uint64_t tokens = 2 * (uint64_t)e->micro_batch * e->seq_len * sizeof(int32_t);
+  e->bytes[LOOM_MEM_OTHER] = sat_add(e->bytes[LOOM_MEM_OTHER], sat_mul(tokens, (uint64_t)(k - 1)));
   if (P > 1) {
     snprintf(e->formula[LOOM_MEM_ACTIVATIONS], 64, "%d in flight x stage pool at B=%d, T=%d%s",
              k, e->micro_batch, e->seq_len, e->act_recompute ? " + recompute" : "");
-    snprintf(e->formula[LOOM_MEM_OTHER], 64, "%d x tokens 2*4*B*T", k);
+    const char *after = strstr(e->formula[LOOM_MEM_OTHER], "tokens 2*4*B*T");
+    char rest[64];
+    snprintf(rest, sizeof rest, "%s", after ? after + strlen("tokens 2*4*B*T") : "");
+    snprintf(e->formula[LOOM_MEM_OTHER], 64, "%d x tokens 2*4*B*T%s", k, rest);
   }
   /* a padded vocabulary's logits mask (gpt.c: Vp floats, -inf on the padded columns), once,
    * on the stage that holds the head */

@@ -5,7 +5,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from runs import records, rel
 
 work, runs = sys.argv[1], sys.argv[2:]
-CATS = ("params", "grads", "optim", "activations")
+CATS = ("params", "grads", "optim", "activations", "other")
 
 
 ok = True
