@@ -124,6 +124,33 @@ void loom__cpu_layernorm_backward(void *ctx, float *dinp, float *dweight, float 
 
 /* ---- matmul ---- */
 
+/* dbias (OC) += the column sums of dout (N,OC, dt elements: F32, BF16 or F16, widened exactly):
+ * each thread owns a column range and walks the rows in order, so every element sums its rows
+ * in row order whatever the thread count and whatever dout's dtype. */
+static void bias_colsum(float *dbias, const void *dout, loom_dtype dt, int N, int OC) {
+#pragma omp parallel if ((size_t)N * OC > LOOM_CPU_PAR_MIN)
+  {
+    int o0, o1;
+    col_range(OC, &o0, &o1);
+    float *restrict db = dbias;
+    for (int n = 0; n < N; n++) {
+      const size_t row = (size_t)n * OC;
+      if (dt == LOOM_F32) {
+        const float *restrict d = (const float *)dout + row;
+#pragma omp simd
+        for (int o = o0; o < o1; o++) db[o] += d[o];
+      } else if (dt == LOOM_BF16) {
+        const uint16_t *restrict d = (const uint16_t *)dout + row;
+#pragma omp simd
+        for (int o = o0; o < o1; o++) db[o] += loom_bf16_to_f32(d[o]);
+      } else {
+        const uint16_t *restrict d = (const uint16_t *)dout + row;
+        for (int o = o0; o < o1; o++) db[o] += loom_f16_to_f32(d[o]);
+      }
+    }
+  }
+}
+
 void loom__cpu_matmul_forward_w(void *ctx, float *out, const float *inp, const void *weight,
                                 loom_dtype wdt, const float *bias, int N, int C, int OC) {
   /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (oneDNN's bias, no extra pass) */
@@ -146,19 +173,7 @@ void loom__cpu_matmul_backward_w(void *ctx, float *dinp, float *dweight, float *
   /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
   if (dweight)
     loom__cpu_gemm(g, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, NULL, 1);
-  if (dbias) {
-#pragma omp parallel if ((size_t)N * OC > LOOM_CPU_PAR_MIN)
-    {
-      int o0, o1;
-      col_range(OC, &o0, &o1);
-      float *restrict db = dbias;
-      for (int n = 0; n < N; n++) {
-        const float *restrict d = dout + (size_t)n * OC;
-#pragma omp simd
-        for (int o = o0; o < o1; o++) db[o] += d[o];
-      }
-    }
-  }
+  if (dbias) bias_colsum(dbias, dout, LOOM_F32, N, OC);
 }
 
 void loom__cpu_matmul_backward(void *ctx, float *dinp, float *dweight, float *dbias,
@@ -194,26 +209,7 @@ void loom__cpu16_matmul_backward(void *ctx, loom_dtype dt, void *dinp, float *dw
   if (dweight) /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C), fp32 */
     loom__cpu_gemm_t(g, 1, 0, OC, C, N, 1.0f, dout, ddt, OC, inp, dt, C, 1.0f, dweight, LOOM_F32,
                      C, NULL, 1);
-  if (dbias && ddt == LOOM_F32) { /* the widened dout: the fp32 kernel's own column sums */
-    loom__cpu_matmul_backward(ctx, NULL, NULL, dbias, dout, NULL, NULL, N, C, OC);
-  } else if (dbias) { /* as the fp32 kernel: each column sums its rows in row order */
-    const uint16_t *d16 = dout;
-#pragma omp parallel if ((size_t)N * OC > LOOM_CPU_PAR_MIN)
-    {
-      int o0, o1;
-      col_range(OC, &o0, &o1);
-      float *restrict db = dbias;
-      for (int n = 0; n < N; n++) {
-        const uint16_t *restrict d = d16 + (size_t)n * OC;
-        if (dt == LOOM_BF16) {
-#pragma omp simd
-          for (int o = o0; o < o1; o++) db[o] += loom_bf16_to_f32(d[o]);
-        } else {
-          for (int o = o0; o < o1; o++) db[o] += loom_f16_to_f32(d[o]);
-        }
-      }
-    }
-  }
+  if (dbias) bias_colsum(dbias, dout, ddt, N, OC);
 }
 
 /* ---- GELU: cpu_gelu.c ---- */

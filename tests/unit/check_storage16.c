@@ -137,22 +137,29 @@ static result run(gpt_config c, const float *values) {
   return r;
 }
 
+/* Parameter values for config c's stage (its count from a table-only model, *n): O(1) normal
+ * values (init's zero biases would hide terms) rounded to dt. The caller frees them. */
+static float *stage_values(const gpt_config *c, loom_dtype dt, size_t *n) {
+  gpt_model t;
+  char err[256];
+  ck_assert_int_eq(gpt_init_ex(&t, c, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, err,
+                               sizeof err), LOOM_OK);
+  *n = t.num_parameters;
+  gpt_free(&t);
+  float *values = host_floats(*n);
+  fill_normal(values, *n, 0.3f, 7);
+  round_host(values, dt, *n);
+  return values;
+}
+
 /* 16-bit storage vs the ABI 1.3 layout with the same 16-bit values, for stage [first, end). */
 static void storage_vs_fp32_buffers(loom_dtype dt, int first, int end, const char *what) {
   gpt_config c = base;
   c.dtype = dt;
   c.pp_first = first;
   c.pp_end = end;
-  /* the stage's parameter count: from a table-only model */
-  gpt_model t;
-  char err[256];
-  ck_assert_int_eq(gpt_init_ex(&t, &c, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, err,
-                               sizeof err), LOOM_OK);
-  size_t n = t.num_parameters;
-  gpt_free(&t);
-  float *values = host_floats(n);
-  fill_normal(values, n, 0.3f, 7); /* O(1) weights: init's zero biases would hide terms */
-  round_host(values, dt, n);
+  size_t n;
+  float *values = stage_values(&c, dt, &n);
 
   result ref = run(c, values); /* fp32 buffers, 16-bit values (the 1.3 layout) */
   c.param_dtype = c.grad_dtype = dt;
@@ -209,15 +216,8 @@ static void typed_vs_fp32_acts(loom_dtype dt, int storage16, int policy, const c
   c.dtype = dt;
   c.ckpt_policy = policy;
   if (storage16) c.param_dtype = c.grad_dtype = dt;
-  gpt_model t;
-  char err[256];
-  ck_assert_int_eq(gpt_init_ex(&t, &c, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, err,
-                               sizeof err), LOOM_OK);
-  size_t n = t.num_parameters;
-  gpt_free(&t);
-  float *values = host_floats(n);
-  fill_normal(values, n, 0.3f, 7);
-  round_host(values, dt, n);
+  size_t n;
+  float *values = stage_values(&c, dt, &n);
   c.acts_f32 = 1;
   result ref = run(c, values);
   c.acts_f32 = 0;
@@ -254,10 +254,7 @@ static void typed_logits_and_rescale(loom_dtype dt) {
     gpt_model m;
     ck_assert_msg(gpt_init(&m, &c, &dev, err, sizeof err) == LOOM_OK, "gpt_init: %s", err);
     ck_assert(typed == (m.a16 != NULL));
-    n = m.num_parameters;
-    float *values = host_floats(n);
-    fill_normal(values, n, 0.3f, 7);
-    round_host(values, dt, n);
+    float *values = stage_values(&c, dt, &n);
     set_params(&m, values);
     free(values);
     gpt_zero_grad(&m);
