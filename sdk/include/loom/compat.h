@@ -16,7 +16,9 @@
  *   ABI 1.5  host: grads_predivided
  *   ABI 1.6  loom_model_v1.plan (loom_storage_plan_v1)
  *   ABI 1.7  device matmul_forward_w / matmul_backward_w (NULL: the host widens the weights)
- *   ABI 1.8  device acts16: the GPT kernels on 16-bit activations (NULL: fp32 activation buffers) */
+ *   ABI 1.8  device acts16: the GPT kernels on 16-bit activations (NULL: fp32 activation buffers)
+ *   ABI 1.9  device attention_forward_lse / attention_backward_lse, and the same two appended to
+ *            loom_device_acts16_v1 (NULL: the host keeps the (B,NH,T,T) probabilities) */
 #ifndef LOOM_COMPAT_H
 #define LOOM_COMPAT_H
 

@@ -165,6 +165,23 @@ typedef struct loom_device_v1 {
    * valid until destroy; see loom_device_acts16_v1. The host asks after set_compute_dtype, maybe
    * more than once: each answer for a dt must be the same. */
   const struct loom_device_acts16_v1 *(*acts16)(void *ctx, loom_dtype dt);
+
+  /* ---- ABI 1.9: attention without the (B,NH,T,T) probabilities (FlashAttention); NULL: the
+   * host calls attention_forward / attention_backward and keeps att and datt ---- */
+  /* attention_forward's out (B,T,NH*HS) from the same qkv, saving instead of the probabilities
+   * lse (B,NH,T) fp32: lse[b,h,t] = log sum_{s<=t} exp(S[t,s]) with S = q_t . k_s / sqrt(HS),
+   * the natural log-sum-exp of row t's causal scores (FlashAttention-2, Dao 2023, Alg. 1: the
+   * forward keeps only O and L). A backend computes it in K/V tiles with an online softmax
+   * (Milakov & Gimelshein 2018), so its scratch does not grow with T^2. */
+  void (*attention_forward_lse)(void *ctx, float *out, float *lse, const float *qkv, int B,
+                                int T, int NH, int HS);
+  /* dqkv (B,T,3*NH*HS) += the gradient of attention_forward_lse, from dout (B,T,NH*HS), the
+   * forward's qkv, its out and lse: each tile's probabilities P = exp(S - lse) are recomputed
+   * and D = rowsum(dout * out) replaces rowsum(P * dP) (FlashAttention-2, Alg. 2). No T x T
+   * buffer is passed: the backend's scratch is its own. */
+  void (*attention_backward_lse)(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                                 const float *out, const float *lse, int B, int T, int NH,
+                                 int HS);
 } loom_device_v1;
 
 /* ABI 1.8: the GPT kernels with 16-bit activations (device_v1.acts16). Every activation
@@ -212,6 +229,14 @@ typedef struct loom_device_acts16_v1 {
    * dlogits may be logits (in place) or NULL (the loss only) */
   void (*crossentropy_fused)(void *ctx, float *losses, void *dlogits, const void *logits,
                              const int32_t *targets, float dloss, int N, int V);
+  /* ABI 1.9 (present when struct_size covers them; NULL: the host uses attention_forward /
+   * attention_backward above): the lse attention of loom_device_v1 on 16-bit qkv, out, dout and
+   * dqkv; lse stays fp32 */
+  void (*attention_forward_lse)(void *ctx, void *out, float *lse, const void *qkv, int B, int T,
+                                int NH, int HS);
+  void (*attention_backward_lse)(void *ctx, void *dqkv, const void *dout, const void *qkv,
+                                 const void *out, const float *lse, int B, int T, int NH,
+                                 int HS);
 } loom_device_acts16_v1;
 
 #ifdef __cplusplus
