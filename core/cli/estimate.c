@@ -459,7 +459,9 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   /* a device plugin is found and checked like the others, never created (no GPU needed): the
    * categories below are what the model allocates through any device's table */
   snprintf(e->device, sizeof e->device, "%s", cfg->device.type[0] ? cfg->device.type : "cpu");
-  int dev_acts16 = loom__cpu_device()->acts16 != NULL; /* the device has ABI 1.8's kernels */
+  const loom_device_v1 *cpu = loom__cpu_device();
+  int dev_acts16 = cpu->acts16 != NULL; /* the device has ABI 1.8's kernels */
+  int dev_lse = cpu->attention_forward_lse && cpu->attention_backward_lse; /* and 1.9's */
   if (strcmp(e->device, "cpu") != 0) {
     loom_plugin dp;
     char de[1200];
@@ -468,6 +470,8 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
       goto out;
     }
     dev_acts16 = dp.u.device.acts16 != NULL; /* not created: its slot stands for its answer */
+    /* likewise the lse slots stand for its acts16 table's (which needs a context to ask) */
+    dev_lse = dp.u.device.attention_forward_lse && dp.u.device.attention_backward_lse;
     loom__plugin_close(&dp);
   }
   /* tensor parallel: the accounting below is per tp rank over the dp axis (psi = the local
@@ -522,6 +526,10 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
                      .ckpt_every = cfg->activation_checkpointing.every,
                      .dtype = (int)e->dtype, .param_dtype = (int)e->param_dtype,
                      .grad_dtype = (int)e->grad_dtype, .acts_typed = dev_acts16};
+  /* flash attention as the trainer decides it (model.attention "flash" on a device without
+   * the slots is the trainer's error; here it is sized as materialised) */
+  full.attn_lse = dev_lse && cfg->model.attention != LOOM_ATTN_MATERIALIZED;
+  e->attn_lse = full.attn_lse;
   /* as the trainer: the whole model without tp takes them (gpt_config.acts_typed) */
   e->acts16 = dev_acts16 && e->dtype != LOOM_F32 && e->tp == 1 && e->pp == 1;
   e->ckpt_policy = full.ckpt_policy;
@@ -602,6 +610,8 @@ static const char *policy_name(int policy) {
  *   none       sbh(16 + 48/t) + 16sb + 4as^2b/t
  *   selective  sbh(16 + 48/t) + 16sb              (the probabilities are recomputed)
  *   full       4sbh                               (the block's output, the next block's input)
+ * Flash attention (attn_lse) keeps the rows' log-sum-exp instead of the probabilities: 4asb/t
+ * in place of 4as^2b/t, and backward's (B,NH,T,T) datt scratch is gone.
  * Under bf16/fp16 the saved values (both LayerNorm outputs, the residual after attention, q k v,
  * the attention output, fc and gelu(fc)) are 2 bytes per element: sbh(10 + 24/t) + 16sb in
  * place of sbh(16 + 48/t) + 16sb (the block's output, the stats and the probabilities stay
@@ -614,15 +624,17 @@ static const char *policy_name(int policy) {
 static uint64_t block_act_bytes(const loom_estimate *e, int policy) {
   const uint64_t s = (uint64_t)e->seq_len, b = (uint64_t)e->micro_batch, h = (uint64_t)e->n_embd,
                  a = (uint64_t)e->n_head, t = (uint64_t)(e->tp > 1 ? e->tp : 1);
+  /* what attention keeps: the probabilities (4as^2b/t) or their rows' log-sum-exp (4asb/t) */
+  const uint64_t att = e->attn_lse ? 4 * a * s * b / t : 4 * a * s * s * b / t;
   if (e->acts16) { /* every tensor above in 2 bytes but the stats and the probabilities */
     if (policy == GPT_CKPT_FULL) return 2 * s * b * h;
     uint64_t kept = s * b * h * 8 + s * b * h * 24 / t + 16 * s * b;
-    return policy == GPT_CKPT_SELECTIVE ? kept : kept + 4 * a * s * s * b / t;
+    return policy == GPT_CKPT_SELECTIVE ? kept : kept + att;
   }
   if (policy == GPT_CKPT_FULL) return 4 * s * b * h;
   uint64_t kept = e->dtype != LOOM_F32 ? s * b * h * 10 + s * b * h * 24 / t + 16 * s * b
                                        : s * b * h * 16 + s * b * h * 48 / t + 16 * s * b;
-  return policy == GPT_CKPT_SELECTIVE ? kept : kept + 4 * a * s * s * b / t;
+  return policy == GPT_CKPT_SELECTIVE ? kept : kept + att;
 }
 
 static const char *precision_name(loom_dtype dt) {
@@ -724,9 +736,11 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   const int lay = e->dtype == LOOM_F32 ? 0 : e->acts16 ? 2 : 1;
   static const char *const lay_name[] = {"fp32", "16-bit saved values", "16-bit activations"};
   static const char *const lay_kept[] = {"16+48/t", "10+24/t", "8+24/t"};
-  fprintf(out, "activations per block (Korthikanti et al. 2022 Table 2 style, %s; s=T b=B h=C "
-          "a=NH t=tp): none sbh(%s)+16sb+4as^2b/t = %llu, selective sbh(%s)+16sb = %llu, full "
-          "%s = %llu; activation_checkpointing %s", lay_name[lay], lay_kept[lay],
+  fprintf(out, "activations per block (Korthikanti et al. 2022 Table 2 style, %s, %s attention; "
+          "s=T b=B h=C a=NH t=tp): none sbh(%s)+16sb+%s = %llu, selective sbh(%s)+16sb = %llu, "
+          "full %s = %llu; activation_checkpointing %s", lay_name[lay],
+          e->attn_lse ? "flash" : "materialized", lay_kept[lay],
+          e->attn_lse ? "4asb/t (lse)" : "4as^2b/t",
           (unsigned long long)block_act_bytes(e, GPT_CKPT_NONE), lay_kept[lay],
           (unsigned long long)block_act_bytes(e, GPT_CKPT_SELECTIVE), lay == 2 ? "2sbh" : "4sbh",
           (unsigned long long)block_act_bytes(e, GPT_CKPT_FULL), policy_name(e->ckpt_policy));
@@ -774,6 +788,7 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
     json_object_set_new(doc, "precision", json_string(precision_name(e->dtype)));
     json_object_set_new(doc, "grad_reduce_16bit", json_boolean(e->sync16));
     json_object_set_new(doc, "activations_16bit", json_boolean(e->acts16));
+    json_object_set_new(doc, "attention", json_string(e->attn_lse ? "flash" : "materialized"));
     json_object_set_new(doc, "param_storage", json_string(precision_name(e->param_dtype)));
     json_object_set_new(doc, "grad_storage", json_string(precision_name(e->grad_dtype)));
     json_object_set_new(

@@ -111,6 +111,8 @@ typedef struct loom_estimate {
   int grad16;               /* 16-bit gradient storage (storage16 and one micro-batch) */
   int acts16;               /* 16-bit activations end to end (gpt_config.acts_typed: a device
                                with ABI 1.8 acts16, bf16/fp16, no tp, no pipeline) */
+  int attn_lse;             /* flash attention (gpt_config.attn_lse: model.attention and a
+                               device with ABI 1.9's lse slots): no 4as^2b term, 4as lse */
   int param_elem, grad_elem, optim_k; /* bytes per element: params P, grads G, optimizer K */
   uint64_t paper_states;    /* the ZeRO paper's model states (+ ZeRO-3's gathered set) */
   char paper_formula[96];   /* "2Psi + 14Psi/N", ... */

@@ -307,8 +307,8 @@ static int plugin_section(ctx *c, const char *key, const char *dflt, const char 
 /* ---- sections ----------------------------------------------------------------------------- */
 
 static int load_model(ctx *c) {
-  static const char *const keys[] = {"vocab_size", "context_length", "n_layer", "n_head",
-                                     "n_embd",     "padded_vocab_size", NULL};
+  static const char *const keys[] = {"vocab_size", "context_length",    "n_layer", "n_head",
+                                     "n_embd",     "padded_vocab_size", "attention", NULL};
   loom_options o;
   if (section(c, "model", keys, &o)) return -1;
   loom_config *cfg = c->cfg;
@@ -321,6 +321,12 @@ static int load_model(ctx *c) {
       get_int(c, &o, "padded_vocab_size", cfg->model.vocab_size, cfg->model.vocab_size, 65536,
               &cfg->model.padded_vocab_size))
     return -1;
+  const char *attn;
+  if (loom_opt_string(&o, "attention", "auto", &attn, c->err, c->errlen)) return -1;
+  if (strcmp(attn, "auto") == 0) cfg->model.attention = LOOM_ATTN_AUTO;
+  else if (strcmp(attn, "flash") == 0) cfg->model.attention = LOOM_ATTN_FLASH;
+  else if (strcmp(attn, "materialized") == 0) cfg->model.attention = LOOM_ATTN_MATERIALIZED;
+  else return bad_choice(c, &o, "attention", "\"auto\", \"flash\" or \"materialized\"");
   if (cfg->model.n_embd % cfg->model.n_head != 0)
     return loom__opt_error(&o, "n_embd", c->err, c->errlen,
                            "expected a multiple of model.n_head (%d), got %d", cfg->model.n_head,

@@ -28,6 +28,16 @@ typedef struct loom_plugin_cfg {
                            by the config (values shared with root), freed by loom_config_free */
 } loom_plugin_cfg;
 
+/* "model.attention": "auto" (default) = flash where the device has the ABI 1.9 lse slots (and,
+ * under 16-bit activations end to end, its acts16 table has them), else materialized; "flash"
+ * refuses a device without them; "materialized" keeps the (B,NH,T,T) probabilities (today's
+ * kernels on every device: the A/B baseline). */
+typedef enum {
+  LOOM_ATTN_AUTO = 0,
+  LOOM_ATTN_FLASH = 1,
+  LOOM_ATTN_MATERIALIZED = 2
+} loom_attention_impl;
+
 typedef struct loom_config {
   char path[LOOM_PATH_MAX]; /* the file it was read from */
   json_t *root;             /* the whole document after overrides (owned) */
@@ -39,6 +49,8 @@ typedef struct loom_config {
                             * the GEMMs; the extra columns are masked out of softmax and loss */
     int context_length; /* max sequence length, default 256 */
     int n_layer, n_head, n_embd; /* defaults 4, 4, 128 */
+    int attention; /* loom_attention_impl: how attention keeps what backward needs (not part of
+                      the model's function: a checkpoint resumes under either) */
   } model;
 
   struct {

@@ -152,7 +152,8 @@ struct gpt_acts {
   float *ln1, *ln1_mean, *ln1_rstd;   /* (Lf,B,T,C), (Lf,B,T), (Lf,B,T) */
   float *qkv;                         /* (Lf,B,T,3C/tp) this rank's heads' q, k, v */
   float *atty;                        /* (Lf,B,T,C/tp) attention output before the projection */
-  float *att;                         /* (La,B,NH/tp,T,T) softmax probabilities */
+  float *att;                         /* (La,B,NH/tp,T,T) softmax probabilities, or under
+                                         attn_lse (La,B,NH/tp,T) their row log-sum-exp */
   float *residual2;                   /* (Lf,B,T,C) residual + attention branch */
   float *ln2, *ln2_mean, *ln2_rstd;   /* (Lf,B,T,C), (Lf,B,T), (Lf,B,T) */
   float *fch, *fch_gelu;              /* (Lf,B,T,4C/tp) */
@@ -166,8 +167,8 @@ struct gpt_acts {
   float *dres;     /* (B,T,C) gradient of the residual stream at the current unit */
   float *dln;      /* (B,T,C) gradient of a layernorm output (ln_1, ln_2, ln_f) */
   float *dscratch; /* head without the fused classifier: probs (B,T,V); block: dfch_gelu, dfch
-                      (B,T,4C), dqkv (B,T,3C), datty (B,T,C), datt (B,NH,T,T) -- see
-                      block_scratch() */
+                      (B,T,4C), dqkv (B,T,3C), datty (B,T,C), datt (B,NH,T,T) but for
+                      attn_lse -- see block_scratch() */
   float *losses_host; /* host (B,T): losses copied back for the mean */
   size_t pool_floats; /* capacity of pool */
   size_t tokens_cap;  /* capacity of m->inputs, m->targets, losses_host (B*T entries) */
@@ -210,6 +211,12 @@ static void kept_before(const gpt_config *c, int block0, int la, size_t *full, s
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; } /* 16 floats = 64 bytes */
 
+/* Floats attention saves per (sequence, head) for backward: the (T,T) probabilities, or under
+ * attn_lse (flash attention) the T row log-sum-exps. */
+static size_t att_per_head(const gpt_config *c, int T) {
+  return c->attn_lse ? (size_t)T : (size_t)T * T;
+}
+
 /* 1 if the kernels read and write 16-bit activation buffers (gpt_config.acts_typed, device ABI
  * 1.8): the whole model (no pipeline stage) without tensor parallel. */
 static int acts_typed(const gpt_config *c) {
@@ -250,7 +257,7 @@ static size_t block_scratch_layout(block_scratch *s, float *base, const gpt_conf
   CARVE(dfch, act_floats(c, N * 4 * Cl));
   CARVE(dqkv, act_floats(c, N * 3 * Cl));
   CARVE(datty, act_floats(c, N * Cl));
-  CARVE(datt, (size_t)B * (c->n_head / cfg_tp(c)) * T * T);
+  if (!c->attn_lse) CARVE(datt, (size_t)B * (c->n_head / cfg_tp(c)) * T * T);
 #undef CARVE
   return off;
 }
@@ -262,7 +269,7 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   size_t V = cfg_has_head(c) ? (size_t)gpt_vocab_rows(c) : 0, off = 0;
   /* tensor parallel: qkv, attention and the MLP hidden layer hold this rank's part only */
   size_t Cl = C / (size_t)cfg_tp(c), NHl = (size_t)(c->n_head / cfg_tp(c));
-  size_t Lf, La; /* blocks that keep their tensors, their attention probabilities */
+  size_t Lf, La; /* blocks that keep their tensors, their attention probabilities (or lse) */
   kept_before(c, cfg_block0(c), (int)L, &Lf, &La);
   block_scratch bs;
   size_t scratch = L ? block_scratch_layout(&bs, NULL, c, B, T) : 0;
@@ -284,7 +291,7 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   CARVE(ln1_rstd, Lf * N);
   CARVE(qkv, saved_floats(c, Lf * N * 3 * Cl));
   CARVE(atty, saved_floats(c, Lf * N * Cl));
-  CARVE(att, La * B * NHl * T * T);
+  CARVE(att, La * B * NHl * att_per_head(c, (int)T));
   CARVE(residual2, saved_floats(c, Lf * N * C));
   CARVE(ln2, saved_floats(c, Lf * N * C));
   CARVE(ln2_mean, Lf * N);
@@ -342,7 +349,7 @@ static size_t recompute_layout(block_acts *b, float *base, const gpt_config *c, 
     b->field = base ? base + off : NULL;      \
     off += round16(count);                    \
   } while (0)
-  if (any) CARVE(att, (size_t)B * NHl * T * T);
+  if (any) CARVE(att, (size_t)B * NHl * att_per_head(c, T));
   if (full) {
     CARVE(ln1, act_floats(c, N * C));
     CARVE(ln1_mean, N);
@@ -470,15 +477,23 @@ static void k_layernorm_backward(gpt_model *m, float *dinp, float *dw, float *db
   if (A16) A16->layernorm_backward(CTX, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   else OPS->layernorm_backward(CTX, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
+/* att: the probabilities, or under attn_lse the row log-sum-exps (flash attention) */
 static void k_attention_forward(gpt_model *m, float *out, float *att, const float *qkv, int B,
                                 int T, int NH, int HS) {
-  if (A16) A16->attention_forward(CTX, out, att, qkv, B, T, NH, HS);
+  if (m->cfg.attn_lse && A16) A16->attention_forward_lse(CTX, out, att, qkv, B, T, NH, HS);
+  else if (m->cfg.attn_lse) OPS->attention_forward_lse(CTX, out, att, qkv, B, T, NH, HS);
+  else if (A16) A16->attention_forward(CTX, out, att, qkv, B, T, NH, HS);
   else OPS->attention_forward(CTX, out, att, qkv, B, T, NH, HS);
 }
+/* out: the forward's output (read by the lse backward only); datt: scratch (materialised) */
 static void k_attention_backward(gpt_model *m, float *dqkv, float *datt, const float *dout,
-                                 const float *qkv, const float *att, int B, int T, int NH,
-                                 int HS) {
-  if (A16) A16->attention_backward(CTX, dqkv, datt, dout, qkv, att, B, T, NH, HS);
+                                 const float *qkv, const float *out, const float *att, int B,
+                                 int T, int NH, int HS) {
+  if (m->cfg.attn_lse && A16)
+    A16->attention_backward_lse(CTX, dqkv, dout, qkv, out, att, B, T, NH, HS);
+  else if (m->cfg.attn_lse)
+    OPS->attention_backward_lse(CTX, dqkv, dout, qkv, out, att, B, T, NH, HS);
+  else if (A16) A16->attention_backward(CTX, dqkv, datt, dout, qkv, att, B, T, NH, HS);
   else OPS->attention_backward(CTX, dqkv, datt, dout, qkv, att, B, T, NH, HS);
 }
 static void k_gelu_forward(gpt_model *m, float *out, const float *inp, size_t n) {
@@ -694,7 +709,7 @@ static void block_acts_at(const gpt_model *m, int l, block_acts *b) {
   gpt_acts *a = m->acts;
   const int B = m->B, T = m->T, la = l - cfg_block0(c);
   const size_t N = (size_t)B * T, NC = N * c->n_embd, NCl = NC / cfg_tp(c);
-  const size_t NHTT = (size_t)B * (c->n_head / cfg_tp(c)) * T * T;
+  const size_t NHTT = (size_t)B * (c->n_head / cfg_tp(c)) * att_per_head(c, T);
   block_acts scratch;
   recompute_layout(&scratch, m->recompute, c, B, T);
   if (block_full_ckpt(c, l)) {
@@ -905,13 +920,17 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   mm_backward(m, s.datty, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dres,
               load16(m, l, SAVED_ATTY, b.atty), P(GPT_ATTPROJ_W), N, Cl, C);
   store16(m, s.datty, NCl);
-  /* selective: the probabilities again from the saved q, k (the attention output it also
-   * writes goes to dfch_gelu, free by now: the saved atty stays untouched) */
+  /* selective: the probabilities (or lse) again from the saved q, k (the attention output it
+   * also writes goes to dfch_gelu, free by now: the saved atty stays untouched) */
   load16(m, l, SAVED_QKV, b.qkv); /* read by the selective recompute and attention_backward */
   if (block_checkpointed(&m->cfg, l) && !block_full_ckpt(&m->cfg, l))
     k_attention_forward(m, s.dfch_gelu, b.att, b.qkv, B, T, NH, HS);
+  /* the lse backward reads the saved output as well; 16-bit saved copies widen it into
+   * dfch_gelu (b.atty shares qkv's widening buffer), after the recompute that used it */
+  const float *atty = b.atty;
+  if (m->cfg.attn_lse && keeps16(m, l)) atty = load16(m, l, SAVED_ATTY, s.dfch_gelu);
   act_zero(m, s.dqkv, NCl * 3);
-  k_attention_backward(m, s.dqkv, s.datt, s.datty, b.qkv, b.att, B, T, NH, HS);
+  k_attention_backward(m, s.dqkv, s.datt, s.datty, b.qkv, atty, b.att, B, T, NH, HS);
   store16(m, s.dqkv, NCl * 3);
   act_zero(m, dln, NC);
   mm_backward(m, dln, G(GPT_QKV_W), G(GPT_QKV_B), s.dqkv, load16(m, l, SAVED_LN1, b.ln1),
@@ -1100,6 +1119,17 @@ static int acts16_table(const loom_dev *dev, loom_dtype dt, loom_device_acts16_v
   return LOOM_OK;
 }
 
+int gpt_device_has_attn_lse(const gpt_config *cfg, const loom_dev *dev) {
+  const loom_device_v1 *d = dev->ops;
+  if (!d->attention_forward_lse || !d->attention_backward_lse) return 0;
+  if (!acts_typed(cfg)) return 1;
+  const loom_device_acts16_v1 *t = d->acts16 ? d->acts16(dev->ctx, (loom_dtype)cfg->dtype) : NULL;
+  /* a table of an older minor ends before the 1.9 fields: they are not there */
+  size_t need = offsetof(loom_device_acts16_v1, attention_backward_lse) +
+                sizeof t->attention_backward_lse;
+  return t && t->struct_size >= need && t->attention_forward_lse && t->attention_backward_lse;
+}
+
 size_t gpt_weight_work_bytes(const gpt_model *m) {
   return m->cfg.dtype == LOOM_F32 ? 0 : wwork_size(m) * sizeof(float);
 }
@@ -1232,6 +1262,17 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
   if (acts_typed(cfg) && dev && (rc = acts16_table(dev, (loom_dtype)cfg->dtype, &a16, err,
                                                    errlen)) != LOOM_OK)
     return rc;
+  /* flash attention: the caller asks only where the device has the kernels (a missing slot
+   * here is a caller's error, named) */
+  if (cfg->attn_lse && dev && !gpt_device_has_attn_lse(cfg, dev)) {
+    if (err)
+      snprintf(err, errlen, "device '%s' (ABI %d.%d) has no attention_forward_lse / "
+               "attention_backward_lse (ABI 1.9)%s: flash attention needs them",
+               dev->ops->hdr.name, dev->ops->hdr.abi_major, dev->ops->hdr.abi_minor,
+               a16 ? " in its acts16 table" : "");
+    free(a16);
+    return LOOM_UNSUPPORTED;
+  }
   m->cfg = *cfg;
   m->cfg.tp_size = cfg_tp(cfg);
   m->cfg.pp_end = cfg_last(cfg) + 1;

@@ -95,6 +95,14 @@ typedef struct gpt_config {
    * buffers carry fp32): elsewhere the saved values alone are 16-bit, as with 0. gpt_init_ex
    * refuses it on a device without acts16 for dtype. */
   int acts_typed;
+  /* Attention's saved state (device ABI 1.9; config model.attention): 1 keeps the row
+   * log-sum-exp lse (B,NH/tp,T) fp32 instead of the probabilities att (B,NH/tp,T,T), and the
+   * backward scratch has no datt: the device's attention_forward_lse / attention_backward_lse
+   * (FlashAttention-2: tiles recomputed in backward), the acts16 table's under acts_typed. The
+   * 4as^2b term of Korthikanti et al. 2022 (Table 2) leaves every activation formula and 4as
+   * bytes per block (fp32 lse) come in. gpt_init_ex refuses it on a device without the kernels
+   * (gpt_device_has_attn_lse); 0: the materialised kernels, on every device. */
+  int attn_lse;
 } gpt_config;
 
 /* Activation checkpointing policies (Chen et al. 2016; Korthikanti et al. 2022, §5):
@@ -271,6 +279,11 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
  * buffer unless GPT_CKPT_FULL's block holds one. Same saturation as
  * gpt_activation_bytes. */
 size_t gpt_recompute_bytes(const gpt_config *cfg, int B, int T);
+
+/* 1 if dev has the lse attention kernels a model of cfg would call (gpt_config.attn_lse): the
+ * fp32 slots, and with 16-bit activations end to end (cfg->acts_typed, whole model, no tp) its
+ * acts16 table's for cfg->dtype. */
+int gpt_device_has_attn_lse(const gpt_config *cfg, const loom_dev *dev);
 
 /* Bytes of the 16-bit working weights (gpt_work_category) a model with cfg.dtype bf16/fp16
  * allocates: the largest unit's tensors of this stage (the head's with the tied wte), 64-byte

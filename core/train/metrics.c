@@ -152,6 +152,10 @@ void loom_metrics_start(loom_trainer *tr) {
   for (int i = 0; i < rt->n_parallel; i++) printf(" %s", c->parallel[i].name);
   printf(" %s%s%s\n", c->precision.name, rt->has_checkpoint ? " " : "",
          rt->has_checkpoint ? c->checkpoint.name : "");
+  /* which attention the activation peak reflects: flash keeps no (B,NH,T,T) probabilities */
+  printf("loom: attention: %s\n", rt->model.cfg.attn_lse ? "flash (row log-sum-exp saved)"
+         : c->model.attention == LOOM_ATTN_MATERIALIZED ? "materialized (model.attention)"
+         : "materialized (the device has no flash kernels)");
   if (c->activation_checkpointing.policy != GPT_CKPT_NONE) { /* what the activation peak shows */
     int k = c->activation_checkpointing.every;
     printf("loom: activation checkpointing: %s, ",

@@ -251,6 +251,15 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
     if (loom__pp_split(rt, &mc, e, sizeof e) != 0) return fail(tr, "%s: %s", cfg->path, e);
     mc = loom__pp_stage_config(rt, &mc, rt->mesh.pp_rank);
   }
+  /* flash attention (model.attention, device ABI 1.9) where the device has the kernels this
+   * model calls; "flash" insists, "materialized" keeps the (B,NH,T,T) probabilities */
+  int lse = gpt_device_has_attn_lse(&mc, &rt->dev);
+  if (cfg->model.attention == LOOM_ATTN_FLASH && !lse)
+    return fail(tr, "%s: model.attention: \"flash\", but device '%s' (ABI %d.%d) has no "
+                "attention_forward_lse / attention_backward_lse (ABI 1.9)%s: use \"auto\" or "
+                "\"materialized\"", cfg->path, dops->hdr.name, dops->hdr.abi_major,
+                dops->hdr.abi_minor, mc.acts_typed ? " for 16-bit activations" : "");
+  mc.attn_lse = lse && cfg->model.attention != LOOM_ATTN_MATERIALIZED;
   int flags = (rt->shard_params ? GPT_NO_PARAM_STORAGE : 0) |
               (rt->shard_grads ? GPT_NO_GRAD_STORAGE : 0);
   if (gpt_init_ex(&rt->model, &mc, &rt->dev, flags, e, sizeof e) != LOOM_OK)

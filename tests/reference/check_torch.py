@@ -144,6 +144,8 @@ def main():
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--exe", help="dump_gpt executable to run")
     src.add_argument("--file", help="an existing dump_gpt output")
+    ap.add_argument("--flash", action="store_true",
+                    help="loom runs flash attention (dump_gpt ... flash)")
     ap.add_argument("--workdir", help="where --exe writes its file (default: a temp dir)")
     args = ap.parse_args()
 
@@ -151,7 +153,7 @@ def main():
     if args.exe:
         workdir = args.workdir or tempfile.mkdtemp(prefix="loom_ref_")
         path = os.path.join(workdir, "gpt_reference.bin")
-        proc = subprocess.run([args.exe, path], check=False)
+        proc = subprocess.run([args.exe, path] + ["flash"] * args.flash, check=False)
         if proc.returncode != 0:
             print(f"FAIL: {args.exe} exited with {proc.returncode}")
             return 1

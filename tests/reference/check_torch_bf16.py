@@ -119,12 +119,14 @@ def gpt_forward_bf16(cfg, P, idx, targets, on=True):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--exe", required=True, help="dump_gpt executable to run")
+    ap.add_argument("--flash", action="store_true",
+                    help="loom runs flash attention (dump_gpt ... flash)")
     ap.add_argument("--workdir", help="where it writes its file (default: a temp dir)")
     args = ap.parse_args()
     torch.set_default_dtype(torch.float64)
     workdir = args.workdir or tempfile.mkdtemp(prefix="loom_ref_")
     path = os.path.join(workdir, "gpt_reference_bf16.bin")
-    proc = subprocess.run([args.exe, path, "bf16"], check=False)
+    proc = subprocess.run([args.exe, path, "bf16"] + ["flash"] * args.flash, check=False)
     if proc.returncode != 0:
         print(f"FAIL: {args.exe} exited with {proc.returncode}")
         return 1

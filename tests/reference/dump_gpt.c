@@ -92,18 +92,22 @@ static int write_dev(FILE *f, const loom_dev *dev, const void *d, loom_dtype dt,
 }
 
 int main(int argc, char **argv) {
-  int dtype = LOOM_F32;
-  if (argc == 3 && strcmp(argv[2], "bf16") == 0) dtype = LOOM_BF16;
-  else if (argc == 3 && strcmp(argv[2], "fp16") == 0) dtype = LOOM_F16;
-  else if (argc != 2) {
-    fprintf(stderr, "usage: %s OUT.bin [bf16|fp16]\n", argv[0]);
+  int dtype = LOOM_F32, flash = 0, bad_args = argc < 2;
+  for (int i = 2; i < argc; i++) {
+    if (strcmp(argv[i], "bf16") == 0) dtype = LOOM_BF16;
+    else if (strcmp(argv[i], "fp16") == 0) dtype = LOOM_F16;
+    else if (strcmp(argv[i], "flash") == 0) flash = 1; /* gpt_config.attn_lse */
+    else bad_args = 1;
+  }
+  if (bad_args) {
+    fprintf(stderr, "usage: %s OUT.bin [bf16|fp16] [flash]\n", argv[0]);
     return 2;
   }
   const gpt_config cfg = {.vocab_size = 64, .max_seq_len = 16, .n_layer = 2, .n_head = 4,
                           .n_embd = 32, .dtype = dtype,
                           /* 16-bit parameter and gradient storage, as the trainer uses it with
                            * one micro-batch per step (gpt.h) */
-                          .param_dtype = dtype, .grad_dtype = dtype};
+                          .param_dtype = dtype, .grad_dtype = dtype, .attn_lse = flash};
   const int B = 3, T = 11, V = cfg.vocab_size;
   char err[256];
   loom_dev dev;

@@ -103,6 +103,20 @@ START_TEST(test_device_copy_zero_fills) {
   ck_assert_ptr_null(d.ops->acts16);
   ck_assert_ptr_nonnull(d.ops->matmul_forward_w);
   loom__dev_close(&d);
+  /* a 1.8 table ends before the lse attention: the host keeps the probabilities */
+  loom_device_v1 v18 = *loom__cpu_device();
+  v18.hdr.struct_size = (uint32_t)offsetof(loom_device_v1, attention_forward_lse);
+  v18.hdr.abi_minor = 8;
+  poison_tail(&v18);
+  ck_assert_ptr_nonnull(v18.attention_forward_lse);
+  ck_assert_int_eq(loom__dev_open(&d, &v18, "{}", 0, err, sizeof err), LOOM_OK);
+  ck_assert_ptr_null(d.ops->attention_forward_lse);
+  ck_assert_ptr_null(d.ops->attention_backward_lse);
+  ck_assert_ptr_nonnull(d.ops->acts16);
+  gpt_config whole = {.vocab_size = 17, .max_seq_len = 8, .n_layer = 1, .n_head = 2,
+                      .n_embd = 8};
+  ck_assert_int_eq(gpt_device_has_attn_lse(&whole, &d), 0);
+  loom__dev_close(&d);
   /* a newer backend's table: the copy says how much of it this host holds, so a plugin's
    * LOOM_HAS on api->device() never reads past the host's struct */
   loom_device_v1 newer = *loom__cpu_device();
@@ -110,6 +124,45 @@ START_TEST(test_device_copy_zero_fills) {
   loom_device_v1 c;
   loom__abi_copy_device(&c, &newer);
   ck_assert_uint_eq(c.hdr.struct_size, sizeof c);
+}
+END_TEST
+
+/* A 1.9 device whose acts16 table is a 1.8 one (struct_size ends before its lse fields): flash
+ * attention is there for fp32 activations and not for 16-bit ones end to end. */
+static loom_device_acts16_v1 table_v18;
+static const loom_device_acts16_v1 *acts16_v18(void *ctx, loom_dtype dt) {
+  const loom_device_acts16_v1 *t = loom__cpu_device()->acts16(ctx, dt);
+  if (!t) return NULL;
+  memset(&table_v18, 0xA5, sizeof table_v18); /* poison: the host must not read past the size */
+  memcpy(&table_v18, t, offsetof(loom_device_acts16_v1, attention_forward_lse));
+  table_v18.struct_size = (uint32_t)offsetof(loom_device_acts16_v1, attention_forward_lse);
+  return &table_v18;
+}
+
+START_TEST(test_acts16_table_without_lse) {
+  loom_device_v1 ops = *loom__cpu_device();
+  ck_assert_ptr_nonnull(ops.attention_forward_lse);
+  loom_dev d;
+  char err[256] = "";
+  ck_assert_int_eq(loom__dev_open(&d, &ops, "{}", 0, err, sizeof err), LOOM_OK);
+  gpt_config c = {.vocab_size = 17, .max_seq_len = 8, .n_layer = 1, .n_head = 2, .n_embd = 8,
+                  .dtype = LOOM_BF16, .acts_typed = 1};
+  ck_assert_int_eq(gpt_device_has_attn_lse(&c, &d), 1); /* the CPU's own 1.9 tables */
+  gpt_config f32 = c;
+  f32.dtype = LOOM_F32, f32.acts_typed = 0;
+  ck_assert_int_eq(gpt_device_has_attn_lse(&f32, &d), 1);
+  loom__dev_close(&d);
+  ops.acts16 = acts16_v18;
+  ck_assert_int_eq(loom__dev_open(&d, &ops, "{}", 0, err, sizeof err), LOOM_OK);
+  ck_assert_int_eq(gpt_device_has_attn_lse(&c, &d), 0);
+  ck_assert_int_eq(gpt_device_has_attn_lse(&f32, &d), 1);
+  /* asked anyway (a caller's error): refused, naming the device and the slot */
+  gpt_model m;
+  c.attn_lse = 1;
+  ck_assert_int_eq(gpt_init(&m, &c, &d, err, sizeof err), LOOM_UNSUPPORTED);
+  ck_assert_msg(strstr(err, "attention_forward_lse") && strstr(err, "acts16") &&
+                strstr(err, "cpu"), "%s", err);
+  loom__dev_close(&d);
 }
 END_TEST
 
@@ -309,12 +362,12 @@ static void add_tcase(Suite *s, const char *name, const TTest *const *tests, siz
 }
 
 int main(void) {
-  static const TTest *sdk[3], *host[6];
+  static const TTest *sdk[3], *host[7];
   sdk[0] = test_has_reads_struct_size, sdk[1] = test_value_accessors;
   sdk[2] = test_plan_of_any_host;
   host[0] = test_device_copy_zero_fills, host[1] = test_loader_defaults_old_fields;
   host[2] = test_plan_fp32, host[3] = test_plan_16bit, host[4] = test_plan_legacy_plugin;
-  host[5] = test_model_view_publishes_plan;
+  host[5] = test_model_view_publishes_plan, host[6] = test_acts16_table_without_lse;
   Suite *s = suite_create("abi_compat");
   add_tcase(s, "sdk", sdk, sizeof sdk / sizeof *sdk);
   add_tcase(s, "host", host, sizeof host / sizeof *host);

@@ -7,6 +7,8 @@
  *  - memory really drops: the device's activation peak equals the slots' pools plus ONE
  *    recompute scratch (gpt_activation_bytes x slots + gpt_recompute_bytes, what `loom
  *    estimate` adds up) and orders none > selective > full;
+ *  - flash attention (attn_lse) under every policy and shape, fp32 and bf16: bitwise again, and
+ *    its pools without the (B,NH,T,T) probabilities;
  *  - an unknown policy is refused by gpt_init with a message.
  *
  * Legend: B = batch, T = time, C = n_embd, L = layers, V = vocab. */
@@ -278,6 +280,60 @@ START_TEST(test_memory_drops) {
 }
 END_TEST
 
+/* Flash attention (gpt_config.attn_lse: the rows' log-sum-exp saved, each tile's probabilities
+ * recomputed in backward) composes the same way: every policy bitwise its run without
+ * checkpointing for every shape above, fp32 and bf16 (16-bit saved copies, whose backward widens
+ * the saved attention output apart from qkv, and 16-bit activations end to end); the peak is the
+ * pools plus one scratch, and the probabilities' (B,NH,T,T) per kept block and backward's datt
+ * are gone. */
+START_TEST(test_bitwise_flash) {
+  gpt_config c = base;
+  c.attn_lse = 1;
+  bitwise_all(c, 1, "flash whole model");
+  bitwise_all(c, 2, "flash two slots");
+  gpt_config t = c;
+  t.tp_size = 2;
+  t.tp_rank = 1;
+  bitwise_all(t, 1, "flash tp 2 rank 1");
+  gpt_config st = c;
+  st.pp_first = 2;
+  bitwise_all(st, 2, "flash stage units 2..4");
+  gpt_config h = c;
+  h.dtype = LOOM_BF16;
+  bitwise_all(h, 1, "flash bf16 whole model, saved copies");
+  h.acts_typed = 1;
+  bitwise_all(h, 1, "flash bf16 whole model, 16-bit end to end");
+  h.acts_typed = 0;
+  h.pp_first = 2;
+  bitwise_all(h, 2, "flash bf16 stage units 2..4");
+}
+END_TEST
+
+START_TEST(test_memory_flash) {
+  const size_t NH = (size_t)base.n_head, L = (size_t)base.n_layer;
+  for (int slots = 1; slots <= 2; slots++) {
+    for (int policy = GPT_CKPT_NONE; policy <= GPT_CKPT_SELECTIVE; policy++) {
+      gpt_config c = with_policy(base, policy, 1);
+      c.attn_lse = 1;
+      run_result r = run(&c, slots);
+      ck_assert_msg(r.act_peak_bytes == r.act_bytes * (size_t)slots + r.recompute_bytes,
+                    "flash policy %d, %d slots: measured activation peak %zu != %zu x %d + %zu",
+                    policy, slots, r.act_peak_bytes, r.act_bytes, slots, r.recompute_bytes);
+      gpt_config mat = c;
+      mat.attn_lse = 0;
+      /* the blocks that keep their attention state keep T floats a row instead of T x T */
+      size_t kept = policy == GPT_CKPT_NONE ? L : 0;
+      ck_assert_uint_ge(gpt_activation_bytes(&mat, B, T) - r.act_bytes,
+                        kept * B * NH * (T * T - T) * sizeof(float));
+      if (policy != GPT_CKPT_NONE) /* the scratch's one block: lse instead of probabilities */
+        ck_assert_uint_eq(gpt_recompute_bytes(&mat, B, T) - r.recompute_bytes,
+                          B * NH * (T * T - T) * sizeof(float));
+      free(r.grads);
+    }
+  }
+}
+END_TEST
+
 START_TEST(test_bad_policy) {
   char err[256] = "";
   gpt_model m;
@@ -298,6 +354,8 @@ static Suite *ckpt_suite(void) {
       {"bitwise_16bit", test_bitwise_16bit},
       {"memory_16bit", test_memory_16bit},
       {"memory_drops", test_memory_drops},
+      {"bitwise_flash", test_bitwise_flash},
+      {"memory_flash", test_memory_flash},
       {"bad_policy", test_bad_policy},
   };
   /* 60 s, not Check's 4: the 16-bit cases run ~2 s alone and overran 4 s on a loaded machine */

@@ -63,9 +63,13 @@ START_TEST(every_slot_set) {
   /* ABI 1.7's 16-bit-weight GEMMs are left NULL on purpose: the host then widens the weights
    * as before (the same bits); cuda.so takes them up with 16-bit activations, on a GPU
    * (issue 19's notes). Likewise ABI 1.8's acts16 (NULL: the host keeps fp32 activation
-   * buffers) until cuda.so has 16-bit activation kernels. */
+   * buffers) until cuda.so has 16-bit activation kernels, and ABI 1.9's flash attention (NULL:
+   * the host keeps the materialised probabilities) until a GPU has run and measured a tiled
+   * kernel (issue 20's notes). */
   const void *left_null[] = {(const void *)dev->matmul_forward_w,
-                             (const void *)dev->matmul_backward_w, (const void *)dev->acts16};
+                             (const void *)dev->matmul_backward_w, (const void *)dev->acts16,
+                             (const void *)dev->attention_forward_lse,
+                             (const void *)dev->attention_backward_lse};
 #undef SLOT
   /* the lists cover the whole table: one pointer per slot after the header */
   ck_assert_uint_eq(sizeof slots / sizeof slots[0] + sizeof left_null / sizeof left_null[0],

@@ -142,7 +142,7 @@ static float forward_loss(const int32_t *inp, const int32_t *tgt, int B, int T) 
 
 /* ---- finite differences over the whole model ---- */
 
-START_TEST(test_fd_model) {
+static void fd_model(const gpt_config *cfg) {
   const int B = 2, T = 5, SAMPLES = 24;
   /* fd error: rounding of the two fp32 losses, ~6 sqrt(n) u * loss / (2 eps) ~ 1e-3 of the
    * gradient (n ~ 250 along the forward path, loss ~ 3), plus truncation eps^2 / 6 times the
@@ -150,7 +150,7 @@ START_TEST(test_fd_model) {
    * A coarse check: the strict one is the float64 PyTorch reference (tests/reference/). */
   const float eps = 1e-2f;
   const double tol = 2e-2;
-  init_model(&tiny);
+  init_model(cfg);
   randomize_params(0.3f);
   int32_t *inp = rand_tokens((size_t)B * T, tiny.vocab_size);
   int32_t *tgt = rand_tokens((size_t)B * T, tiny.vocab_size);
@@ -189,7 +189,18 @@ START_TEST(test_fd_model) {
                   p->name, e, tol, w_idx, w_an, w_fd);
     ck_assert_msg(maxfd > 0 || p->role == GPT_WPE, "%s: no sampled gradient is non-zero", p->name);
   }
-  printf("fd model: worst relative error %.2e (%s)\n", worst_all, worst_name);
+  printf("fd model%s: worst relative error %.2e (%s)\n", cfg->attn_lse ? " (flash attention)" : "",
+         worst_all, worst_name);
+}
+
+START_TEST(test_fd_model) { fd_model(&tiny); }
+END_TEST
+
+/* The same through flash attention (the rows' log-sum-exp saved, probabilities recomputed) */
+START_TEST(test_fd_model_flash) {
+  gpt_config c = tiny;
+  c.attn_lse = 1;
+  fd_model(&c);
 }
 END_TEST
 
@@ -320,12 +331,12 @@ END_TEST
 
 START_TEST(test_config_validation) {
   static const struct { gpt_config cfg; const char *needle; } bad[] = {
-      {{0, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "vocab_size"},   {{17, 0, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "max_seq_len"},
-      {{17, 8, 0, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_layer"},     {{17, 8, 2, -1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_head"},
-      {{17, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_embd"},      {{17, 8, 2, 3, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "divisible"},
-      {{17, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0}, "dtype"},
+      {{0, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "vocab_size"},   {{17, 0, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "max_seq_len"},
+      {{17, 8, 0, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_layer"},     {{17, 8, 2, -1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_head"},
+      {{17, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_embd"},      {{17, 8, 2, 3, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "divisible"},
+      {{17, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0}, "dtype"},
       /* 16-bit storage in another dtype than the compute dtype would round twice */
-      {{17, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, LOOM_BF16, LOOM_F16, 0, 0, 0, 0}, "storage"},
+      {{17, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, LOOM_BF16, LOOM_F16, 0, 0, 0, 0, 0}, "storage"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char err[256] = "";
@@ -762,6 +773,7 @@ END_TEST
 static Suite *gpt_suite(void) {
   const check_case cases[] = {
       {"fd_model", test_fd_model},
+      {"fd_model_flash", test_fd_model_flash},
       {"accum_half_dloss", test_accum_half_dloss},
       {"accum_batch_split", test_accum_batch_split},
       {"param_table", test_param_table},

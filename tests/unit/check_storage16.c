@@ -211,9 +211,12 @@ END_TEST
  * activation buffers holding the same 16-bit values (acts_f32): the same loss and gradients,
  * bit for bit, under each checkpointing policy, with fp32 or 16-bit parameter storage; and the
  * activation pool about half the size. */
+static int flash; /* the typed_vs_fp32_acts runs use flash attention (gpt_config.attn_lse) */
+
 static void typed_vs_fp32_acts(loom_dtype dt, int storage16, int policy, const char *what) {
   gpt_config c = base;
   c.dtype = dt;
+  c.attn_lse = flash;
   c.ckpt_policy = policy;
   if (storage16) c.param_dtype = c.grad_dtype = dt;
   size_t n;
@@ -289,7 +292,7 @@ START_TEST(test_acts_typed_logits_rescale) {
 }
 END_TEST
 
-START_TEST(test_acts_typed) {
+static void acts_typed_all(void) {
   for (int gemm16 = 0; gemm16 < 2; gemm16++) {
     dev.ops->set_compute_dtype(dev.ctx, gemm16 ? LOOM_BF16 : LOOM_F32);
     typed_vs_fp32_acts(LOOM_BF16, 0, GPT_CKPT_NONE, "bf16 activations");
@@ -300,6 +303,15 @@ START_TEST(test_acts_typed) {
   dev.ops->set_compute_dtype(dev.ctx, LOOM_F16);
   typed_vs_fp32_acts(LOOM_F16, 0, GPT_CKPT_NONE, "fp16 activations");
   typed_vs_fp32_acts(LOOM_F16, 1, GPT_CKPT_FULL, "fp16 activations, fp16 storage, recompute");
+}
+
+START_TEST(test_acts_typed) { acts_typed_all(); }
+END_TEST
+
+/* The same through flash attention: the acts16 table's lse kernels against the fp32 ones */
+START_TEST(test_acts_typed_flash) {
+  flash = 1;
+  acts_typed_all();
 }
 END_TEST
 
@@ -339,6 +351,7 @@ static Suite *storage_suite(void) {
       {"whole_model", test_whole_model},
       {"whole_model_16bit_gemms", test_whole_model_16bit_gemms},
       {"acts_typed", test_acts_typed},
+      {"acts_typed_flash", test_acts_typed_flash},
       {"acts_typed_logits_rescale", test_acts_typed_logits_rescale},
       {"first_stage", test_first_stage},
       {"last_stage", test_last_stage},

@@ -19,6 +19,9 @@
 # same checks hold with the 16-bit terms (checkpointed runs bitwise those without; peak = the
 # estimate to the byte; the per-layer model with 2-byte values and one (B,T,4C/tp) fp32
 # widening buffer per rank).
+# Attention is flash (the CPU device's default: the rows' log-sum-exp saved, no T x T buffer);
+# ddpmat repeats ddp with model.attention "materialized", whose (B,NH,T,T) probabilities the
+# same checks size.
 . "$(dirname "$0")/../lib/lib.sh"
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
@@ -37,7 +40,8 @@ declare -A PAR=(
   [pp2gpipe]='[{"plugin":"pipeline","size":2,"schedule":"gpipe"}]|2|2|4'
   [ddpbf16]='[{"plugin":"ddp"}]|2|4|1|bf16'
   [pp2bf16]="[$PP]|2|2|4|bf16"
-)  # parallel | ranks | micro-batch | accumulation | precision: 8 sequences per step everywhere
+  [ddpmat]='[{"plugin":"ddp"}]|2|4|1||materialized'
+)  # parallel | ranks | micro-batch | accumulation | precision | attention: 8 sequences a step
 POLICIES=(none full selective every2)
 policy_json() {
   case $1 in
@@ -46,8 +50,8 @@ policy_json() {
   esac
 }
 RUNS=()
-for strat in ddp zero3 zero2off tp2 pp2 pp2gpipe ddpbf16 pp2bf16; do
-  IFS='|' read -r par n micro accum prec <<<"${PAR[$strat]}"
+for strat in ddp zero3 zero2off tp2 pp2 pp2gpipe ddpbf16 pp2bf16 ddpmat; do
+  IFS='|' read -r par n micro accum prec attn <<<"${PAR[$strat]}"
   for pol in "${POLICIES[@]}"; do
     [ "$pol" = every2 ] && [ "${strat%bf16}" != ddp ] && [ "${strat%bf16}" != pp2 ] && continue
     [ "$pol" = selective ] && { [ "$strat" = zero2off ] || [ "$strat" = pp2gpipe ]; } && continue
@@ -56,6 +60,7 @@ for strat in ddp zero3 zero2off tp2 pp2 pp2gpipe ddpbf16 pp2bf16; do
           --set train.grad_accum_steps="$accum"
           --set "activation_checkpointing=$(policy_json "$pol")")
     [ -n "$prec" ] && args+=(--set "precision={\"plugin\":\"$prec\"}")
+    [ -n "$attn" ] && args+=(--set "model.attention=\"$attn\"")
     run "$n" "$name" "${args[@]}"
     "$LOOM" estimate "$LOOM_SRC/configs/tiny.json" --world "$n" --json "${args[@]}" \
       --set checkpoint=null >"$WORK/$name/estimate.json" || die "loom estimate failed for $name"

@@ -1,5 +1,6 @@
-# activation_checkpointing.sh: WORK RUN...: each run's activation peak and traffic = `loom
-#   estimate`'s, within 5 % of a per-layer model, none > selective > full
+# activation_checkpointing.sh, long_context.sh: WORK RUN...: each run's activation peak and
+#   traffic = `loom estimate`'s, within 5 % of a per-layer model, none > selective > full for
+#   every strategy run under the three (run names STRATEGY_POLICY)
 import json, sys
 
 work, runs = sys.argv[1], sys.argv[2:]
@@ -14,6 +15,17 @@ def last_step(path):
     return rec
 
 
+def att_bytes(est):
+    """What one block keeps of its attention, and backward's scratch for it: the probabilities
+    4as^2b/t and a (B,NH,T,T) datt, or under flash attention the rows' log-sum-exp 4asb/t and no
+    datt."""
+    m = est["model"]
+    s, b, a, t = m["seq_len"], m["micro_batch_size"], m["n_head"], est["tp"]
+    if est.get("attention") == "flash":
+        return 4 * a * s * b // t, 0
+    return 4 * a * s * s * b // t, 4 * a * s * s * b // t
+
+
 def model_bytes16(est, stage, policy, every):
     """The same under 16-bit activations end to end (estimate's activations_16bit): every tensor
     above in 2 bytes but the LayerNorm stats, the probabilities and the losses; no fp32 forward
@@ -22,7 +34,7 @@ def model_bytes16(est, stage, policy, every):
     s, b, h, a, V = m["seq_len"], m["micro_batch_size"], m["n_embd"], m["n_head"], m["vocab_size"]
     t = est["tp"]
     kept = s * b * h * 8 + s * b * h * 24 // t + 16 * s * b
-    att = 4 * a * s * s * b // t
+    att, datt = att_bytes(est)
     values = 2 * s * b * (3 * h + 12 * h // t)
     blocks = [u - 1 for u in range(stage["first_unit"], stage["last_unit"] + 1)
               if 1 <= u <= m["n_layer"]]
@@ -31,7 +43,7 @@ def model_bytes16(est, stage, policy, every):
     for l in blocks:
         pool += 2 * s * b * h if policy == "full" and ck(l) else kept + (0 if ck(l) else att)
     pool += 2 * s * b * h + 8 * s * b + 2 * s * b * V + 4 * s * b   # ln_f, logits, losses
-    block_scratch = 2 * s * b * (4 * h // t * 2 + 3 * h // t + h // t) + att
+    block_scratch = 2 * s * b * (4 * h // t * 2 + 3 * h // t + h // t) + datt
     pool += 2 * 2 * s * b * h + max(2 * s * b * V, block_scratch if blocks else 0)
     recompute = 0
     if any(ck(l) for l in blocks):
@@ -52,7 +64,7 @@ def model_bytes(est, stage, policy, every):
     t = est["tp"]
     half = est["precision"] != "fp32"
     kept = s * b * h * 16 + s * b * h * 48 // t + 16 * s * b   # ln1/ln2 out, residuals, q k v,
-    att = 4 * a * s * s * b // t                                 # attn out, fc, gelu; probs
+    att, datt = att_bytes(est)                                   # attn out, fc, gelu; probs
     values = 4 * s * b * (3 * h + 12 * h // t)                   # ln1, res2, ln2; qkv, atty, fc, gelu
     if half:
         kept -= values // 2
@@ -68,7 +80,7 @@ def model_bytes(est, stage, policy, every):
             pool += kept + (0 if ck(l) else att)
     if head:
         pool += 4 * s * b * h + 8 * s * b + 4 * s * b * V + 4 * s * b  # ln_f, logits, losses
-    block_scratch = 4 * s * b * (4 * h // t * 2 + 3 * h // t + h // t) + att
+    block_scratch = 4 * s * b * (4 * h // t * 2 + 3 * h // t + h // t) + datt
     fwd16 = 4 * s * b * (2 * h + 8 * h // t) if half and blocks else 0
     pool += 2 * 4 * s * b * h + max(4 * s * b * V if head else 0, block_scratch if blocks else 0,
                                     fwd16)
@@ -84,13 +96,14 @@ def block_model(est):
     """The per-block bytes `loom estimate` prints (Korthikanti-style), from the same terms."""
     m = est["model"]
     s, b, h, a, t = m["seq_len"], m["micro_batch_size"], m["n_embd"], m["n_head"], est["tp"]
+    att = att_bytes(est)[0]
     if est.get("activations_16bit"):
         kept = s * b * h * 8 + s * b * h * 24 // t + 16 * s * b
-        return {"none": kept + 4 * a * s * s * b // t, "selective": kept, "full": 2 * s * b * h}
+        return {"none": kept + att, "selective": kept, "full": 2 * s * b * h}
     kept = s * b * h * 16 + s * b * h * 48 // t + 16 * s * b
     if est["precision"] != "fp32":
         kept -= 2 * s * b * (3 * h + 12 * h // t)
-    return {"none": kept + 4 * a * s * s * b // t, "selective": kept, "full": 4 * s * b * h}
+    return {"none": kept + att, "selective": kept, "full": 4 * s * b * h}
 
 
 fails = 0
@@ -123,17 +136,23 @@ for name in runs:
     if ac["block_bytes"] != block_model(est):
         print(f"FAIL {name}: estimate's per-block bytes {ac['block_bytes']} != {block_model(est)}")
         fails += 1
-for strat in ("ddp", "zero3", "tp2", "pp2", "ddpbf16", "pp2bf16"):
+# every strategy run under all three policies (run names STRATEGY_POLICY)
+strategies = sorted({n.rsplit("_", 1)[0] for n in runs})
+for strat in strategies:
+    if not all(f"{strat}_{pol}" in peaks for pol in ("none", "selective", "full")):
+        continue
     p = {pol: peaks[f"{strat}_{pol}"] for pol in ("none", "selective", "full")}
     ok = p["none"] > p["selective"] > p["full"]
     print(f"{strat}: activation peak none {p['none']} > selective {p['selective']} > full "
           f"{p['full']} ({p['full'] / p['none']:.2f} of none): {'ok' if ok else 'FAIL'}")
     fails += not ok
 # tensor parallel: full recompute adds one all-reduce of B*T*C floats per block per micro-step
-tp_none, tp_full = (json.load(open(f"{work}/tp2_{p}/estimate.json")) for p in ("none", "full"))
-m = tp_full["model"]
-extra = m["n_layer"] * 2 * (2 - 1) * m["micro_batch_size"] * m["seq_len"] * m["n_embd"] * 4 // 2
-if tp_full["tp_comm_bytes"] - tp_none["tp_comm_bytes"] != extra:
+tp_none, tp_full = ((json.load(open(f"{work}/tp2_{p}/estimate.json")) if f"tp2_{p}" in runs
+                     else None) for p in ("none", "full"))
+m = tp_full["model"] if tp_full else None
+extra = (m["n_layer"] * 2 * (2 - 1) * m["micro_batch_size"] * m["seq_len"] * m["n_embd"] * 4 // 2
+         if m else 0)
+if tp_none and tp_full and tp_full["tp_comm_bytes"] - tp_none["tp_comm_bytes"] != extra:
     print(f"FAIL tp2: full recompute adds {tp_full['tp_comm_bytes'] - tp_none['tp_comm_bytes']} "
           f"bytes of f/g traffic in the estimate, expected {extra}")
     fails += 1
