@@ -39,6 +39,14 @@
                             const void *qkv, const float *att, int B, int T, int NH, int HS) {  \
     loom__cpu16_attention_backward(ctx, DT, dqkv, datt, dout, qkv, att, B, T, NH, HS);          \
   }                                                                                             \
+  static void lse_fwd_##sfx(void *ctx, void *out, float *lse, const void *qkv, int B, int T,    \
+                            int NH, int HS) {                                                   \
+    loom__cpu16_attention_forward_lse(ctx, DT, out, lse, qkv, B, T, NH, HS);                    \
+  }                                                                                             \
+  static void lse_bwd_##sfx(void *ctx, void *dqkv, const void *dout, const void *qkv,           \
+                            const void *out, const float *lse, int B, int T, int NH, int HS) {  \
+    loom__cpu16_attention_backward_lse(ctx, DT, dqkv, dout, qkv, out, lse, B, T, NH, HS);       \
+  }                                                                                             \
   static void gelu_fwd_##sfx(void *ctx, void *out, const void *inp, size_t n) {                 \
     loom__cpu16_gelu_forward(ctx, DT, out, inp, n);                                             \
   }                                                                                             \
@@ -68,6 +76,8 @@
       .gelu_backward = gelu_bwd_##sfx,                                                          \
       .residual_forward = res_fwd_##sfx,                                                        \
       .crossentropy_fused = ce_fused_##sfx,                                                     \
+      .attention_forward_lse = lse_fwd_##sfx,                                                   \
+      .attention_backward_lse = lse_bwd_##sfx,                                                  \
   };
 
 ACTS16_TABLE(bf16, LOOM_BF16)

@@ -1,7 +1,8 @@
 /* The built-in CPU device backend: its loom_device_v1 table, options, memory and the vector
  * kernels (scale, axpy, reductions). AdamW lives in cpu_adamw.c, the GPT kernels in
- * cpu_layers.c, cpu_attention.c, cpu_gelu.c and cpu_crossentropy.c, the GEMMs they call in
- * cpu_gemm.c (oneDNN). Device pointers are host pointers (LOOM_DEVICE_CAP_HOST_ADDRESSABLE).
+ * cpu_layers.c, cpu_attention.c, cpu_flash.c, cpu_gelu.c and cpu_crossentropy.c, the GEMMs they
+ * call in cpu_gemm.c (oneDNN). Device pointers are host pointers
+ * (LOOM_DEVICE_CAP_HOST_ADDRESSABLE).
  *
  * Options (the config's "device" object): {"type": "cpu", "threads": N}. threads 0 or absent
  * keeps OpenMP's default; otherwise OpenMP, which threads oneDNN as well as loom's kernels, is
@@ -82,6 +83,7 @@ static void cpu_destroy(void *ctx) {
   loom_cpu_ctx *c = ctx;
   if (c) loom__cpu_gemm_close(c->gemm);
   if (c) loom__cpu16_free(c);
+  if (c) loom__cpu_flash_free(c);
   free(c);
 }
 
@@ -209,6 +211,8 @@ static const loom_device_v1 cpu_device = {
     .matmul_forward_w = loom__cpu_matmul_forward_w,
     .matmul_backward_w = loom__cpu_matmul_backward_w,
     .acts16 = loom__cpu_acts16,
+    .attention_forward_lse = loom__cpu_attention_forward_lse,
+    .attention_backward_lse = loom__cpu_attention_backward_lse,
 };
 
 const loom_device_v1 *loom__cpu_device(void) { return &cpu_device; }

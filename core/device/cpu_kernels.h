@@ -1,7 +1,8 @@
 /* Internal to the CPU backend: the kernels defined in cpu_layers.c, cpu_attention.c,
- * cpu_gelu.c and cpu_crossentropy.c that cpu_device.c puts into its loom_device_v1 table.
- * Signatures (and their documentation) are the table's own, see loom/device_v1.h; `ctx` is the
- * backend's loom_cpu_ctx (the GEMM kernels use its oneDNN state; the others ignore it).
+ * cpu_flash.c, cpu_gelu.c and cpu_crossentropy.c that cpu_device.c puts into its loom_device_v1
+ * table. Signatures (and their documentation) are the table's own, see loom/device_v1.h; `ctx`
+ * is the backend's loom_cpu_ctx (the GEMM kernels use its oneDNN state, cpu_acts16.c and
+ * cpu_flash.c its scratch; the others ignore it).
  *
  * Legend: B = batch, T = time, C = channels, NH = heads, HS = head size, V = vocab, N = B*T rows,
  * OC = output channels. */
@@ -25,6 +26,9 @@ typedef struct loom_cpu_ctx {
   /* cpu_acts16.c's scratch, grown on first use, freed by loom__cpu16_free (destroy) */
   loom_cpu_scratch tiles16; /* per-thread fp32 tiles of the 16-bit kernels */
   loom_cpu_scratch attn16;  /* attention's fp32 copies of one batch row */
+  /* cpu_flash.c's per-thread packed heads and tiles, grown on first use, freed by
+   * loom__cpu_flash_free (destroy) */
+  loom_cpu_scratch flash;
 } loom_cpu_ctx;
 
 /* The GEMM state of a kernel's ctx. */
@@ -64,6 +68,19 @@ void loom__cpu_attention_forward(void *ctx, float *out, float *att, const float 
 void loom__cpu_attention_backward(void *ctx, float *dqkv, float *datt, const float *dout,
                                   const float *qkv, const float *att, int B, int T, int NH,
                                   int HS);
+/* ABI 1.9 (cpu_flash.c): FlashAttention-2 forward (out, lse (B,NH,T)) and backward (dqkv +=),
+ * bitwise independent of the thread count; per-thread scratch in ctx->flash */
+void loom__cpu_attention_forward_lse(void *ctx, float *out, float *lse, const float *qkv, int B,
+                                     int T, int NH, int HS);
+void loom__cpu_attention_backward_lse(void *ctx, float *dqkv, const float *dout,
+                                      const float *qkv, const float *out, const float *lse,
+                                      int B, int T, int NH, int HS);
+/* Frees ctx->flash; cpu_device.c's destroy. */
+void loom__cpu_flash_free(loom_cpu_ctx *c);
+/* Test hook: the flash micro-kernel's variant, 0 baseline, 1 AVX2+FMA, 2 AVX-512, capped at what
+ * the CPU has (negative: the best); returns the variant now in use. Call it outside parallel
+ * regions; the choice is process-wide. */
+int loom__cpu_flash_set_isa(int level);
 void loom__cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n);
 void loom__cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const float *dout,
                              size_t n);
@@ -130,6 +147,13 @@ void loom__cpu16_attention_forward(void *ctx, loom_dtype dt, void *out, float *a
 void loom__cpu16_attention_backward(void *ctx, loom_dtype dt, void *dqkv, float *datt,
                                     const void *dout, const void *qkv, const float *att, int B,
                                     int T, int NH, int HS);
+/* ABI 1.9's lse attention (cpu_flash.c): the fp32 kernels' arithmetic on heads widened at
+ * packing, out and dqkv rounded once (dqkv: widened, += the fp32 gradient, rounded) */
+void loom__cpu16_attention_forward_lse(void *ctx, loom_dtype dt, void *out, float *lse,
+                                       const void *qkv, int B, int T, int NH, int HS);
+void loom__cpu16_attention_backward_lse(void *ctx, loom_dtype dt, void *dqkv, const void *dout,
+                                        const void *qkv, const void *out, const float *lse,
+                                        int B, int T, int NH, int HS);
 void loom__cpu16_gelu_forward(void *ctx, loom_dtype dt, void *out, const void *inp, size_t n);
 void loom__cpu16_gelu_backward(void *ctx, loom_dtype dt, void *dinp, const void *inp,
                                const void *dout, size_t n);

@@ -25,6 +25,7 @@
  * with a -inf padded vocabulary and every third row ignored (target -1). Names:
  * acts16.KERNEL.SHAPE[.TAG].DTYPE[.contract]. */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,6 +248,71 @@ static void check_attention(a16 *a, int B, int T, int NH, int HS) {
   for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) dc_dfree(s, dv[i]);
 }
 
+/* ABI 1.9's lse attention on 16-bit qkv, out, dout and dqkv (lse fp32), n as device_checks_gpt.c.
+ * Present only when struct_size covers both slots (a 1.8 table is a SKIP); the contract side is
+ * the fp32 lse slots on the widened buffers, where the device has them. The backward takes the
+ * table's own 16-bit out and its lse, as the host saves them. */
+static void check_attention_lse(a16 *a, int B, int T, int NH, int HS) {
+  dc_suite *s = a->s;
+  const loom_device_v1 *o = s->ops;
+  const loom_device_acts16_v1 *t = a->t;
+  const size_t need = offsetof(loom_device_acts16_v1, attention_backward_lse) + sizeof(void *);
+  if (t->struct_size < need || (!t->attention_forward_lse && !t->attention_backward_lse)) {
+    dc_line("SKIP", name(a, "attention_lse", "", ""), "no 16-bit lse attention (ABI 1.9): the "
+            "host keeps the probabilities");
+    s->skipped++;
+    return;
+  }
+  if (!dc_have(s, name(a, "attention_forward_lse", "", ""), (void *)t->attention_forward_lse) ||
+      !dc_have(s, name(a, "attention_backward_lse", "", ""), (void *)t->attention_backward_lse))
+    return;
+  const int fp32 = o->attention_forward_lse && o->attention_backward_lse; /* the contract */
+  const size_t NC = (size_t)B * T * NH * HS, Q = 3 * NC, L = (size_t)B * NH * T;
+  float *qkv = dc_rand_f(s, Q, 1), *dout = dc_rand_f(s, NC, 1), *dq0 = dc_rand_f(s, Q, 1);
+  void *q16 = up16(a, qkv, Q), *q32 = dc_up(s, qkv, Q * 4);
+  void *o16 = dc_up(s, NULL, NC * 2), *o32 = dc_up(s, NULL, NC * 4);
+  void *lA = dc_up(s, NULL, L * 4), *l32 = dc_up(s, NULL, L * 4);
+  t->attention_forward_lse(s->ctx, o16, lA, q16, B, T, NH, HS);
+  if (fp32) o->attention_forward_lse(s->ctx, o32, l32, q32, B, T, NH, HS);
+  double *ro = malloc(NC * sizeof *ro), *ra = malloc((size_t)B * NH * T * T * sizeof *ra);
+  double *rl = malloc(L * sizeof *rl);
+  ref_attention_forward(ro, ra, qkv, B, T, NH, HS);
+  ref_attention_lse(rl, qkv, B, T, NH, HS);
+  float *ow = down16(a, o16, NC); /* the out both backwards get, widened */
+  if (fp32) {
+    out16(a, "attention_forward_lse", ".out", o16, o32, ro, NC, HS + 2.0 * T, s->u_gemm);
+    out32(a, "attention_forward_lse", ".lse", lA, l32, rl, L, HS + 1.0 * T, s->u_gemm);
+  } else {
+    float *got = dc_down(s, lA, L);
+    dc_compare16(s, name(a, "attention_forward_lse", ".out", ""), ow, ro, NC, HS + 2.0 * T,
+                 s->u_gemm, a->u16);
+    dc_compare(s, name(a, "attention_forward_lse", ".lse", ""), got, rl, L, HS + 1.0 * T,
+               s->u_gemm);
+    free(got);
+  }
+  o->from_host(s->ctx, o32, ow, NC * 4);
+  float *lh = dc_down(s, lA, L);
+  o->from_host(s->ctx, l32, lh, L * 4); /* the same lse to both backwards */
+  void *g16 = up16(a, dout, NC), *g32 = dc_up(s, dout, NC * 4);
+  void *dq16 = up16(a, dq0, Q), *dq32 = dc_up(s, dq0, Q * 4);
+  t->attention_backward_lse(s->ctx, dq16, g16, q16, o16, lA, B, T, NH, HS);
+  double *rdq = dc_to_d(dq0, Q);
+  ref_attention_backward_lse(rdq, dout, qkv, ow, B, T, NH, HS);
+  if (fp32) {
+    o->attention_backward_lse(s->ctx, dq32, g32, q32, o32, l32, B, T, NH, HS);
+    out16(a, "attention_backward_lse", ".dqkv", dq16, dq32, rdq, Q, 4.0 * T + 2.0 * HS + 2,
+          s->u_gemm);
+  } else {
+    float *got = down16(a, dq16, Q);
+    dc_compare16(s, name(a, "attention_backward_lse", ".dqkv", ""), got, rdq, Q,
+                 4.0 * T + 2.0 * HS + 2, s->u_gemm, a->u16);
+    free(got);
+  }
+  free(ro), free(ra), free(rl), free(rdq), free(ow), free(lh), free(qkv), free(dout), free(dq0);
+  void *dv[] = {q16, q32, o16, o32, lA, l32, g16, g32, dq16, dq32};
+  for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) dc_dfree(s, dv[i]);
+}
+
 /* GELU over (N, 4C): forward n = 10, backward 12; the residual n = 1, out of place and in place */
 static void check_pointwise(a16 *a, size_t M) {
   dc_suite *s = a->s;
@@ -341,6 +407,7 @@ void dc_check_acts16(dc_suite *s, const loom_device_acts16_v1 *t, const dc_shape
     if (k == 0) check_matmul(&a, tag, 1, 1, LOOM_F32, N, C, ocs[k]);
   }
   check_attention(&a, B, T, NH, C / NH);
+  check_attention_lse(&a, B, T, NH, C / NH);
   check_pointwise(&a, (size_t)N * C * 4);
   check_classifier(&a, N, V);
 }

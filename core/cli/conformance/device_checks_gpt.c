@@ -242,6 +242,42 @@ void dc_check_gpt(dc_suite *s, const dc_shape *sh) {
     dc_dfree(s, d_datt);
   }
 
+  /* ABI 1.9's lse attention (optional: both NULL is a SKIP, one of the pair a FAIL): forward
+   * out n = HS + 2T as above, lse n = HS + T (the scores, the sum); backward from the device's
+   * own out and lse, n = 4T + 2HS + 2 (the lse's HS + T feed P's recomputation, then the
+   * materialised backward's 3T + HS + 1) */
+  if (!o->attention_forward_lse && !o->attention_backward_lse) {
+    dc_line("SKIP", NAME("attention_lse", ""), "no lse attention (ABI 1.9 slots NULL): the host "
+            "keeps the probabilities");
+    s->skipped++;
+  } else if (dc_have(s, "attention_forward_lse", (void *)o->attention_forward_lse) &&
+             dc_have(s, "attention_backward_lse", (void *)o->attention_backward_lse)) {
+    const size_t Q = (size_t)N * 3 * C, L = (size_t)B * NH * T;
+    float *qkv = dc_rand_f(s, Q, 1), *dout = dc_rand_f(s, NC, 1), *dq0 = dc_rand_f(s, Q, 1);
+    void *d_qkv = dc_up(s, qkv, Q * 4), *d_out = dc_up(s, NULL, NC * 4);
+    void *d_lse = dc_up(s, NULL, L * 4);
+    o->attention_forward_lse(s->ctx, d_out, d_lse, d_qkv, B, T, NH, HS);
+    double *ro = malloc(NC * sizeof *ro), *ra = malloc((size_t)B * NH * T * T * sizeof *ra);
+    double *rl = malloc(L * sizeof *rl);
+    ref_attention_forward(ro, ra, qkv, B, T, NH, HS);
+    ref_attention_lse(rl, qkv, B, T, NH, HS);
+    float *out = dc_down(s, d_out, NC), *got = dc_down(s, d_lse, L);
+    dc_compare(s, NAME("attention_forward_lse", ".out"), out, ro, NC, HS + 2.0 * T, s->u_gemm);
+    dc_compare(s, NAME("attention_forward_lse", ".lse"), got, rl, L, HS + 1.0 * T, s->u_gemm);
+    free(got);
+    void *d_dout = dc_up(s, dout, NC * 4), *d_dq = dc_up(s, dq0, Q * 4);
+    o->attention_backward_lse(s->ctx, d_dq, d_dout, d_qkv, d_out, d_lse, B, T, NH, HS);
+    double *rdq = dc_to_d(dq0, Q);
+    ref_attention_backward_lse(rdq, dout, qkv, out, B, T, NH, HS);
+    got = dc_down(s, d_dq, Q);
+    dc_compare(s, NAME("attention_backward_lse", ".dqkv"), got, rdq, Q, 4.0 * T + 2.0 * HS + 2,
+               s->u_gemm);
+    free(got), free(out), free(ro), free(ra), free(rl), free(rdq), free(qkv), free(dout);
+    free(dq0);
+    dc_dfree(s, d_qkv), dc_dfree(s, d_out), dc_dfree(s, d_lse), dc_dfree(s, d_dout);
+    dc_dfree(s, d_dq);
+  }
+
   /* GELU over the MLP's (N, 4C): ~10 roundings per element including tanh; residual: 1 */
   if (dc_have(s, "gelu_forward", (void *)o->gelu_forward) &&
       dc_have(s, "gelu_backward", (void *)o->gelu_backward) &&

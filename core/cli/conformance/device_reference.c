@@ -165,6 +165,61 @@ void ref_attention_backward(double *dqkv, const float *dout, const float *qkv, c
           }
       }
 }
+
+void ref_attention_lse(double *lse, const float *qkv, int B, int T, int NH, int HS) {
+  const int C = NH * HS;
+  const double scale = 1.0 / sqrt((double)HS);
+  double sc[T > 0 ? T : 1];
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        double mx = -INFINITY, sum = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+          double s = 0;
+          for (int i = 0; i < HS; i++) s += QKV(b, t, 0, h, i) * QKV(b, t2, 1, h, i);
+          sc[t2] = s * scale;
+          if (sc[t2] > mx) mx = sc[t2];
+        }
+        for (int t2 = 0; t2 <= t; t2++) sum += exp(sc[t2] - mx);
+        lse[((size_t)b * NH + h) * T + t] = mx + log(sum);
+      }
+}
+
+void ref_attention_backward_lse(double *dqkv, const float *dout, const float *qkv,
+                                const float *out, int B, int T, int NH, int HS) {
+  const int C = NH * HS;
+  const double scale = 1.0 / sqrt((double)HS);
+  double p[T > 0 ? T : 1];
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const size_t o = ((size_t)b * T + t) * C + (size_t)h * HS;
+        double mx = -INFINITY, sum = 0, D = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+          double s = 0;
+          for (int i = 0; i < HS; i++) s += QKV(b, t, 0, h, i) * QKV(b, t2, 1, h, i);
+          p[t2] = s * scale;
+          if (p[t2] > mx) mx = p[t2];
+        }
+        for (int t2 = 0; t2 <= t; t2++) sum += (p[t2] = exp(p[t2] - mx));
+        for (int i = 0; i < HS; i++) D += (double)dout[o + i] * out[o + i];
+        for (int t2 = 0; t2 <= t; t2++) {
+          const double pt = p[t2] / sum;
+          double dp = 0;
+          for (int i = 0; i < HS; i++) {
+            dp += (double)dout[o + i] * QKV(b, t2, 2, h, i);
+            dqkv[((size_t)b * T + t2) * 3 * C + 2 * (size_t)C + (size_t)h * HS + i] +=
+                pt * dout[o + i];
+          }
+          const double ds = pt * (dp - D) * scale;
+          for (int i = 0; i < HS; i++) {
+            dqkv[((size_t)b * T + t) * 3 * C + (size_t)h * HS + i] += ds * QKV(b, t2, 1, h, i);
+            dqkv[((size_t)b * T + t2) * 3 * C + (size_t)C + (size_t)h * HS + i] +=
+                ds * QKV(b, t, 0, h, i);
+          }
+        }
+      }
+}
 #undef QKV
 
 #define GELU_S 0.7978845608028654 /* sqrt(2/pi) */

@@ -29,6 +29,12 @@ void ref_attention_forward(double *out, double *att, const float *qkv, int B, in
                            int HS);
 void ref_attention_backward(double *dqkv, const float *dout, const float *qkv, const float *att,
                             int B, int T, int NH, int HS);
+/* ABI 1.9: lse (B,NH,T) = log sum_{s<=t} exp(q_t . k_s / sqrt(HS)), natural log */
+void ref_attention_lse(double *lse, const float *qkv, int B, int T, int NH, int HS);
+/* dqkv += attention_backward_lse's gradient: the probabilities exact from qkv, D = rowsum(dout
+ * * out) from the given out (FlashAttention-2's definition, so a 16-bit out enters as given) */
+void ref_attention_backward_lse(double *dqkv, const float *dout, const float *qkv,
+                                const float *out, int B, int T, int NH, int HS);
 void ref_gelu_forward(double *out, const float *inp, size_t n);
 void ref_gelu_backward(double *dinp, const float *inp, const float *dout, size_t n);
 void ref_crossentropy_forward(double *losses, double *probs, const float *logits,
