@@ -81,6 +81,8 @@ void loom__cpu_flash_free(loom_cpu_ctx *c);
  * the CPU has (negative: the best); returns the variant now in use. Call it outside parallel
  * regions; the choice is process-wide. */
 int loom__cpu_flash_set_isa(int level);
+/* Test hook: out[i] = exp(in[i] - sub) with the flash kernels' own exp (that variant's) */
+void loom__cpu_flash_exp_sub(float *out, const float *in, size_t n, float sub);
 void loom__cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n);
 void loom__cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const float *dout,
                              size_t n);
