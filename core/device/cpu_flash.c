@@ -39,6 +39,7 @@
  * of memory: a message and abort, as the 16-bit kernels. */
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -144,8 +145,9 @@ INL void gemm(const int RMAX, const int NVMAX, int M, int N, int K, const float 
  * Taylor polynomial (relative error < 5e-16, r^7/7!), then rounded to float once. So the result
  * is the correctly rounded exp except within ~1e-15 (relative) of a rounding boundary: at least
  * as accurate as cpu_exp.c's loom__cpu_exp_sub (3e-13), which the unit test compares it with,
- * and two thirds of its cost (its polynomial is degree 10 over |r| <= ln2/2). Arguments are
- * clamped as there: below -200 the result is 0, above 89 inf; NaN stays NaN. */
+ * for fewer operations (its polynomial is degree 10 over |r| <= ln2/2), inlined into the row
+ * loops. x - sub is taken in double (exact), not rounded to float first. Arguments are clamped
+ * as there: below -200 the result is 0, above 89 inf; NaN stays NaN. */
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef double v8d __attribute__((vector_size(64)));
@@ -153,14 +155,21 @@ typedef int64_t v8l __attribute__((vector_size(64)));
 #define D8(x) ((v8d){x, x, x, x, x, x, x, x})
 #define L8(x) ((v8l){x, x, x, x, x, x, x, x})
 
-static double exp2_tab[16]; /* 2^(j/16), filled by pick_variant before any use */
+/* 2^(j/16), j = 0..15, correctly rounded (from 60-digit decimal powers) */
+static const double exp2_tab[16] = {
+    0x1.0000000000000p+0, 0x1.0b5586cf9890fp+0, 0x1.172b83c7d517bp+0, 0x1.2387a6e756238p+0,
+    0x1.306fe0a31b715p+0, 0x1.3dea64c123422p+0, 0x1.4bfdad5362a27p+0, 0x1.5ab07dd485429p+0,
+    0x1.6a09e667f3bcdp+0, 0x1.7a11473eb0187p+0, 0x1.8ace5422aa0dbp+0, 0x1.9c49182a3f090p+0,
+    0x1.ae89f995ad3adp+0, 0x1.c199bdd85529cp+0, 0x1.d5818dcfba487p+0, 0x1.ea4afa2a490dap+0,
+};
 
 INL v8d dsel(v8l m, v8d a, v8d b) { return (v8d)(((v8l)a & m) | ((v8l)b & ~m)); }
 
 INL v8f exp8(v8f xf, float sub) {
   const v8d shift = D8(0x1.8p52); /* kd + shift rounds kd to an integer, held in the low bits */
-  v8d x = __builtin_convertvector(xf, v8d) - D8((double)sub);
-  const v8l nan = x != x;
+  const v8d x0 = __builtin_convertvector(xf, v8d) - D8((double)sub);
+  const v8l nan = x0 != x0;
+  v8d x = x0;
   x = dsel(x < D8(-200.0), D8(-200.0), x);
   x = dsel(x > D8(89.0), D8(89.0), x);
   x = dsel(nan, D8(0.0), x);
@@ -181,7 +190,7 @@ INL v8f exp8(v8f xf, float sub) {
   p = p * r + D8(0.5);
   p = p * r + D8(1.0);
   p = p * r + D8(1.0);
-  const v8d y = dsel(nan, __builtin_convertvector(xf, v8d), p * scale);
+  const v8d y = dsel(nan, x0, p * scale);
   return __builtin_convertvector(y, v8f);
 }
 
@@ -214,8 +223,9 @@ INL float exp_row(float *row, int n, float sub) {
 
 /* ---- the variant (by ISA) ---- */
 
-/* 0 baseline, 1 AVX2+FMA, 2 AVX-512; -1 until chosen (outside parallel regions) */
-static int flash_isa = -1;
+/* 0 baseline, 1 AVX2+FMA, 2 AVX-512; -1 until chosen. Atomic: two contexts may start kernels
+ * from two threads at once (each computes the same value). */
+static atomic_int flash_isa = -1;
 
 static int best_isa(void) {
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -227,17 +237,18 @@ static int best_isa(void) {
 }
 
 static int pick_variant(void) {
-  if (!exp2_tab[0])
-    for (int j = 0; j < 16; j++) exp2_tab[j] = (double)exp2l((long double)j / 16);
-  if (flash_isa < 0) flash_isa = best_isa();
-  return flash_isa;
+  int isa = atomic_load_explicit(&flash_isa, memory_order_relaxed);
+  if (isa < 0) {
+    isa = best_isa();
+    atomic_store_explicit(&flash_isa, isa, memory_order_relaxed);
+  }
+  return isa;
 }
 
 int loom__cpu_flash_set_isa(int level) {
-  const int best = best_isa();
-  pick_variant();
-  flash_isa = level < 0 || level > best ? best : level;
-  return flash_isa;
+  const int best = best_isa(), isa = level < 0 || level > best ? best : level;
+  atomic_store_explicit(&flash_isa, isa, memory_order_relaxed);
+  return isa;
 }
 
 /* ---- scratch and element access ---- */
