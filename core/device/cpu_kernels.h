@@ -68,8 +68,11 @@ void loom__cpu_attention_forward(void *ctx, float *out, float *att, const float 
 void loom__cpu_attention_backward(void *ctx, float *dqkv, float *datt, const float *dout,
                                   const float *qkv, const float *att, int B, int T, int NH,
                                   int HS);
-/* ABI 1.9 (cpu_flash.c): FlashAttention-2 forward (out, lse (B,NH,T)) and backward (dqkv +=),
- * bitwise independent of the thread count; per-thread scratch in ctx->flash */
+/* ABI 1.9 (cpu_flash.c): FlashAttention-2. Forward: out (B,T,C) and lse (B,NH,T) fp32 from
+ * qkv (B,T,3C); backward: dqkv (B,T,3C) += the gradient from dout (B,T,C), qkv, the forward's
+ * out and lse (Dao 2023, Alg. 1 and 2). Every buffer is the caller's; the only memory of the
+ * kernels is ctx->flash (per-thread, grown on demand, kept until destroy; abort when out of
+ * memory). Results are bitwise independent of the thread count. */
 void loom__cpu_attention_forward_lse(void *ctx, float *out, float *lse, const float *qkv, int B,
                                      int T, int NH, int HS);
 void loom__cpu_attention_backward_lse(void *ctx, float *dqkv, const float *dout,
@@ -81,6 +84,8 @@ void loom__cpu_flash_free(loom_cpu_ctx *c);
  * the CPU has (negative: the best); returns the variant now in use. Call it outside parallel
  * regions; the choice is process-wide. */
 int loom__cpu_flash_set_isa(int level);
+/* Test hook: out[i] = exp(in[i] - sub) with the flash kernels' own exp (that variant's) */
+void loom__cpu_flash_exp_sub(float *out, const float *in, size_t n, float sub);
 void loom__cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n);
 void loom__cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const float *dout,
                              size_t n);

@@ -72,7 +72,7 @@ static void close_to(const char *what, shape s, const float *got, const double *
   size_t w = 0;
   for (size_t i = 0; i < n; i++) {
     const double d = fabs((double)got[i] - ref[i]);
-    ck_assert_msg(isfinite(got[i]), "%s: element %zu is %g", what, i, (double)got[i]);
+    if (!isfinite(got[i])) ck_abort_msg("%s: element %zu is %g", what, i, (double)got[i]);
     if (d > maxd) maxd = d, w = i;
     if (fabs(ref[i]) > maxr) maxr = fabs(ref[i]);
   }
@@ -210,11 +210,11 @@ END_TEST
 
 /* ---- thread-count independence ---- */
 
-static void bits_eq(const char *what, const float *a, const float *b, size_t n, int nt) {
+/* b (n) == a bit for bit; `what` names the pair */
+static void bits_eq(const char *what, const float *a, const float *b, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (memcmp(a + i, b + i, sizeof(float)) != 0)
-      ck_abort_msg("%s with %d threads: element %zu is %.9g, with 1 thread %.9g", what, nt, i,
-                   (double)b[i], (double)a[i]);
+      ck_abort_msg("%s: element %zu is %.9g, want %.9g", what, i, (double)b[i], (double)a[i]);
 }
 
 START_TEST(test_threads) {
@@ -235,9 +235,13 @@ START_TEST(test_threads) {
     }
     omp_set_num_threads(2);
     for (int nt = 2; nt <= 3; nt++) {
-      bits_eq("forward out", out[0], out[nt - 1], NO, nt);
-      bits_eq("forward lse", lse[0], lse[nt - 1], NL, nt);
-      bits_eq("backward dqkv", dq[0], dq[nt - 1], NQ, nt);
+      char nm[80];
+      snprintf(nm, sizeof nm, "forward out, %d threads vs 1", nt);
+      bits_eq(nm, out[0], out[nt - 1], NO);
+      snprintf(nm, sizeof nm, "forward lse, %d threads vs 1", nt);
+      bits_eq(nm, lse[0], lse[nt - 1], NL);
+      snprintf(nm, sizeof nm, "backward dqkv, %d threads vs 1", nt);
+      bits_eq(nm, dq[0], dq[nt - 1], NQ);
     }
     printf("threads B=%d T=%d NH=%d HS=%d: 1, 2, 3 threads bitwise equal\n", s.B, s.T, s.NH,
            s.HS);
@@ -282,7 +286,8 @@ static void acts16_case(loom_dtype dt, shape s) {
   loom__cpu16_attention_forward_lse(ctx, dt, o16, lse16, q16, s.B, s.T, s.NH, s.HS);
   loom__cpu_attention_forward_lse(ctx, o32, lse32, q32, s.B, s.T, s.NH, s.HS);
   eq16(dt, o16, o32, NO, "forward out", s);
-  bits_eq("16-bit forward lse", lse32, lse16, NL, 0);
+  bits_eq(dt == LOOM_BF16 ? "bf16 forward lse vs fp32" : "fp16 forward lse vs fp32", lse32,
+          lse16, NL);
   /* the backward on the 16-bit forward's out (what the host saves), widened for the fp32 one */
   float *ow = host_scratch(NO * 4);
   for (size_t i = 0; i < NO; i++) ow[i] = from16(dt, o16[i]);
@@ -311,6 +316,57 @@ START_TEST(test_acts16) {
 }
 END_TEST
 
+/* ---- the softmax's exp ---- */
+
+/* distance in units in the last place between two finite floats of the same sign, or 0 / a
+ * large value for equal / differing specials */
+static int64_t ulps(float a, float b) {
+  if (isnan(a) || isnan(b)) return isnan(a) && isnan(b) ? 0 : INT32_MAX;
+  int32_t ia, ib;
+  memcpy(&ia, &a, 4), memcpy(&ib, &b, 4);
+  return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
+}
+
+/* The flash exp (every variant) against the correctly rounded exp(x - sub) (float64 exp, then
+ * one rounding) and against cpu_exp.c's: at most one ulp off, and off at all only within
+ * ~1e-15 of a rounding boundary (a few per hundred million arguments: none are expected here);
+ * clamps, infinities, NaN, zero and subnormal results as expf. */
+START_TEST(test_exp) {
+  const size_t n = (size_t)1 << 21;
+  float *x = host_scratch(n * 4), *got = host_scratch(n * 4), *old = host_scratch(n * 4);
+  const float special[] = {-INFINITY, INFINITY, NAN, -200.5f, -150.0f, -103.9f, -87.5f, 0.0f,
+                           -0.0f, 1e-30f, 88.7f, 89.5f, 120.0f};
+  const size_t ns = sizeof special / sizeof special[0];
+  for (size_t i = 0; i < n; i++) x[i] = i < ns ? special[i] : (float)(-60.0 + 65.0 * urand());
+  const float subs[] = {0.0f, 3.25f, -7.0f};
+  const int best = loom__cpu_flash_set_isa(-1);
+  for (int isa = 0; isa <= best; isa++) {
+    loom__cpu_flash_set_isa(isa);
+    for (int k = 0; k < 3; k++) {
+      const float sub = subs[k];
+      loom__cpu_flash_exp_sub(got, x, n, sub);
+      if (sub == 0.0f) loom__cpu_exp_sub(old, x, n, 0.0f);
+      size_t off = 0, off_old = 0;
+      for (size_t i = 0; i < n; i++) {
+        const float want = (float)exp((double)x[i] - sub);
+        const int64_t d = ulps(got[i], want);
+        if (d > 1) /* not ck_assert in the loop: each one is a message to Check's parent */
+          ck_abort_msg("isa %d: exp(%a - %a) = %a, want %a", isa, (double)x[i], (double)sub,
+                       (double)got[i], (double)want);
+        off += d != 0;
+        if (sub == 0.0f) off_old += ulps(got[i], old[i]) != 0;
+      }
+      printf("exp isa %d sub %g: %zu of %zu one ulp from correctly rounded", isa, (double)sub,
+             off, n);
+      if (sub == 0.0f) printf(", %zu differ from loom__cpu_exp_sub", off_old);
+      printf("\n");
+      ck_assert_uint_le(off, 2);
+    }
+  }
+  loom__cpu_flash_set_isa(-1);
+}
+END_TEST
+
 /* ---- the tables ---- */
 
 START_TEST(test_tables) {
@@ -332,7 +388,7 @@ static Suite *flash_suite(void) {
   const check_case cases[] = {
       {"reference", test_reference}, {"finite_differences", test_finite_differences},
       {"threads", test_threads},     {"acts16", test_acts16},
-      {"tables", test_tables},
+      {"exp", test_exp},             {"tables", test_tables},
   };
   return check_case_suite("flash", CHECK_CASES(cases), setup, teardown, 300);
 }

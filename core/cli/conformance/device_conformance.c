@@ -10,7 +10,8 @@
  * set_compute_dtype(bf16): a bf16 GEMM with fp32 accumulation is then exact on its inputs, so
  * the fp32 bound stands. round_to and convert are checked bitwise. The bf16 pass ends with ABI
  * 1.8's acts16 tables, bf16 then fp16 (device_checks_acts16.c: one 16-bit store more in the
- * bound, and bitwise the fp32 slots plus round_to). A device whose create_ex
+ * bound, and bitwise the fp32 slots plus round_to). ABI 1.9's lse attention (fp32 and acts16) is
+ * checked where set, reported SKIP where NULL (the host keeps att). A device whose create_ex
  * refuses (no GPU, no driver) is reported SKIP with its reason, exit 0. */
 #include <jansson.h>
 #include <math.h>
