@@ -125,7 +125,10 @@ static int check_model(loom_runtime *rt, char *err, size_t errlen) {
                      .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
                      .tp_size = rt->mesh.tp, .tp_rank = 0,
                      .ckpt_policy = cfg->activation_checkpointing.policy,
-                     .ckpt_every = cfg->activation_checkpointing.every};
+                     .ckpt_every = cfg->activation_checkpointing.every,
+                     /* the smaller layout unless the config insists on the probabilities:
+                      * this check refuses only what no device could hold */
+                     .attn_lse = cfg->model.attention != LOOM_ATTN_MATERIALIZED};
   if (rt->mesh.pp > 1 && loom__pp_split(rt, &full, e, sizeof e) != 0)
     return fail(err, errlen, "%s: %s", cfg->path, e);
   for (int s = 0; s < rt->mesh.pp; s++) {

@@ -24,8 +24,12 @@ float64 model. (Compared plainly
 with the reference's gradients rounded to bf16, 28 of 30 tensors are bitwise equal and one
 element of h.0.attn.qkv.weight lands one bf16 unit away: 4.8e-4 of the tensor's maximum.)
 
+--flash: loom runs flash attention, whose backward takes D = rowsum(dout * out) from the stored
+(bf16) attention output; the reference does the same (FlashAttention below), every other
+rounding point unchanged.
+
 Exit status: 0 pass, 1 fail, 77 when this interpreter cannot import torch (ctest SKIP).
-Usage: /usr/bin/python3 check_torch_bf16.py --exe DUMP_GPT [--workdir DIR]
+Usage: /usr/bin/python3 check_torch_bf16.py --exe DUMP_GPT [--workdir DIR] [--flash]
 """
 import argparse
 import math
@@ -87,8 +91,33 @@ def fwd_round(x):
     return x + (to_bf16(x) - x).detach()
 
 
-def gpt_forward_bf16(cfg, P, idx, targets, on=True):
-    """loom's GPT-2 with loom's bf16 rounding points (on=False: none, the float64 model)."""
+class FlashAttention(torch.autograd.Function):
+    """Causal attention as loom's flash backward computes it (--flash): the same forward, and a
+    backward whose D = rowsum(dout * out) reads the stored output, i.e. out rounded to bf16
+    (FlashAttention-2, Alg. 2, on the value the model keeps), where autograd's softmax backward
+    takes rowsum(P * dP) of the unrounded product: one rounding point more."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal):
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        att = torch.softmax(att.masked_fill(~causal, float("-inf")), dim=-1)
+        y = att @ v
+        ctx.save_for_backward(q, k, v, att, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        q, k, v, att, y = ctx.saved_tensors
+        dv = att.transpose(-2, -1) @ g
+        dp = g @ v.transpose(-2, -1)
+        d = (g * to_bf16(y)).sum(-1, keepdim=True)
+        ds = att * (dp - d) / math.sqrt(q.shape[-1])
+        return ds @ k, ds.transpose(-2, -1) @ q, dv, None
+
+
+def gpt_forward_bf16(cfg, P, idx, targets, on=True, flash=False):
+    """loom's GPT-2 with loom's bf16 rounding points (on=False: none, the float64 model; flash:
+    attention's backward as FlashAttention)."""
     S = Store16.apply if on else (lambda x: x)
     F = fwd_round if on else (lambda x: x)
     B, T = idx.shape
@@ -102,9 +131,13 @@ def gpt_forward_bf16(cfg, P, idx, targets, on=True):
         h = S(ref.layernorm(x, p("ln_1.weight"), p("ln_1.bias")))
         qkv = S(h @ p("attn.qkv.weight").T + p("attn.qkv.bias"))
         q, k, v = (t.reshape(B, T, NH, HS).transpose(1, 2) for t in qkv.split(C, dim=-1))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(HS)  # the fused fp32 attention core
-        att = torch.softmax(att.masked_fill(~causal, float("-inf")), dim=-1)
-        y = S((att @ v).transpose(1, 2).reshape(B, T, C))
+        if on and flash:
+            y = FlashAttention.apply(q, k, v, causal)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(HS)  # the fused fp32 attention core
+            att = torch.softmax(att.masked_fill(~causal, float("-inf")), dim=-1)
+            y = att @ v
+        y = S(y.transpose(1, 2).reshape(B, T, C))
         x = S(x + F(y @ p("attn.proj.weight").T + p("attn.proj.bias")))
         h = S(ref.layernorm(x, p("ln_2.weight"), p("ln_2.bias")))
         h = S(ref.gelu_tanh(S(h @ p("mlp.fc.weight").T + p("mlp.fc.bias"))))
@@ -135,7 +168,7 @@ def main():
     runs = {}
     for on in (True, False):
         P = {n: p.clone().requires_grad_(True) for n, p in params.items()}
-        lg, ls = gpt_forward_bf16(cfg, P, inputs, targets, on)
+        lg, ls = gpt_forward_bf16(cfg, P, inputs, targets, on, args.flash)
         ls.backward()
         runs[on] = (lg.detach(), ls.detach(), {n: P[n].grad for n in P})
 

@@ -19,8 +19,10 @@ MODEL=(--set model.n_head=4 --set model.n_layer=3 --set model.context_length=$T
        --set train.eval_batches=1 --set lr_schedule.warmup_steps=1)
 declare -A PAR=(
   [one]='[]|1|1|2'
-  [pp2]='[{"plugin":"pipeline","size":2,"schedule":"1f1b"}]|2|1|2'
-)  # parallel | ranks | micro-batch | accumulation: 2 sequences of 2048 tokens per step
+  [pp2]='[{"plugin":"pipeline","size":2,"schedule":"1f1b","stages":[3,2]}]|2|1|2'
+)  # parallel | ranks | micro-batch | accumulation: 2 sequences of 2048 tokens per step (stage 0,
+   # whose rank the checks measure, holds the embedding and 2 blocks: at T = 2048 wpe would
+   # draw the balanced split's blocks to stage 1)
 RUNS=()
 for strat in one pp2; do
   IFS='|' read -r par n micro accum <<<"${PAR[$strat]}"
