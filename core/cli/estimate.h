@@ -112,7 +112,7 @@ typedef struct loom_estimate {
   int acts16;               /* 16-bit activations end to end (gpt_config.acts_typed: a device
                                with ABI 1.8 acts16, bf16/fp16, no tp, no pipeline) */
   int attn_lse;             /* flash attention (gpt_config.attn_lse: model.attention and a
-                               device with ABI 1.9's lse slots): no 4as^2b term, 4as lse */
+                               device with ABI 1.9's lse slots): 4asb/t of lse for 4as^2b/t */
   int param_elem, grad_elem, optim_k; /* bytes per element: params P, grads G, optimizer K */
   uint64_t paper_states;    /* the ZeRO paper's model states (+ ZeRO-3's gathered set) */
   char paper_formula[96];   /* "2Psi + 14Psi/N", ... */

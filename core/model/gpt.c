@@ -258,6 +258,7 @@ static size_t block_scratch_layout(block_scratch *s, float *base, const gpt_conf
   CARVE(dqkv, act_floats(c, N * 3 * Cl));
   CARVE(datty, act_floats(c, N * Cl));
   if (!c->attn_lse) CARVE(datt, (size_t)B * (c->n_head / cfg_tp(c)) * T * T);
+  else s->datt = NULL; /* flash attention: no (B,NH,T,T) scratch */
 #undef CARVE
   return off;
 }
@@ -1269,7 +1270,8 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
       snprintf(err, errlen, "device '%s' (ABI %d.%d) has no attention_forward_lse / "
                "attention_backward_lse (ABI 1.9)%s: flash attention needs them",
                dev->ops->hdr.name, dev->ops->hdr.abi_major, dev->ops->hdr.abi_minor,
-               a16 ? " in its acts16 table" : "");
+               dev->ops->attention_forward_lse && dev->ops->attention_backward_lse
+                   ? " in its acts16 table" : "");
     free(a16);
     return LOOM_UNSUPPORTED;
   }

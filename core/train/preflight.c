@@ -125,10 +125,15 @@ static int check_model(loom_runtime *rt, char *err, size_t errlen) {
                      .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
                      .tp_size = rt->mesh.tp, .tp_rank = 0,
                      .ckpt_policy = cfg->activation_checkpointing.policy,
-                     .ckpt_every = cfg->activation_checkpointing.every,
-                     /* the smaller layout unless the config insists on the probabilities:
-                      * this check refuses only what no device could hold */
-                     .attn_lse = cfg->model.attention != LOOM_ATTN_MATERIALIZED};
+                     .ckpt_every = cfg->activation_checkpointing.every};
+  /* model.attention "flash" on a device without the ABI 1.9 slots: train's refusal (its acts16
+   * table's slots, which need the precision's dtype, train checks itself) */
+  const loom_device_v1 *d = rt->dev.ops;
+  if (cfg->model.attention == LOOM_ATTN_FLASH && d &&
+      (!d->attention_forward_lse || !d->attention_backward_lse))
+    return fail(err, errlen, "%s: model.attention: \"flash\", but device '%s' (ABI %d.%d) has "
+                "no attention_forward_lse / attention_backward_lse (ABI 1.9): use \"auto\" or "
+                "\"materialized\"", cfg->path, d->hdr.name, d->hdr.abi_major, d->hdr.abi_minor);
   if (rt->mesh.pp > 1 && loom__pp_split(rt, &full, e, sizeof e) != 0)
     return fail(err, errlen, "%s: %s", cfg->path, e);
   for (int s = 0; s < rt->mesh.pp; s++) {

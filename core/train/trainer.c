@@ -258,7 +258,9 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
     return fail(tr, "%s: model.attention: \"flash\", but device '%s' (ABI %d.%d) has no "
                 "attention_forward_lse / attention_backward_lse (ABI 1.9)%s: use \"auto\" or "
                 "\"materialized\"", cfg->path, dops->hdr.name, dops->hdr.abi_major,
-                dops->hdr.abi_minor, mc.acts_typed ? " for 16-bit activations" : "");
+                dops->hdr.abi_minor,
+                dops->attention_forward_lse && dops->attention_backward_lse
+                    ? " in its acts16 table (16-bit activations)" : "");
   mc.attn_lse = lse && cfg->model.attention != LOOM_ATTN_MATERIALIZED;
   int flags = (rt->shard_params ? GPT_NO_PARAM_STORAGE : 0) |
               (rt->shard_grads ? GPT_NO_GRAD_STORAGE : 0);

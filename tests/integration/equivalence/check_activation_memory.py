@@ -140,6 +140,7 @@ for name in runs:
 strategies = sorted({n.rsplit("_", 1)[0] for n in runs})
 for strat in strategies:
     if not all(f"{strat}_{pol}" in peaks for pol in ("none", "selective", "full")):
+        print(f"{strat}: not run under all three policies, no order to check")
         continue
     p = {pol: peaks[f"{strat}_{pol}"] for pol in ("none", "selective", "full")}
     ok = p["none"] > p["selective"] > p["full"]
@@ -147,8 +148,10 @@ for strat in strategies:
           f"{p['full']} ({p['full'] / p['none']:.2f} of none): {'ok' if ok else 'FAIL'}")
     fails += not ok
 # tensor parallel: full recompute adds one all-reduce of B*T*C floats per block per micro-step
-tp_none, tp_full = ((json.load(open(f"{work}/tp2_{p}/estimate.json")) if f"tp2_{p}" in runs
-                     else None) for p in ("none", "full"))
+# (a caller with tp2 runs has both; one without has neither: a missing one is a KeyError)
+has_tp2 = any(n.startswith("tp2_") for n in runs)
+tp_none, tp_full = ((json.load(open(f"{work}/tp2_{p}/estimate.json")) if has_tp2 else None)
+                    for p in ("none", "full"))
 m = tp_full["model"] if tp_full else None
 extra = (m["n_layer"] * 2 * (2 - 1) * m["micro_batch_size"] * m["seq_len"] * m["n_embd"] * 4 // 2
          if m else 0)
