@@ -100,8 +100,8 @@ typedef struct gpt_config {
    * backward scratch has no datt: the device's attention_forward_lse / attention_backward_lse
    * (FlashAttention-2: tiles recomputed in backward), the acts16 table's under acts_typed. The
    * 4as^2b/t term of Korthikanti et al. 2022 (Table 2) leaves every activation formula and
-   * 4asb/t bytes per block (fp32 lse) come in. gpt_init_ex refuses it on a device without the kernels
-   * (gpt_device_has_attn_lse); 0: the materialised kernels, on every device. */
+   * 4asb/t bytes per block (fp32 lse) come in. gpt_init_ex refuses it on a device without the
+   * kernels (gpt_device_has_attn_lse); 0: the materialised kernels, on every device. */
   int attn_lse;
 } gpt_config;
 

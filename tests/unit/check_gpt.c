@@ -331,12 +331,18 @@ END_TEST
 
 START_TEST(test_config_validation) {
   static const struct { gpt_config cfg; const char *needle; } bad[] = {
-      {{0, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "vocab_size"},   {{17, 0, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "max_seq_len"},
-      {{17, 8, 0, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_layer"},     {{17, 8, 2, -1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_head"},
-      {{17, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "n_embd"},      {{17, 8, 2, 3, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, "divisible"},
-      {{17, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0}, "dtype"},
+#define DIMS(V, T, L, NH, C) \
+  .vocab_size = V, .max_seq_len = T, .n_layer = L, .n_head = NH, .n_embd = C
+      {{DIMS(0, 8, 2, 2, 8)}, "vocab_size"},
+      {{DIMS(17, 0, 2, 2, 8)}, "max_seq_len"},
+      {{DIMS(17, 8, 0, 2, 8)}, "n_layer"},
+      {{DIMS(17, 8, 2, -1, 8)}, "n_head"},
+      {{DIMS(17, 8, 2, 2, 0)}, "n_embd"},
+      {{DIMS(17, 8, 2, 3, 8)}, "divisible"},
+      {{DIMS(17, 8, 2, 2, 8), .dtype = 7}, "dtype"},
       /* 16-bit storage in another dtype than the compute dtype would round twice */
-      {{17, 8, 2, 2, 8, 0, 0, 0, 0, 0, 0, LOOM_BF16, LOOM_F16, 0, 0, 0, 0, 0}, "storage"},
+      {{DIMS(17, 8, 2, 2, 8), .dtype = LOOM_BF16, .param_dtype = LOOM_F16}, "storage"},
+#undef DIMS
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char err[256] = "";
