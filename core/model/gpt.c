@@ -161,14 +161,15 @@ struct gpt_acts {
                                          kept under every policy (the next block's input) */
   float *lnf, *lnf_mean, *lnf_rstd;   /* (B,T,C), (B,T), (B,T) */
   float *logits;                      /* (B,T,V) logits; dlogits after a training forward
-                                         (fused classifier) or a backward without it */
+                                         or any backward (written in place) */
   float *losses;                      /* (B,T) only with targets */
   /* backward scratch, reused by every unit */
   float *dres;     /* (B,T,C) gradient of the residual stream at the current unit */
   float *dln;      /* (B,T,C) gradient of a layernorm output (ln_1, ln_2, ln_f) */
-  float *dscratch; /* head without the fused classifier: probs (B,T,V); block: dfch_gelu, dfch
-                      (B,T,4C), dqkv (B,T,3C), datty (B,T,C), datt (B,NH,T,T) but for
-                      attn_lse -- see block_scratch() */
+  float *dscratch; /* block: dfch_gelu, dfch (B,T,4C), dqkv (B,T,3C), datty (B,T,C), datt
+                      (B,NH,T,T) but for attn_lse -- see block_scratch(); head without the
+                      fused classifier: a chunk of probs rows (head_crossentropy_chunked) */
+  size_t dscratch_floats; /* capacity of dscratch */
   float *losses_host; /* host (B,T): losses copied back for the mean */
   size_t pool_floats; /* capacity of pool */
   size_t tokens_cap;  /* capacity of m->inputs, m->targets, losses_host (B*T entries) */
@@ -274,9 +275,10 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   kept_before(c, cfg_block0(c), (int)L, &Lf, &La);
   block_scratch bs;
   size_t scratch = L ? block_scratch_layout(&bs, NULL, c, B, T) : 0;
-  /* the head's: probs (N,V) fp32 without the fused classifier, or dlogits after a loss-only
-   * forward (16-bit under acts_typed, which always has it) */
-  if (round16(act_floats(c, N * V)) > scratch) scratch = round16(act_floats(c, N * V));
+  /* the head's: dlogits always overwrite the logits (head_backward), so it needs only one
+   * fp32 row of probs (a device without the fused classifier computes them a chunk of rows at
+   * a time, head_crossentropy_chunked) -- no (B,T,V) buffer besides the logits */
+  if (V && round16(V) > scratch) scratch = round16(V);
   /* 16-bit saved values: a block's forward computes in fp32 in this (then free) scratch,
    * block_forward16_views: ln1 / atty / ln2, qkv / fch, fch_gelu, residual2 */
   size_t fwd16 = 2 * round16(N * C) + 2 * round16(N * 4 * Cl);
@@ -304,12 +306,12 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   CARVE(lnf, act_floats(c, H * N * C));
   CARVE(lnf_mean, H * N);
   CARVE(lnf_rstd, H * N);
-  CARVE(logits, act_floats(c, N * V)); /* no probs buffer: the fused classifier writes dlogits
-                                          in place */
+  CARVE(logits, act_floats(c, N * V)); /* no probs buffer: dlogits are written in place */
   CARVE(losses, H * N);
   CARVE(dres, act_floats(c, N * C));
   CARVE(dln, act_floats(c, N * C));
   CARVE(dscratch, scratch);
+  a->dscratch_floats = scratch;
 #undef CARVE
   return off;
 }
@@ -946,15 +948,33 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
 }
 
 /* 1 if the device has the fused classifier (NULL: the separate crossentropy_forward /
- * crossentropy_backward kernels, probs in the backward scratch). */
+ * crossentropy_backward kernels, head_crossentropy_chunked). */
 static int has_fused_classifier(const gpt_model *m) {
   return m->a16 || OPS->crossentropy_fused != NULL;
 }
 
+/* Without the fused classifier (a device built before ABI 1.4): the separate kernels a chunk of
+ * rows at a time, each chunk's probs in the backward scratch (acts_layout keeps no (B,T,V) probs
+ * buffer, one row at least); losses for every row and, when `dlogits`, dlogits over the logits
+ * in place. Per row the same operations as one call over all N rows, so the same bits (a
+ * backward after a loss-only forward computes the probs a second time). */
+static void head_crossentropy_chunked(gpt_model *m, int dlogits, float dloss, int N, int V) {
+  gpt_acts *a = m->acts;
+  size_t fit = a->dscratch_floats / (size_t)V; /* >= 1 (acts_layout) */
+  const int rows = fit < (size_t)N ? (int)fit : N;
+  for (int r = 0; r < N; r += rows) {
+    const int n = N - r < rows ? N - r : rows;
+    float *logits = a->logits + (size_t)r * V;
+    OPS->crossentropy_forward(CTX, a->losses + r, a->dscratch, logits, m->targets + r, n, V);
+    if (dlogits)
+      OPS->crossentropy_backward(CTX, logits, a->dscratch, m->targets + r, dloss, n, V);
+  }
+}
+
 /* ln_f, the tied logits and the loss. A training forward (gpt_set_train_dloss: dloss known
- * before the forward) on a device with the fused classifier also writes dlogits in place over
- * the logits, so the (B,T,V) buffer is written once by the GEMM and read once by backward's two
- * GEMMs, and no probs buffer exists (llm.c's fused_classifier). */
+ * before the forward) also writes dlogits in place over the logits, so the (B,T,V) buffer is
+ * written once by the GEMM and read once by backward's two GEMMs, and no probs buffer exists
+ * (llm.c's fused_classifier). */
 static int head_forward(gpt_model *m, int u) {
   gpt_acts *a = m->acts;
   const int N = m->B * m->T, C = m->cfg.n_embd, V = gpt_vocab_rows(&m->cfg);
@@ -969,16 +989,16 @@ static int head_forward(gpt_model *m, int u) {
   store16(m, a->logits, NV); /* the loss is then computed in fp32 from these */
   a->dlogits_ready = 0;
   if (!m->has_targets) return LOOM_OK;
-  if (has_fused_classifier(m)) {
-    float *dlogits = m->train_dloss != 0.0f ? a->logits : NULL; /* NULL: the loss only */
-    k_crossentropy_fused(m, a->losses, dlogits, a->logits, m->train_dloss, N, V);
-    if (dlogits) {
-      store16(m, dlogits, NV); /* as the separate path's store of dlogits */
-      a->dlogits_ready = 1;
-      a->dlogits_dloss = m->train_dloss;
-    }
-  } else {
-    OPS->crossentropy_forward(CTX, a->losses, a->dscratch, a->logits, m->targets, N, V);
+  const int train = m->train_dloss != 0.0f;
+  if (has_fused_classifier(m))
+    k_crossentropy_fused(m, a->losses, train ? a->logits : NULL, a->logits, m->train_dloss, N,
+                         V); /* NULL: the loss only */
+  else
+    head_crossentropy_chunked(m, train, m->train_dloss, N, V);
+  if (train) {
+    store16(m, a->logits, NV); /* dlogits, rounded as every stored activation */
+    a->dlogits_ready = 1;
+    a->dlogits_dloss = m->train_dloss;
   }
   OPS->to_host(CTX, a->losses_host, a->losses, (size_t)N * sizeof(float));
   double sum = 0.0;
@@ -1007,10 +1027,10 @@ static void dlogits_rescale(gpt_model *m, float *x, float alpha, size_t n) {
   }
 }
 
-/* dlogits (unless the fused forward left them in the logits buffer), then the two GEMMs of the
- * tied head and ln_f's backward. After a loss-only forward on a device with the fused classifier
- * they go to the backward scratch, so the logits stay readable (gpt_logits_row); without it
- * they overwrite the logits (probs occupy the scratch). */
+/* dlogits (unless the training forward left them in the logits buffer), then the two GEMMs of
+ * the tied head and ln_f's backward. After a loss-only forward they overwrite the logits here
+ * (gpt_logits_row then returns dlogits, as after a training forward): no (B,T,V) buffer besides
+ * the logits, the head's share of the activations (issue 20's 55 % target). */
 static void head_backward(gpt_model *m, int u, float dloss) {
   gpt_acts *a = m->acts;
   const int N = m->B * m->T, C = m->cfg.n_embd, V = gpt_vocab_rows(&m->cfg);
@@ -1025,12 +1045,11 @@ static void head_backward(gpt_model *m, int u, float dloss) {
       store16(m, dlogits, NV);
       a->dlogits_dloss = dloss;
     }
-  } else if (has_fused_classifier(m)) {
-    dlogits = a->dscratch; /* the logits stay as the forward left them */
-    k_crossentropy_fused(m, a->losses, dlogits, a->logits, dloss, N, V);
-    store16(m, dlogits, NV);
-  } else { /* probs from the forward in dscratch */
-    OPS->crossentropy_backward(CTX, dlogits, a->dscratch, m->targets, dloss, N, V);
+  } else {
+    if (has_fused_classifier(m))
+      k_crossentropy_fused(m, a->losses, dlogits, a->logits, dloss, N, V); /* in place */
+    else
+      head_crossentropy_chunked(m, 1, dloss, N, V);
     store16(m, dlogits, NV);
     a->dlogits_ready = 1; /* a second backward of this forward reads them from here */
     a->dlogits_dloss = dloss;

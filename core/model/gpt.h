@@ -367,15 +367,15 @@ void gpt_zero_grad(gpt_model *m);
 
 /* The dloss the next backward will be called with (the trainer's loss scale / rows of the
  * global batch), or 0 when no backward follows (evaluation). With a nonzero value, a forward with
- * targets on a device with the fused classifier (device ABI 1.4 crossentropy_fused) writes
- * dlogits over the logits in the same pass as the loss, and backward uses them: the logits are
- * then no longer readable (gpt_logits_row returns dlogits). Stays set until changed. */
+ * targets writes dlogits over the logits (in the same pass as the loss on a device with the fused
+ * classifier, device ABI 1.4 crossentropy_fused), and backward uses them: the logits are then no
+ * longer readable (gpt_logits_row returns dlogits). Stays set until changed. */
 void gpt_set_train_dloss(gpt_model *m, float dloss);
 
 /* Copy row `row` (0 <= row < B*T) of the last forward's logits to host memory: its first V
  * floats (the real vocabulary; a padded vocabulary's -inf columns are left out).
- * After a forward under gpt_set_train_dloss on a device with the fused classifier, or after a
- * backward on a device without it, the buffer holds dlogits instead. */
+ * After a forward with targets under gpt_set_train_dloss, or after any backward, the buffer holds
+ * dlogits instead (the model keeps no second (B,T,V) buffer). */
 void gpt_logits_row(const gpt_model *m, int row, float *host_out);
 
 #endif

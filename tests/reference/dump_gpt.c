@@ -131,12 +131,17 @@ int main(int argc, char **argv) {
   int rc = randomize(&m, &rng) ? LOOM_NOMEM : LOOM_OK;
   float loss = 0.0f;
   if (rc == LOOM_OK) rc = gpt_forward(&m, inputs, targets, B, T, NULL, &loss);
+  /* the logits before the backward, which writes dlogits over them (gpt_logits_row) */
+  float *logits = rc == LOOM_OK ? malloc((size_t)B * T * V * sizeof(float)) : NULL;
+  if (rc == LOOM_OK && !logits) rc = LOOM_NOMEM;
+  for (int r = 0; rc == LOOM_OK && r < B * T; r++) gpt_logits_row(&m, r, logits + (size_t)r * V);
   if (rc == LOOM_OK) {
     gpt_zero_grad(&m);
     rc = gpt_backward(&m, 1.0f / (float)(B * T), NULL);
   }
   if (rc != LOOM_OK) {
     fprintf(stderr, "dump_gpt: forward/backward failed (%d)\n", rc);
+    free(logits);
     gpt_free(&m);
     loom__dev_close(&dev);
     return 1;
@@ -157,18 +162,13 @@ int main(int argc, char **argv) {
       bad |= write_dev(f, &dev, p->data, (loom_dtype)cfg.param_dtype, p->numel);
     }
     bad |= write_all(f, inputs, sizeof inputs) | write_all(f, targets, sizeof targets);
-    float *row = malloc((size_t)V * sizeof(float));
-    bad |= !row;
-    for (int r = 0; r < B * T && !bad; r++) {
-      gpt_logits_row(&m, r, row);
-      bad |= write_all(f, row, (size_t)V * sizeof(float));
-    }
-    free(row);
+    bad |= write_all(f, logits, (size_t)B * T * V * sizeof(float));
     bad |= write_all(f, &loss, sizeof loss);
     for (int i = 0; i < m.n_params && !bad; i++)
       bad |= write_dev(f, &dev, m.params[i].grad, (loom_dtype)cfg.grad_dtype, m.params[i].numel);
     bad |= fclose(f) != 0;
   }
+  free(logits);
   if (bad) fprintf(stderr, "dump_gpt: cannot write %s\n", argv[1]);
   else printf("dump_gpt: wrote %s (%zu parameters, loss %.6f)\n", argv[1], m.num_parameters,
               (double)loss);

@@ -381,12 +381,14 @@ END_TEST
  * operations in the same order, so every path must give the same bits: the training forward
  * (gpt_set_train_dloss: dlogits written in place during the forward), a loss-only forward
  * followed by backward (dlogits computed in backward), and a device without the slot (the
- * separate kernels, probs in the backward scratch). A backward with another dloss than the
- * forward's rescales (x2: exact). A loss-only forward, and the backward after it, keep the logits
- * readable. */
+ * separate kernels a chunk of rows at a time). A backward with another dloss than the
+ * forward's rescales (x2: exact). A loss-only forward keeps the logits readable; the backward
+ * after it writes dlogits over them (no second (B,T,V) buffer), the training forward's bits. */
 START_TEST(test_fused_classifier) {
   const int B = 2, T = 5;
-  const gpt_config cfg = {.vocab_size = 37, .max_seq_len = 8, .n_layer = 1, .n_head = 2,
+  /* V = 301: the separate kernels' probs (N,V) exceed the backward scratch (~1000 floats), so
+   * head_crossentropy_chunked runs 3 + 3 + 3 + 1 rows */
+  const gpt_config cfg = {.vocab_size = 301, .max_seq_len = 8, .n_layer = 1, .n_head = 2,
                           .n_embd = 8};
   init_model(&cfg);
   randomize_params(0.5f);
@@ -402,18 +404,24 @@ START_TEST(test_fused_classifier) {
   ck_assert_int_eq(gpt_forward(&model, inp, tgt, B, T, NULL, &loss_train), LOOM_OK);
   ck_assert_int_eq(gpt_backward(&model, dloss, NULL), LOOM_OK);
   float *g_fused = grads_host();
+  float *row_d = hmem(V * sizeof(float)), *row_t = hmem(V * sizeof(float));
+  float *row_n = hmem(V * sizeof(float)), *row_b = hmem(V * sizeof(float));
+  gpt_logits_row(&model, 3, row_d); /* the training forward's dlogits */
   /* 2. loss-only forward (logits kept), dlogits in backward */
   gpt_set_train_dloss(&model, 0.0f);
   ck_assert_int_eq(gpt_forward(&model, inp, tgt, B, T, NULL, &loss_eval), LOOM_OK);
-  float *row_t = hmem(V * sizeof(float)), *row_n = hmem(V * sizeof(float));
+  gpt_logits_row(&model, 3, row_t); /* after the loss-only forward: the logits */
   gpt_zero_grad(&model);
   ck_assert_int_eq(gpt_backward(&model, dloss, NULL), LOOM_OK);
-  gpt_logits_row(&model, 3, row_t); /* after the backward: still the logits */
+  gpt_logits_row(&model, 3, row_b); /* after its backward: dlogits, in place */
   float *g_late = grads_host();
   ck_assert_int_eq(gpt_forward(&model, inp, NULL, B, T, NULL, NULL), LOOM_OK);
   gpt_logits_row(&model, 3, row_n);
   ck_assert_msg(memcmp(row_t, row_n, V * sizeof(float)) == 0,
-                "a loss-only forward and its backward must leave the logits readable");
+                "a loss-only forward must leave the logits readable");
+  ck_assert_msg(memcmp(row_b, row_d, V * sizeof(float)) == 0,
+                "the backward after a loss-only forward: dlogits in place, as the training "
+                "forward's");
   ck_assert_msg(loss_train == loss_eval, "loss %.9g vs %.9g", loss_train, loss_eval);
   ck_assert_msg(memcmp(g_fused, g_late, np * sizeof(float)) == 0,
                 "gradients: fused forward vs dlogits in backward differ");
@@ -445,6 +453,15 @@ START_TEST(test_fused_classifier) {
   ck_assert_msg(loss_plain == loss_train, "loss %.9g vs %.9g", loss_plain, loss_train);
   ck_assert_msg(memcmp(g_plain, g_fused, np * sizeof(float)) == 0,
                 "gradients: fused classifier vs separate kernels differ");
+  /* and after a loss-only forward: the probs computed again in the backward */
+  gpt_set_train_dloss(&m2, 0.0f);
+  ck_assert_int_eq(gpt_forward(&m2, inp, tgt, B, T, NULL, &loss_plain), LOOM_OK);
+  ck_assert_msg(loss_plain == loss_train, "loss %.9g vs %.9g", loss_plain, loss_train);
+  gpt_zero_grad(&m2);
+  ck_assert_int_eq(gpt_backward(&m2, dloss, NULL), LOOM_OK);
+  d2.ops->to_host(d2.ctx, g_plain, m2.grads_memory, np * sizeof(float));
+  ck_assert_msg(memcmp(g_plain, g_fused, np * sizeof(float)) == 0,
+                "gradients: separate kernels after a loss-only forward differ");
   gpt_free(&m2);
   loom__dev_close(&d2);
 }

@@ -44,7 +44,7 @@ def model_bytes16(est, stage, policy, every):
         pool += 2 * s * b * h if policy == "full" and ck(l) else kept + (0 if ck(l) else att)
     pool += 2 * s * b * h + 8 * s * b + 2 * s * b * V + 4 * s * b   # ln_f, logits, losses
     block_scratch = 2 * s * b * (4 * h // t * 2 + 3 * h // t + h // t) + datt
-    pool += 2 * 2 * s * b * h + max(2 * s * b * V, block_scratch if blocks else 0)
+    pool += 2 * 2 * s * b * h + max(4 * V, block_scratch if blocks else 0)  # dres, dln, scratch
     recompute = 0
     if any(ck(l) for l in blocks):
         recompute = att + (values + 16 * s * b if policy == "full" else 0)
@@ -82,8 +82,8 @@ def model_bytes(est, stage, policy, every):
         pool += 4 * s * b * h + 8 * s * b + 4 * s * b * V + 4 * s * b  # ln_f, logits, losses
     block_scratch = 4 * s * b * (4 * h // t * 2 + 3 * h // t + h // t) + datt
     fwd16 = 4 * s * b * (2 * h + 8 * h // t) if half and blocks else 0
-    pool += 2 * 4 * s * b * h + max(4 * s * b * V if head else 0, block_scratch if blocks else 0,
-                                    fwd16)
+    # dres, dln and the scratch (dlogits overwrite the logits: the head needs one probs row)
+    pool += 2 * 4 * s * b * h + max(4 * V if head else 0, block_scratch if blocks else 0, fwd16)
     recompute = 0
     if any(ck(l) for l in blocks):
         recompute = att + (values + 16 * s * b if policy == "full" else 0)
