@@ -36,12 +36,15 @@ static void adapt_parallel(loom_parallel_v1 *p, size_t built) {
  * matmul_forward_w / matmul_backward_w (the host widens the weights); < 1.8 no acts16 (the
  * host keeps fp32 activation buffers); < 1.9 no attention_forward_lse /
  * attention_backward_lse (the host keeps the materialised probabilities; an acts16 table whose
- * struct_size ends before its lse fields likewise, gpt_device_has_attn_lse). All NULL: the
- * zero-filled copy gives it; the two below are spelled out as the slots a 16-bit run is refused
- * on (the later ones have fallbacks). */
+ * struct_size ends before its lse fields likewise, gpt_device_has_attn_lse); < 1.10 no error
+ * (the host takes the device as never failing: its faults show only as the NaNs it returns).
+ * All NULL: the zero-filled copy gives it; round_to / convert are spelled out as the slots a
+ * 16-bit run is refused on (the later ones have fallbacks), error as the one whose absence the
+ * host must not mistake for a health report. */
 static void adapt_device(loom_device_v1 *d, size_t built) {
   if (built < offsetof(loom_device_v1, round_to) + sizeof d->round_to) d->round_to = NULL;
   if (built < offsetof(loom_device_v1, convert) + sizeof d->convert) d->convert = NULL;
+  if (built < offsetof(loom_device_v1, error) + sizeof d->error) d->error = NULL;
 }
 
 /* A comm plugin < 1.4 has no local (the launcher's variables, or 0 of 1); < 1.5 no

@@ -213,6 +213,7 @@ static const loom_device_v1 cpu_device = {
     .acts16 = loom__cpu_acts16,
     .attention_forward_lse = loom__cpu_attention_forward_lse,
     .attention_backward_lse = loom__cpu_attention_backward_lse,
+    .error = NULL, /* ABI 1.10: no fault the host could not see (a CPU kernel does not fail) */
 };
 
 const loom_device_v1 *loom__cpu_device(void) { return &cpu_device; }

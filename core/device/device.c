@@ -134,6 +134,12 @@ int loom__dev_owns(const loom_dev *dev, const void *ptr) {
   return 0;
 }
 
+const char *loom__dev_error(const loom_dev *dev) {
+  if (!dev || !dev->ops || !dev->ops->error) return NULL; /* an older table: never failing */
+  const char *msg = dev->ops->error(dev->ctx);
+  return msg && !msg[0] ? "(the device gave no message)" : msg;
+}
+
 const char *loom__mem_category_name(loom_mem_category cat) {
   static const char *const names[LOOM_MEM__COUNT] = {
       [LOOM_MEM_PARAMS] = "params", [LOOM_MEM_GRADS] = "grads",

@@ -55,6 +55,12 @@ void loom__dev_free(loom_dev *dev, void *ptr);
  * memory, or device memory the accounting does not know). O(live allocations). */
 int loom__dev_owns(const loom_dev *dev, const void *ptr);
 
+/* The device's fault (device_v1.error, ABI 1.10): NULL while it is healthy, or when its table
+ * has no error slot (a device of ABI 1.9 or older); else its message, owned by the device and
+ * valid until loom__dev_close. Cheap: it waits for nothing (call it after a slot that waits,
+ * e.g. to_host or sum_squares, to see a fault of queued work). */
+const char *loom__dev_error(const loom_dev *dev);
+
 /* Name of a category as printed in reports ("params", "grads", "optim", ...). */
 const char *loom__mem_category_name(loom_mem_category cat);
 

@@ -40,7 +40,20 @@ static int fail(loom_trainer *tr, const char *fmt, ...) {
   return -1;
 }
 
-/* ---- parallel hooks: each plugin in config order ---- */
+/* A device fault (device_v1.error, ABI 1.10; loom__dev_error): -1 with the device's own message,
+ * so the job ends saying what failed instead of reading its failed context's NaNs (0xff bytes)
+ * as a diverged run, an fp16 overflow to skip, or a plugin's error. 0 while the device is
+ * healthy. Asked once per step after the loss and the gradient norm were read (reads that wait
+ * for the device, so a fault of queued work has shown), and wherever a pass failed. */
+static int device_failed(loom_trainer *tr) {
+  const char *msg = loom__dev_error(&tr->rt.dev);
+  if (!msg) return 0;
+  fail(tr, "device '%s' failed: %s", tr->rt.dev.ops->hdr.name, msg);
+  return 1;
+}
+
+/* ---- parallel hooks: each plugin in config order (a failing hook on a failed device reports
+ * the device's fault: the hook's own error, e.g. a staging copy's, is its consequence) ---- */
 #define CALL_HOOKS(tr, hook, name, ...)                                                   \
   do {                                                                                    \
     loom_runtime *rt_ = &(tr)->rt;                                                        \
@@ -48,7 +61,9 @@ static int fail(loom_trainer *tr, const char *fmt, ...) {
       const loom_parallel_v1 *p_ = &rt_->parallel[i_].u.parallel;                         \
       int rc_ = p_->hook ? p_->hook(rt_->parallel_ctx[i_], __VA_ARGS__) : LOOM_OK;        \
       if (rc_ != LOOM_OK)                                                                 \
-        return loom__hook_error(rt_, i_, name, rc_, (tr)->err, sizeof (tr)->err);         \
+        return device_failed(tr) ? -1                                                     \
+                                 : loom__hook_error(rt_, i_, name, rc_, (tr)->err,       \
+                                                    sizeof (tr)->err);                    \
     }                                                                                     \
   } while (0)
 
@@ -368,6 +383,7 @@ static int injected_fault(loom_trainer *tr, int step) {
 /* The message for a failed forward/backward that did not come from a plugin hook. */
 static int pass_failed(loom_trainer *tr, const char *pass, int rc) {
   if (tr->err[0]) return -1; /* a hook already said what went wrong */
+  if (device_failed(tr)) return -1;
   if (rc == LOOM_NOMEM)
     return fail(tr, "%s: out of memory allocating activations for micro_batch_size %d x "
                 "seq_len %d (lower train.micro_batch_size and raise grad_accum_steps)", pass,
@@ -619,7 +635,8 @@ int loom__model_forward(loom_trainer *tr, const int32_t *inputs, const int32_t *
   if (tr->rt.mesh.pp > 1) return pp_forward_only(tr, inputs, targets, B, T, loss);
   gpt_hooks hooks = loom__forward_hooks(tr);
   int rc = gpt_forward(&tr->rt.model, inputs, targets, B, T, &hooks, loss);
-  return rc != LOOM_OK ? pass_failed(tr, "forward", rc) : 0;
+  if (rc != LOOM_OK) return pass_failed(tr, "forward", rc);
+  return device_failed(tr) ? -1 : 0; /* the loss was read back: a fault has shown */
 }
 
 /* One optimizer step over accum micro-steps. */
@@ -658,6 +675,7 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
     CALL_HOOKS(tr, end_backward, "end_backward", micro, tr->accum);
   }
   gpt_set_train_dloss(&rt->model, 0.0f); /* evaluation and sampling forwards keep logits */
+  if (device_failed(tr)) return -1; /* the losses were read back (to_host) */
   double stats[1] = {loss_sum};
   if (pp_sum(tr, stats, 1) != 0) return -1; /* the loss is the last stage's */
   if (dp_sum(tr, stats, 1) != 0) return -1;
@@ -668,6 +686,9 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
   const loom_partition_v1 *part = &rt->partition;
   double sq;
   if (grad_sq_partition(tr, &sq) != 0) return -1;
+  /* sum_squares waited for the device: a fault is the device's, never an overflow or divergence
+   * (before any rank agrees on the flag, so an fp16 run does not skip past it) */
+  if (device_failed(tr)) return -1;
   if (part->sharded && dp_sum(tr, &sq, 1) != 0) return -1;
   if (pp_sum(tr, &sq, 1) != 0) return -1; /* each stage holds its own units */
   CALL_HOOKS(tr, grad_norm_sq, "grad_norm_sq", &sq);
@@ -795,9 +816,11 @@ int loom_trainer_run(loom_trainer *tr) {
     int stop = 0;
     if (stop_requested(tr, &stop) != 0) return -1;
     if (rt->has_checkpoint &&
-        (stop || rt->checkpoint.u.checkpoint.should_save(rt->checkpoint_ctx, step, last)) &&
-        loom__ckpt_save(tr) != 0)
-      return -1;
+        (stop || rt->checkpoint.u.checkpoint.should_save(rt->checkpoint_ctx, step, last))) {
+      /* the optimizer's kernels may still be queued: a fault there must not be saved */
+      rt->dev.ops->synchronize(rt->dev.ctx);
+      if (device_failed(tr) || loom__ckpt_save(tr) != 0) return -1;
+    }
     loom_watchdog_beat(&tr->watchdog, step);
     if (stop) { /* every rank agreed: a clean exit, not an abort */
       loom_metrics_end_line(tr);
@@ -808,6 +831,8 @@ int loom_trainer_run(loom_trainer *tr) {
       return 0;
     }
   }
+  rt->dev.ops->synchronize(rt->dev.ctx); /* the last step's optimizer: no fault left unseen */
+  if (device_failed(tr)) return -1;
   if (gather_peak_memory(tr) != 0) return -1; /* collective: every rank gets here */
   loom_metrics_end(tr);
   if (rt->mesh.pp > 1) /* every stage's own activation peak (the metrics file is rank 0's) */

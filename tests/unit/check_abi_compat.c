@@ -354,6 +354,50 @@ START_TEST(test_plan_of_any_host) {
 }
 END_TEST
 
+/* ABI 1.10's error slot. A 1.9 table ends before it: the host's copy has none and takes the
+ * device as healthy (loom__dev_error NULL), whatever lies past its end; a plugin reading the
+ * table from api->device() gets the same answer from LOOM_DEVICE_ERROR. A 1.10 table's answer
+ * is passed on: NULL while healthy, the device's message once it failed. */
+static const char *fault_message;
+static const char *fake_error(void *ctx) {
+  (void)ctx;
+  return fault_message;
+}
+START_TEST(test_device_error_slot) {
+  loom_device_v1 v19 = *loom__cpu_device();
+  v19.hdr.struct_size = (uint32_t)offsetof(loom_device_v1, error);
+  v19.hdr.abi_minor = 9;
+  poison_tail(&v19);
+  ck_assert_ptr_nonnull(v19.error);
+  ck_assert_ptr_null(LOOM_DEVICE_ERROR(&v19, NULL)); /* past its end: never called */
+  loom_dev d;
+  char err[256] = "";
+  ck_assert_int_eq(loom__dev_open(&d, &v19, "{}", 0, err, sizeof err), LOOM_OK);
+  ck_assert_ptr_null(d.ops->error);
+  ck_assert_ptr_null(loom__dev_error(&d));
+  loom__dev_close(&d);
+  /* the CPU device's own 1.10 table: no error slot, never failing */
+  ck_assert_int_eq(loom__dev_open(&d, loom__cpu_device(), "{}", 0, err, sizeof err), LOOM_OK);
+  ck_assert_ptr_null(loom__dev_error(&d));
+  loom__dev_close(&d);
+  loom_device_v1 v110 = *loom__cpu_device();
+  v110.error = fake_error;
+  ck_assert_uint_eq(v110.hdr.struct_size, sizeof v110);
+  ck_assert_int_eq(loom__dev_open(&d, &v110, "{}", 0, err, sizeof err), LOOM_OK);
+  fault_message = NULL;
+  ck_assert_ptr_null(loom__dev_error(&d));
+  ck_assert_ptr_null(LOOM_DEVICE_ERROR(d.ops, d.ctx));
+  fault_message = "GPU 0: a kernel: an illegal memory access was encountered";
+  ck_assert_str_eq(loom__dev_error(&d), fault_message);
+  ck_assert_str_eq(LOOM_DEVICE_ERROR(d.ops, d.ctx), fault_message);
+  fault_message = ""; /* a device that failed without a word still failed */
+  ck_assert_ptr_nonnull(loom__dev_error(&d));
+  ck_assert_str_ne(loom__dev_error(&d), "");
+  fault_message = NULL;
+  loom__dev_close(&d);
+}
+END_TEST
+
 /* One TCase per side of the boundary, each a list of the tests above. */
 static void add_tcase(Suite *s, const char *name, const TTest *const *tests, size_t n) {
   TCase *tc = tcase_create(name);
@@ -362,12 +406,13 @@ static void add_tcase(Suite *s, const char *name, const TTest *const *tests, siz
 }
 
 int main(void) {
-  static const TTest *sdk[3], *host[7];
+  static const TTest *sdk[3], *host[8];
   sdk[0] = test_has_reads_struct_size, sdk[1] = test_value_accessors;
   sdk[2] = test_plan_of_any_host;
   host[0] = test_device_copy_zero_fills, host[1] = test_loader_defaults_old_fields;
   host[2] = test_plan_fp32, host[3] = test_plan_16bit, host[4] = test_plan_legacy_plugin;
   host[5] = test_model_view_publishes_plan, host[6] = test_acts16_table_without_lse;
+  host[7] = test_device_error_slot;
   Suite *s = suite_create("abi_compat");
   add_tcase(s, "sdk", sdk, sizeof sdk / sizeof *sdk);
   add_tcase(s, "host", host, sizeof host / sizeof *host);

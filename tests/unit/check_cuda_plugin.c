@@ -59,6 +59,7 @@ START_TEST(every_slot_set) {
       SLOT(attention_backward), SLOT(gelu_forward), SLOT(gelu_backward), SLOT(residual_forward),
       SLOT(crossentropy_forward), SLOT(crossentropy_backward), SLOT(round_to), SLOT(convert),
       SLOT(create_ex), SLOT(native_stream), SLOT(set_compute_dtype), SLOT(crossentropy_fused),
+      SLOT(error),
   };
   /* ABI 1.7's 16-bit-weight GEMMs are left NULL on purpose: the host then widens the weights
    * as before (the same bits); cuda.so takes them up with 16-bit activations, on a GPU

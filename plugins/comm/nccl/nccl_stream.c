@@ -54,11 +54,21 @@ int nccl_ensure_comm(nccl_ctx *c, loom_comm *comm) {
   return r == ncclSuccess ? LOOM_OK : nccl_nccl_fail(c, r, "ncclCommInitRank");
 }
 
+/* cudaEventQuery on an event not yet reached returns cudaErrorNotReady, which is no failure, but
+ * the runtime also leaves it as the calling thread's last error: the next cudaGetLastError on
+ * this thread (cuda.so's check after a kernel launch) would read it as that launch's failure and
+ * fail the device. So every query clears it at once, as PyTorch does (pytorch#18584, #61554). */
+static cudaError_t query_event(cudaEvent_t ev) {
+  cudaError_t q = cudaEventQuery(ev);
+  if (q == cudaErrorNotReady) (void)cudaGetLastError();
+  return q;
+}
+
 /* Wait for `ev` while watching the communicator for asynchronous errors (a peer died, the
  * communicator was aborted): LOOM_REMOTE with NCCL's message then, never a hang. */
 static int wait_event(nccl_ctx *c, loom_comm *comm, cudaEvent_t ev) {
   for (;;) {
-    cudaError_t q = cudaEventQuery(ev);
+    cudaError_t q = query_event(ev);
     if (q == cudaSuccess) return LOOM_OK;
     if (q != cudaErrorNotReady) return nccl_cuda_fail(c, q, "cudaEventQuery");
     ncclResult_t async = ncclSuccess;
@@ -111,7 +121,7 @@ int nccl_test(void *ctx, loom_request *req, int *done) {
     *done = 1;
     return LOOM_OK;
   }
-  cudaError_t q = cudaEventQuery(req->done);
+  cudaError_t q = query_event(req->done);
   if (q == cudaSuccess || q == cudaErrorNotReady) {
     *done = q == cudaSuccess;
     return LOOM_OK;

@@ -23,8 +23,10 @@
  *
  * Failures. The kernel slots return void: a failing CUDA or cuBLAS call is printed once to
  * stderr with the GPU and the call, the context is marked failed and later kernels are
- * skipped; to_host then fills the host buffer with NaN patterns and sum_squares returns NaN, so
- * the training loop sees a non-finite loss or gradient norm instead of silently wrong numbers. */
+ * skipped; to_host then fills the host buffer with 0xff bytes (NaN patterns, never stale data)
+ * and sum_squares returns NaN. The error slot (ABI 1.10) returns the failure's message from
+ * then on, and the host, which asks it every step, fails the job with it (instead of reading the
+ * NaNs as a diverged run). */
 #include <dlfcn.h>
 #include <jansson.h>
 #include <math.h>
@@ -43,14 +45,13 @@
 #define RESULT_DOUBLES (1 + CUDA_REDUCE_BLOCKS)   /* sum_squares' result and partials */
 
 /* Every slot starts here: the context's GPU becomes the calling thread's current device (a
- * process may hold contexts on several GPUs), and a failed context does nothing more. */
+ * process may hold contexts on several GPUs), and a failed context does nothing more. Kernel
+ * launches go through CUDA_LAUNCH (cuda_check.h), which reads only the launch's own error. */
 static cuda_ctx *enter(void *ctx) {
   cuda_ctx *c = ctx;
   if (!c->failed) cuda_check(c, cudaSetDevice(c->device), "cudaSetDevice");
   return c->failed ? NULL : c;
 }
-
-static void launched(cuda_ctx *c, const char *what) { cuda_check(c, cudaGetLastError(), what); }
 
 /* ---- options and rank -> GPU ---- */
 
@@ -333,15 +334,13 @@ static void cuda_synchronize(void *ctx) {
 static void cuda_scale(void *ctx, float *x, float alpha, size_t n) {
   cuda_ctx *c = enter(ctx);
   if (!c) return;
-  cuda_launch_scale(c->stream, x, alpha, n);
-  launched(c, "scale");
+  CUDA_LAUNCH(c, "scale", cuda_launch_scale(c->stream, x, alpha, n));
 }
 
 static void cuda_axpy(void *ctx, float *y, float alpha, const float *x, size_t n) {
   cuda_ctx *c = enter(ctx);
   if (!c) return;
-  cuda_launch_axpy(c->stream, y, alpha, x, n);
-  launched(c, "axpy");
+  CUDA_LAUNCH(c, "axpy", cuda_launch_axpy(c->stream, y, alpha, x, n));
 }
 
 /* Copy `bytes` of the device result scalar to the pinned host copy and wait. 0 when ok. */
@@ -356,8 +355,7 @@ static int fetch_result(cuda_ctx *c, size_t bytes) {
 static double cuda_sum_squares(void *ctx, const float *x, size_t n) {
   cuda_ctx *c = enter(ctx);
   if (!c) return NAN;
-  cuda_launch_sum_squares(c->stream, c->d_result, x, n);
-  launched(c, "sum_squares");
+  CUDA_LAUNCH(c, "sum_squares", cuda_launch_sum_squares(c->stream, c->d_result, x, n));
   if (c->failed || fetch_result(c, sizeof(double))) return NAN;
   return c->h_result[0];
 }
@@ -367,8 +365,7 @@ static int cuda_all_finite(void *ctx, const float *x, size_t n) {
   if (!c) return 0;
   int *bad = (int *)c->d_result;
   cuda_check(c, cudaMemsetAsync(bad, 0, sizeof(int), c->stream), "cudaMemsetAsync");
-  cuda_launch_any_nonfinite(c->stream, bad, x, n);
-  launched(c, "all_finite");
+  CUDA_LAUNCH(c, "all_finite", cuda_launch_any_nonfinite(c->stream, bad, x, n));
   if (c->failed || fetch_result(c, sizeof(int))) return 0;
   int flag;
   memcpy(&flag, c->h_result, sizeof flag);
@@ -383,9 +380,9 @@ static void cuda_adamw(void *ctx, float *param, const float *grad, float *m, flo
   /* the bias corrections exactly as the CPU device computes them (double pow, then float) */
   const float bc1 = (float)(1.0 - pow((double)beta1, t));
   const float bc2 = (float)(1.0 - pow((double)beta2, t));
-  cuda_launch_adamw(c->stream, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
-                    grad_scale, bc1, bc2);
-  launched(c, "adamw");
+  CUDA_LAUNCH(c, "adamw",
+              cuda_launch_adamw(c->stream, param, grad, m, v, n, lr, beta1, beta2, eps,
+                                weight_decay, grad_scale, bc1, bc2));
 }
 
 /* ---- GPT kernels ---- */
@@ -394,26 +391,28 @@ static void cuda_encoder_forward(void *ctx, float *out, const int32_t *inp, cons
                                  const float *wpe, int B, int T, int C) {
   cuda_ctx *c = enter(ctx);
   if (!c) return;
-  cuda_launch_encoder_forward(c->stream, out, inp, wte, wpe, B, T, C);
-  launched(c, "encoder_forward");
+  CUDA_LAUNCH(c, "encoder_forward",
+              cuda_launch_encoder_forward(c->stream, out, inp, wte, wpe, B, T, C));
 }
 
 static void cuda_encoder_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
                                   const int32_t *inp, int B, int T, int C) {
   cuda_ctx *c = enter(ctx);
   if (!c || B <= 0 || T <= 0 || C <= 0) return;
-  cuda_launch_encoder_backward_wpe(c->stream, dwpe, dout, B, T, C);
-  launched(c, "encoder_backward (dwpe)");
+  CUDA_LAUNCH(c, "encoder_backward (dwpe)",
+              cuda_launch_encoder_backward_wpe(c->stream, dwpe, dout, B, T, C));
   int BT = B * T;
   size_t temp_bytes = cuda_encoder_sort_temp_bytes(BT);
   int32_t *idx = cuda_scratch_get(c, SCRATCH_SORT, (size_t)3 * BT * sizeof(int32_t));
   void *temp = cuda_scratch_get(c, SCRATCH_SORT_TEMP, temp_bytes);
-  if (!idx || !temp) {
+  float *partial = cuda_scratch_get(c, SCRATCH_EMB_PARTIAL,
+                                    cuda_encoder_partial_floats(BT, C) * sizeof(float));
+  if (!idx || !temp || !partial) {
     cuda_check(c, cudaErrorMemoryAllocation, "encoder_backward scratch");
     return;
   }
   cuda_check(c, (cudaError_t)cuda_launch_encoder_backward_wte(c->stream, dwte, dout, inp, BT, C,
-                                                              idx, temp, temp_bytes),
+                                                              idx, partial, temp, temp_bytes),
              "encoder_backward (dwte)");
 }
 
@@ -422,8 +421,8 @@ static void cuda_layernorm_forward(void *ctx, float *out, float *mean, float *rs
                                    int N, int C) {
   cuda_ctx *c = enter(ctx);
   if (!c) return;
-  cuda_launch_layernorm_forward(c->stream, out, mean, rstd, inp, weight, bias, N, C);
-  launched(c, "layernorm_forward");
+  CUDA_LAUNCH(c, "layernorm_forward",
+              cuda_launch_layernorm_forward(c->stream, out, mean, rstd, inp, weight, bias, N, C));
 }
 
 /* Floats of column-sum partials for N rows of C columns (times `arrays`). */
@@ -439,13 +438,14 @@ static void cuda_layernorm_backward(void *ctx, float *dinp, float *dweight, floa
                                     const float *mean, const float *rstd, int N, int C) {
   cuda_ctx *c = enter(ctx);
   if (!c || N <= 0 || C <= 0) return;
-  cuda_launch_layernorm_backward_dinp(c->stream, dinp, dout, inp, weight, mean, rstd, N, C);
-  launched(c, "layernorm_backward (dinp)");
+  CUDA_LAUNCH(c, "layernorm_backward (dinp)",
+              cuda_launch_layernorm_backward_dinp(c->stream, dinp, dout, inp, weight, mean, rstd,
+                                                  N, C));
   float *partial = colsum_scratch(c, N, C, 2);
   if (!partial) return;
-  cuda_launch_layernorm_dweight_dbias(c->stream, dweight, dbias, dout, inp, mean, rstd, N, C,
-                                      partial);
-  launched(c, "layernorm_backward (dweight, dbias)");
+  CUDA_LAUNCH(c, "layernorm_backward (dweight, dbias)",
+              cuda_launch_layernorm_dweight_dbias(c->stream, dweight, dbias, dout, inp, mean, rstd,
+                                                  N, C, partial));
 }
 
 static void cuda_matmul_forward(void *ctx, float *out, const float *inp, const float *weight,
@@ -453,8 +453,7 @@ static void cuda_matmul_forward(void *ctx, float *out, const float *inp, const f
   cuda_ctx *c = enter(ctx);
   if (!c) return;
   if (bias) {
-    cuda_launch_bias_fill(c->stream, out, bias, N, OC);
-    launched(c, "matmul_forward (bias)");
+    CUDA_LAUNCH(c, "matmul_forward (bias)", cuda_launch_bias_fill(c->stream, out, bias, N, OC));
   }
   /* out (N,OC) = inp (N,C) @ weight (OC,C)^T [+ out] */
   cuda_gemm_compute(c, 0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
@@ -472,8 +471,8 @@ static void cuda_matmul_backward(void *ctx, float *dinp, float *dweight, float *
   if (dbias && N > 0 && OC > 0) {
     float *partial = colsum_scratch(c, N, OC, 1);
     if (!partial) return;
-    cuda_launch_colsum(c->stream, dbias, dout, N, OC, partial);
-    launched(c, "matmul_backward (dbias)");
+    CUDA_LAUNCH(c, "matmul_backward (dbias)",
+                cuda_launch_colsum(c->stream, dbias, dout, N, OC, partial));
   }
 }
 
@@ -495,8 +494,8 @@ static void cuda_attention_forward(void *ctx, float *out, float *att, const floa
     /* S (T,T) = scale * Q (T,HS) @ K^T, full square: the softmax masks the upper triangle */
     cuda_gemm_f32(c, 0, 1, T, T, HS, scale, q, C3, HS, k, C3, HS, 0.0f, p, T, TT, NH);
   }
-  cuda_launch_causal_softmax(c->stream, att, B * NH, T);
-  launched(c, "attention_forward (softmax)");
+  CUDA_LAUNCH(c, "attention_forward (softmax)",
+              cuda_launch_causal_softmax(c->stream, att, B * NH, T));
   for (int b = 0; b < B; b++) {
     const float *v = qkv + (size_t)b * T * C3 + 2 * C;
     const float *p = att + (size_t)b * NH * TT;
@@ -527,8 +526,8 @@ static void cuda_attention_backward(void *ctx, float *dqkv, float *datt, const f
     cuda_gemm_f32(c, 1, 0, T, HS, T, 1.0f, p, T, TT, dob, C, HS, 1.0f, dv, C3, HS, NH);
   }
   /* dS = P * (dP - rowsum(P*dP)) * scale, in place, 0 above the diagonal */
-  cuda_launch_causal_softmax_backward(c->stream, datt, att, B * NH, T, scale);
-  launched(c, "attention_backward (softmax)");
+  CUDA_LAUNCH(c, "attention_backward (softmax)",
+              cuda_launch_causal_softmax_backward(c->stream, datt, att, B * NH, T, scale));
   for (int b = 0; b < B; b++) {
     size_t off = (size_t)b * T * C3;
     const float *q = qkv + off, *k = q + C;
@@ -543,40 +542,37 @@ static void cuda_attention_backward(void *ctx, float *dqkv, float *datt, const f
 static void cuda_gelu_forward(void *ctx, float *out, const float *inp, size_t n) {
   cuda_ctx *c = enter(ctx);
   if (!c) return;
-  cuda_launch_gelu_forward(c->stream, out, inp, n);
-  launched(c, "gelu_forward");
+  CUDA_LAUNCH(c, "gelu_forward", cuda_launch_gelu_forward(c->stream, out, inp, n));
 }
 
 static void cuda_gelu_backward(void *ctx, float *dinp, const float *inp, const float *dout,
                                size_t n) {
   cuda_ctx *c = enter(ctx);
   if (!c) return;
-  cuda_launch_gelu_backward(c->stream, dinp, inp, dout, n);
-  launched(c, "gelu_backward");
+  CUDA_LAUNCH(c, "gelu_backward", cuda_launch_gelu_backward(c->stream, dinp, inp, dout, n));
 }
 
 static void cuda_residual_forward(void *ctx, float *out, const float *a, const float *b,
                                   size_t n) {
   cuda_ctx *c = enter(ctx);
   if (!c) return;
-  cuda_launch_residual(c->stream, out, a, b, n);
-  launched(c, "residual_forward");
+  CUDA_LAUNCH(c, "residual_forward", cuda_launch_residual(c->stream, out, a, b, n));
 }
 
 static void cuda_crossentropy_forward(void *ctx, float *losses, float *probs,
                                       const float *logits, const int32_t *targets, int N, int V) {
   cuda_ctx *c = enter(ctx);
   if (!c) return;
-  cuda_launch_crossentropy_forward(c->stream, losses, probs, logits, targets, N, V);
-  launched(c, "crossentropy_forward");
+  CUDA_LAUNCH(c, "crossentropy_forward",
+              cuda_launch_crossentropy_forward(c->stream, losses, probs, logits, targets, N, V));
 }
 
 static void cuda_crossentropy_backward(void *ctx, float *dlogits, const float *probs,
                                        const int32_t *targets, float dloss, int N, int V) {
   cuda_ctx *c = enter(ctx);
   if (!c) return;
-  cuda_launch_crossentropy_backward(c->stream, dlogits, probs, targets, dloss, N, V);
-  launched(c, "crossentropy_backward");
+  CUDA_LAUNCH(c, "crossentropy_backward",
+              cuda_launch_crossentropy_backward(c->stream, dlogits, probs, targets, dloss, N, V));
 }
 
 static void cuda_crossentropy_fused(void *ctx, float *losses, float *dlogits,
@@ -584,8 +580,9 @@ static void cuda_crossentropy_fused(void *ctx, float *losses, float *dlogits,
                                     int N, int V) {
   cuda_ctx *c = enter(ctx);
   if (!c) return;
-  cuda_launch_crossentropy_fused(c->stream, losses, dlogits, logits, targets, dloss, N, V);
-  launched(c, "crossentropy_fused");
+  CUDA_LAUNCH(c, "crossentropy_fused",
+              cuda_launch_crossentropy_fused(c->stream, losses, dlogits, logits, targets, dloss, N,
+                                             V));
 }
 
 /* ---- 16-bit storage ---- */
@@ -593,8 +590,7 @@ static void cuda_crossentropy_fused(void *ctx, float *losses, float *dlogits,
 static void cuda_round_to(void *ctx, float *x, loom_dtype dtype, size_t n) {
   cuda_ctx *c = enter(ctx);
   if (!c || (dtype != LOOM_BF16 && dtype != LOOM_F16)) return;
-  cuda_launch_round_to(c->stream, x, dtype, n);
-  launched(c, "round_to");
+  CUDA_LAUNCH(c, "round_to", cuda_launch_round_to(c->stream, x, dtype, n));
 }
 
 static int cuda_convert(void *ctx, void *dst, loom_dtype dst_dtype, const void *src,
@@ -606,9 +602,8 @@ static int cuda_convert(void *ctx, void *dst, loom_dtype dst_dtype, const void *
   cuda_ctx *c = enter(ctx);
   if (!c) return LOOM_SYSTEM;
   if (same) cuda_copy(c, dst, src, n * sizeof(float));
-  else if (narrow) cuda_launch_pack16(c->stream, dst, src, dst_dtype, n);
-  else cuda_launch_unpack16(c->stream, dst, src, src_dtype, n);
-  launched(c, "convert");
+  else if (narrow) CUDA_LAUNCH(c, "convert", cuda_launch_pack16(c->stream, dst, src, dst_dtype, n));
+  else CUDA_LAUNCH(c, "convert", cuda_launch_unpack16(c->stream, dst, src, src_dtype, n));
   return c->failed ? LOOM_SYSTEM : LOOM_OK;
 }
 
@@ -650,4 +645,5 @@ LOOM_EXPORT const loom_device_v1 loom_plugin_v1 = {
     .native_stream = cuda_native_stream,
     .set_compute_dtype = cuda_set_compute_dtype,
     .crossentropy_fused = cuda_crossentropy_fused,
+    .error = cuda_error,
 };

@@ -57,9 +57,10 @@ void cuda_gemm_compute(cuda_ctx *c, int trans_a, int trans_b, int M, int N, int 
     return;
   }
   /* exact: the host promised every operand is representable in dt (set_compute_dtype) */
+  cuda_launch_begin(); /* the error read below must be these two launches' own */
   cuda_launch_pack16(c->stream, a16, A, dt, na);
   cuda_launch_pack16(c->stream, b16, B, dt, nb);
-  if (cuda_check(c, cudaGetLastError(), "16-bit GEMM operand conversion")) return;
+  if (cuda_launched(c, "16-bit GEMM operand conversion")) return;
   cudaDataType_t t16 = dt == LOOM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
   cublasStatus_t rc =
       cublasGemmEx(c->blas, op(trans_b), op(trans_a), N, M, K, &alpha, b16, t16, ldb, a16, t16,

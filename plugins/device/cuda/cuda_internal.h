@@ -7,6 +7,7 @@
  *   cuda_alloc.h    the caching allocator, scratch         (cuda_alloc.c)
  *   cuda_gemm.h     GEMMs on cuBLAS                        (cuda_gemm.c)
  *   cuda_kernels.h  the kernel launchers                   (cuda_kernels.cu)
+ *   cuda_embed_chunks.h  embedding backward's chunk steps   (header only: host-tested)
  *   the device table itself                                (cuda_device.c)
  *
  * Legend: B = batch, T = time, C = channels, NH = heads, HS = head size, V = vocab, N = B*T rows,
@@ -57,6 +58,7 @@ enum {
   SCRATCH_REDUCE,     /* column-sum partials (bias / layernorm weight gradients) */
   SCRATCH_SORT,       /* encoder_backward: keys, values, sorted keys and values, cub's temp */
   SCRATCH_SORT_TEMP,
+  SCRATCH_EMB_PARTIAL, /* encoder_backward: the chunks' partial sums (cuda_embed_chunks.h) */
   SCRATCH__COUNT
 };
 
@@ -72,8 +74,10 @@ typedef struct cuda_ctx {
   double *h_result;    /* pinned host copy of it */
   void *blas_workspace; /* cuBLAS workspace (cublasSetWorkspace): no allocation inside calls */
   size_t blas_workspace_bytes;
-  char last_error[256]; /* the first CUDA / cuBLAS failure seen, for the logs */
-  int failed;           /* set once a CUDA call failed: later kernels are skipped */
+  char last_error[256]; /* the first CUDA / cuBLAS failure seen: "CALL: REASON (NAME)" */
+  char report[288];     /* the same with the GPU, "GPU N: ...": the error slot's message */
+  int failed;           /* set once a CUDA call failed: later kernels are skipped, and the
+                           error slot (ABI 1.10) returns `report` until destroy */
 } cuda_ctx;
 
 #endif

@@ -1,5 +1,6 @@
 /* cuda.so's kernels: everything of the device table that is not a cuBLAS GEMM. Each launcher
- * enqueues on the given stream and returns; the caller checks cudaGetLastError.
+ * enqueues on the given stream and returns; the caller checks cudaGetLastError (cleared before
+ * the launch: CUDA_LAUNCH, cuda_check.h).
  *
  * Matching the CPU device (core/device/cpu_*.c): every kernel evaluates the CPU's formula with
  * the same float operations in the same order, and this file is compiled with --fmad=false
@@ -19,6 +20,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include "cuda_embed_chunks.h"
 #include "cuda_kernels.h"
 
 #define LN_EPS 1e-5f
@@ -173,25 +175,28 @@ extern "C" void cuda_launch_encoder_backward_wpe(cudaStream_t s, float *dwpe, co
     encoder_backward_wpe_kernel<<<ew_blocks(n), EW_THREADS, 0, s>>>(dwpe, dout, B, T, C);
 }
 
-/* dwte: after a stable sort of positions by token, block i owns the run of equal tokens that
- * starts at sorted index i (other blocks exit) and each of its threads adds the run's rows of
- * dout into one column of dwte, positions in increasing order: the CPU's order exactly, with
- * no atomics. A token repeated k times costs its block k dependent loads per column. */
+/* dwte: after a stable sort of positions by token, the sorted order is cut into fixed chunks of
+ * EMB_CHUNK entries (cuda_embed_chunks.h): block (k, y) adds chunk k's rows of dout into its
+ * columns, each run in increasing position order (a run inside one chunk: the CPU's order
+ * exactly), and a second kernel adds the partials of the runs that cross chunks in chunk order.
+ * No atomics, a shape fixed by the sorted tokens: deterministic. A token repeated M times costs
+ * about EMB_CHUNK + M / EMB_CHUNK dependent loads per column instead of M. */
 __global__ void iota_kernel(int32_t *v, int n) {
   GRID_STRIDE(i, (size_t)n) v[i] = (int32_t)i;
 }
-__global__ void encoder_backward_wte_kernel(float *dwte, const float *dout,
-                                            const int32_t *tok_sorted,
+__global__ void encoder_backward_wte_chunks(float *dwte, float *head, float *cont,
+                                            const float *dout, const int32_t *tok_sorted,
                                             const int32_t *pos_sorted, int BT, int C) {
-  int i = blockIdx.x;
-  int tok = tok_sorted[i];
-  if (i > 0 && tok_sorted[i - 1] == tok) return; /* not the start of a run */
   int c = blockIdx.y * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float *dw = dwte + (size_t)tok * C + c;
-  float acc = *dw;
-  for (int j = i; j < BT && tok_sorted[j] == tok; j++) acc += dout[(size_t)pos_sorted[j] * C + c];
-  *dw = acc;
+  if (c < C) emb_chunk_sum(dwte, head, cont, dout, tok_sorted, pos_sorted, BT, C, blockIdx.x, c);
+}
+__global__ void encoder_backward_wte_join(float *dwte, const float *head, const float *cont,
+                                          const int32_t *tok_sorted, int BT, int C) {
+  int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c < C) emb_chunk_join(dwte, head, cont, tok_sorted, BT, C, blockIdx.x, c);
+}
+extern "C" size_t cuda_encoder_partial_floats(int BT, int C) {
+  return BT > 0 && C > 0 ? (size_t)2 * emb_n_chunks(BT) * (size_t)C : 0;
 }
 extern "C" size_t cuda_encoder_sort_temp_bytes(int BT) {
   size_t bytes = 0;
@@ -201,17 +206,21 @@ extern "C" size_t cuda_encoder_sort_temp_bytes(int BT) {
 }
 extern "C" int cuda_launch_encoder_backward_wte(cudaStream_t s, float *dwte, const float *dout,
                                                 const int32_t *inp, int BT, int C,
-                                                int32_t *scratch4, void *temp,
+                                                int32_t *scratch4, float *partial, void *temp,
                                                 size_t temp_bytes) {
   if (BT <= 0 || C <= 0) return (int)cudaSuccess;
+  (void)cudaGetLastError(); /* the error returned below must be these launches' own */
   int32_t *pos = scratch4, *tok_sorted = scratch4 + BT, *pos_sorted = scratch4 + 2 * (size_t)BT;
   iota_kernel<<<ew_blocks((size_t)BT), EW_THREADS, 0, s>>>(pos, BT);
   /* radix sort is stable: equal tokens keep their positions in increasing order */
   cudaError_t rc = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, inp, tok_sorted, pos,
                                                    pos_sorted, BT, 0, 32, s);
   if (rc != cudaSuccess) return (int)rc;
-  dim3 grid((unsigned)BT, (unsigned)((C + 127) / 128));
-  encoder_backward_wte_kernel<<<grid, 128, 0, s>>>(dwte, dout, tok_sorted, pos_sorted, BT, C);
+  dim3 grid((unsigned)emb_n_chunks(BT), (unsigned)((C + 127) / 128));
+  float *head = partial, *cont = partial + (size_t)emb_n_chunks(BT) * C;
+  encoder_backward_wte_chunks<<<grid, 128, 0, s>>>(dwte, head, cont, dout, tok_sorted,
+                                                   pos_sorted, BT, C);
+  encoder_backward_wte_join<<<grid, 128, 0, s>>>(dwte, head, cont, tok_sorted, BT, C);
   return (int)cudaGetLastError();
 }
 

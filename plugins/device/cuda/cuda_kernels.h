@@ -30,13 +30,18 @@ void cuda_launch_encoder_forward(cudaStream_t s, float *out, const int32_t *inp,
 /* dwpe part of encoder_backward: per (t, c), the batch summed in order */
 void cuda_launch_encoder_backward_wpe(cudaStream_t s, float *dwpe, const float *dout, int B,
                                       int T, int C);
-/* dwte part: stable sort of (token, position) then one owner per (token, column) walking its
- * positions in order. keys/vals/keys_sorted/vals_sorted: 4 int32 arrays of B*T in scratch;
- * temp/temp_bytes: cub's scratch (cuda_encoder_sort_temp_bytes). Returns a cudaError_t. */
+/* dwte part: stable sort of (token, position), then fixed chunks of the sorted order, each run
+ * in position order, and the partials of runs that cross chunks added in chunk order
+ * (cuda_embed_chunks.h). scratch4: 3 int32 arrays of B*T (positions, sorted tokens, sorted
+ * positions); partial: cuda_encoder_partial_floats(BT, C) floats; temp/temp_bytes:
+ * cub's scratch (cuda_encoder_sort_temp_bytes). Clears the thread's last error first; returns
+ * a cudaError_t, these launches' own. */
 size_t cuda_encoder_sort_temp_bytes(int BT);
+/* Floats of `partial`: (head, cont), each (number of chunks, C). */
+size_t cuda_encoder_partial_floats(int BT, int C);
 int cuda_launch_encoder_backward_wte(cudaStream_t s, float *dwte, const float *dout,
                                      const int32_t *inp, int BT, int C, int32_t *scratch4,
-                                     void *temp, size_t temp_bytes);
+                                     float *partial, void *temp, size_t temp_bytes);
 void cuda_launch_layernorm_forward(cudaStream_t s, float *out, float *mean, float *rstd,
                                    const float *inp, const float *weight, const float *bias,
                                    int N, int C);

@@ -18,7 +18,8 @@
  *   ABI 1.7  device matmul_forward_w / matmul_backward_w (NULL: the host widens the weights)
  *   ABI 1.8  device acts16: the GPT kernels on 16-bit activations (NULL: fp32 activation buffers)
  *   ABI 1.9  device attention_forward_lse / attention_backward_lse, and the same two appended to
- *            loom_device_acts16_v1 (NULL: the host keeps the (B,NH,T,T) probabilities) */
+ *            loom_device_acts16_v1 (NULL: the host keeps the (B,NH,T,T) probabilities)
+ *   ABI 1.10 device error (NULL: the device never reports a fault; LOOM_DEVICE_ERROR) */
 #ifndef LOOM_COMPAT_H
 #define LOOM_COMPAT_H
 
@@ -45,6 +46,10 @@ extern "C" {
 
 /* The gradient scale of the optimizer step's arguments (1 where a host does not pass one). */
 #define LOOM_STEP_GRAD_SCALE(a) (LOOM_COVERS(a, grad_scale) ? (a)->grad_scale : 1.0f)
+
+/* A device's fault (device_v1.error, ABI 1.10) from any table, e.g. api->device(): the
+ * device's message, or NULL while it is healthy or when its table has no error slot. */
+#define LOOM_DEVICE_ERROR(dev, ctx) (LOOM_HAS(dev, error) ? (dev)->error(ctx) : (const char *)0)
 
 /* 1 when a model view describes tensor-parallel splits (ABI 1.1 tensor fields). */
 #define LOOM_MODEL_HAS_SPLITS(m) \

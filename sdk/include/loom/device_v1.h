@@ -182,6 +182,20 @@ typedef struct loom_device_v1 {
   void (*attention_backward_lse)(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                  const float *out, const float *lse, int B, int T, int NH,
                                  int HS);
+
+  /* ---- ABI 1.10: a device fault, reported (NULL: the host takes the device as never failing)
+   * ---- */
+  /* NULL while the context is healthy; once an operation has failed on the device (a kernel
+   * fault, a failed launch or copy: anything after which its results cannot be trusted), a
+   * one-line message describing the first failure, e.g. "GPU 0: cudaMemcpyAsync (to host): an
+   * illegal memory access was encountered (cudaErrorIllegalAddress)". Sticky: once non-NULL it
+   * stays so, with the same text, until destroy; the string is owned by the context and valid
+   * until destroy. Cheap and synchronous with nothing: it reports what the context has seen
+   * (a fault of queued work shows at the next slot that waits for the device, e.g. to_host or
+   * sum_squares). The host asks once per training step, after the step's reads of the loss and
+   * the gradient norm, and ends the job with the message (naming the device) instead of reading
+   * the failed context's NaN results as a diverged run. */
+  const char *(*error)(void *ctx);
 } loom_device_v1;
 
 /* ABI 1.8: the GPT kernels with 16-bit activations (device_v1.acts16). Every activation
