@@ -52,6 +52,14 @@ static int device_failed(loom_trainer *tr) {
   return 1;
 }
 
+/* On an error path (a hook, a collective, the optimizer failed): wait for the device first, so
+ * a fault of queued work has shown and is reported as the cause (a comm plugin often sees a
+ * device fault before the device does). 1 if the device failed. */
+static int device_caused(loom_trainer *tr) {
+  tr->rt.dev.ops->synchronize(tr->rt.dev.ctx);
+  return device_failed(tr);
+}
+
 /* ---- parallel hooks: each plugin in config order (a failing hook on a failed device reports
  * the device's fault: the hook's own error, e.g. a staging copy's, is its consequence) ---- */
 #define CALL_HOOKS(tr, hook, name, ...)                                                   \
@@ -61,7 +69,7 @@ static int device_failed(loom_trainer *tr) {
       const loom_parallel_v1 *p_ = &rt_->parallel[i_].u.parallel;                         \
       int rc_ = p_->hook ? p_->hook(rt_->parallel_ctx[i_], __VA_ARGS__) : LOOM_OK;        \
       if (rc_ != LOOM_OK)                                                                 \
-        return device_failed(tr) ? -1                                                     \
+        return device_caused(tr) ? -1                                                     \
                                  : loom__hook_error(rt_, i_, name, rc_, (tr)->err,       \
                                                     sizeof (tr)->err);                    \
     }                                                                                     \
@@ -92,7 +100,9 @@ static int dp_sum(loom_trainer *tr, double *vals, int n) {
   if (rt->mesh.dp <= 1) return 0;
   if (loom__ctl_all_reduce(rt, rt->mesh.axis[LOOM_AXIS_DP], vals, (size_t)n, LOOM_F64,
                     LOOM_OP_SUM) != LOOM_OK)
-    return fail(tr, "all-reduce of step statistics failed: %s", rt->comm_host.error);
+    return device_caused(tr) ? -1
+                             : fail(tr, "all-reduce of step statistics failed: %s",
+                                    rt->comm_host.error);
   return 0;
 }
 
@@ -364,7 +374,9 @@ static int agree_overflow(loom_trainer *tr, int *nonfinite) {
   double flag = *nonfinite ? 1.0 : 0.0;
   if (loom__ctl_all_reduce(rt, rt->mesh.axis[LOOM_AXIS_WORLD], &flag, 1, LOOM_F64,
                     LOOM_OP_SUM) != LOOM_OK)
-    return fail(tr, "all-reduce of the gradient overflow flag failed: %s", rt->comm_host.error);
+    return device_caused(tr) ? -1
+                             : fail(tr, "all-reduce of the gradient overflow flag failed: %s",
+                                    rt->comm_host.error);
   *nonfinite = flag > 0.0;
   return 0;
 }
@@ -383,7 +395,7 @@ static int injected_fault(loom_trainer *tr, int step) {
 /* The message for a failed forward/backward that did not come from a plugin hook. */
 static int pass_failed(loom_trainer *tr, const char *pass, int rc) {
   if (tr->err[0]) return -1; /* a hook already said what went wrong */
-  if (device_failed(tr)) return -1;
+  if (device_caused(tr)) return -1;
   if (rc == LOOM_NOMEM)
     return fail(tr, "%s: out of memory allocating activations for micro_batch_size %d x "
                 "seq_len %d (lower train.micro_batch_size and raise grad_accum_steps)", pass,
@@ -446,8 +458,9 @@ static int pp_sum(loom_trainer *tr, double *vals, int n) {
   if (rt->mesh.pp <= 1) return 0;
   if (loom__ctl_all_reduce(rt, rt->mesh.axis[LOOM_AXIS_PP], vals, (size_t)n, LOOM_F64,
                     LOOM_OP_SUM) != LOOM_OK)
-    return fail(tr, "all-reduce of step statistics over pipeline stages failed: %s",
-                rt->comm_host.error);
+    return device_caused(tr) ? -1
+                             : fail(tr, "all-reduce of step statistics over pipeline stages "
+                                    "failed: %s", rt->comm_host.error);
   return 0;
 }
 
@@ -596,6 +609,7 @@ static int pp_run_step(loom_trainer *tr, float dloss, double *loss_sum) {
   free(ps.slot_of), free(ps.busy);
   if (rc != LOOM_OK) {
     if (ps.failed && tr->err[0]) return -1;
+    if (device_caused(tr)) return -1;
     return loom__hook_error(rt, i, "run_step", rc, tr->err, sizeof tr->err);
   }
   *loss_sum = ps.loss_sum;
@@ -632,7 +646,10 @@ static int pp_forward_only(loom_trainer *tr, const int32_t *inputs, const int32_
 int loom__model_forward(loom_trainer *tr, const int32_t *inputs, const int32_t *targets, int B,
                         int T, float *loss) {
   gpt_set_train_dloss(&tr->rt.model, 0.0f); /* no backward follows: keep the logits */
-  if (tr->rt.mesh.pp > 1) return pp_forward_only(tr, inputs, targets, B, T, loss);
+  if (tr->rt.mesh.pp > 1) {
+    if (pp_forward_only(tr, inputs, targets, B, T, loss) != 0) return -1;
+    return device_failed(tr) ? -1 : 0; /* the stage's loss or boundary was read back */
+  }
   gpt_hooks hooks = loom__forward_hooks(tr);
   int rc = gpt_forward(&tr->rt.model, inputs, targets, B, T, &hooks, loss);
   if (rc != LOOM_OK) return pass_failed(tr, "forward", rc);
@@ -715,14 +732,18 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
     if (rt->optimizer_owner >= 0) {
       int i = rt->optimizer_owner;
       int rc = rt->parallel[i].u.parallel.optimizer_step(rt->parallel_ctx[i], &args);
-      if (rc != LOOM_OK) return loom__hook_error(rt, i, "optimizer_step", rc, tr->err, sizeof tr->err);
+      if (rc != LOOM_OK)
+        return device_caused(tr) ? -1
+                                 : loom__hook_error(rt, i, "optimizer_step", rc, tr->err,
+                                                    sizeof tr->err);
     } else {
       /* fp32: the master is the parameters themselves (adamw_range, bitwise) */
       int rc = loom__host_api()->adamw_range_mixed(
           &tr->core_host, &args, part->begin, part->count, part->master, part->grads,
           rt->plan.v.grad_dtype, rt->optim_m, rt->optim_v,
           part->master == part->params ? NULL : part->params, rt->plan.v.param_dtype);
-      if (rc != LOOM_OK) return fail(tr, "optimizer step: %s", tr->core_host.error);
+      if (rc != LOOM_OK)
+        return device_caused(tr) ? -1 : fail(tr, "optimizer step: %s", tr->core_host.error);
     }
   }
   CALL_HOOKS(tr, end_step, "end_step", step);
@@ -820,9 +841,13 @@ int loom_trainer_run(loom_trainer *tr) {
       /* the optimizer's kernels may still be queued: a fault there must not be saved */
       rt->dev.ops->synchronize(rt->dev.ctx);
       if (device_failed(tr) || loom__ckpt_save(tr) != 0) return -1;
+      /* a fault during the save's own reads: the files hold its 0xff bytes; fail loudly (the
+       * checkpoint plugin has published them by now: resuming needs an older checkpoint) */
+      if (device_caused(tr)) return -1;
     }
     loom_watchdog_beat(&tr->watchdog, step);
     if (stop) { /* every rank agreed: a clean exit, not an abort */
+      if (device_caused(tr)) return -1; /* the last step's optimizer: no fault left unseen */
       loom_metrics_end_line(tr);
       if (rt->mesh.world_rank == 0)
         printf("loom: stopped by a signal after step %d%s\n", step,

@@ -7,7 +7,9 @@
  * (CMakeLists.txt), IEEE division and square root: so the elementwise kernels (scale, axpy,
  * AdamW, encoder, residual, cross-entropy backward, round_to / convert) give the CPU's results
  * bit for bit, and the sums down columns that the CPU runs serially (encoder dwte / dwpe) are
- * run in the CPU's order too. Row reductions (layernorm, softmax) use warp / block trees
+ * run in the CPU's order too where a token's occurrences fit one 64-entry chunk
+ * (cuda_embed_chunks.h; longer runs add per-chunk partials in chunk order: deterministic,
+ * equal to fp32 rounding). Row reductions (layernorm, softmax) use warp / block trees
  * instead of the CPU's SIMD order: equal to fp32 rounding, not bitwise. Transcendentals are
  * CUDA's expf / tanhf (<= 2 ulp), the CPU's are glibc's.
  *
