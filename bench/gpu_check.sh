@@ -68,9 +68,14 @@ MODE=$([ $REHEARSE = 1 ] && echo ", rehearsal on the CPU device" || true)
 title() { echo "## gpu_check $(date -u +%F) on $GPUNAME$MODE, $1"; }
 { title "running (rows appended as they complete; deadline $DEADLINE_S s)"; echo
   echo "| check | result | detail |"; echo "| --- | --- | --- |"; } > "$RES/gpu_check.md"
-# the log archive, replaced whole (a run killed while it is written keeps the previous one)
-logs() { tar -czf "$RES/gpu_check_logs.tar.gz.part" -C "$W" logs 2>/dev/null &&
-         mv "$RES/gpu_check_logs.tar.gz.part" "$RES/gpu_check_logs.tar.gz"; }
+# the log archive, replaced whole (a run killed while it is written keeps the previous one);
+# tar's exit 1 (a log still growing as it was read, e.g. a stopped command's child) is a
+# complete archive all the same
+logs() {
+  local rc=0
+  tar -czf "$RES/gpu_check_logs.tar.gz.part" -C "$W" logs 2>/dev/null || rc=$?
+  [ $rc -le 1 ] && mv "$RES/gpu_check_logs.tar.gz.part" "$RES/gpu_check_logs.tar.gz"
+}
 # row NAME STATUS DETAIL: one row, printed and appended to the table as it completes. A FAIL
 # whose command the deadline stopped (HIT) is a SKIP: the code did not fail, time ran out.
 row() {
@@ -81,8 +86,8 @@ row() {
   [ "$st" = FAIL ] && FAILS=$((FAILS + 1))
   ROWS[$1]="| $1 | $st | $why |"
   printf '[%4ds] %-36s %-5s %s\n' $(($(date +%s) - T0)) "$1" "$st" "$why"
+  logs # first: a row in the table has its logs in the archive, whenever the run is killed
   echo "${ROWS[$1]}" >> "$RES/gpu_check.md"
-  logs
 }
 # finish RC WHY: the whole table (rows never reached: SKIP, WHY), the logs, exit RC
 finish() {
