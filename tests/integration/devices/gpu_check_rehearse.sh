@@ -98,7 +98,9 @@ case $mode in
     for n in carry "tiny 30 steps cuda vs cpu" "2 ranks ddp on 1 GPU (mpi) vs 1"; do
       case $(status "$n") in PASS | ok) ;; *) fail "the killed run left no '$n' row" ;; esac
     done
-    tar -tzf "$OUT/gpu_check_logs.tar.gz" 2>/dev/null | grep -q 'logs/tiny_cpu.txt' ||
+    # the listing first: `tar | grep -q` under pipefail fails when grep's early exit SIGPIPEs tar
+    listing=$(tar -tzf "$OUT/gpu_check_logs.tar.gz" 2>/dev/null)
+    grep -q 'logs/tiny_cpu.txt' <<< "$listing" ||
       fail "the killed run left no log archive with the rows' logs"
     ;;
   *) echo "gpu_check_rehearse.sh: unknown case '$mode'" >&2; exit 2 ;;
