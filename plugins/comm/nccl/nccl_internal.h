@@ -73,6 +73,10 @@ loom_request *nccl_request_new(loom_comm *comm);
 int nccl_finish(nccl_ctx *c, loom_comm *comm, cudaStream_t stream, loom_request **req);
 /* An already complete operation's request (no event) into *req; nothing when req is NULL. */
 int nccl_completed(loom_request **req);
+/* Wait for `ev` while watching comm's NCCL communicators for asynchronous errors (a peer died,
+ * the communicator was aborted): LOOM_REMOTE with NCCL's message then, never a hang. */
+int nccl_wait_event(nccl_ctx *c, loom_comm *comm, cudaEvent_t ev);
+/* comm_v1's test and wait (nccl_p2p.c): a queued send/recv issues the queue first. */
 int nccl_test(void *ctx, loom_request *req, int *done);
 int nccl_wait(void *ctx, loom_request *req);
 

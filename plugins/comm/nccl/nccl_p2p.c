@@ -137,3 +137,40 @@ int nccl_p2p_flush(nccl_ctx *c) {
   c->n_queue = 0;
   return LOOM_OK;
 }
+
+/* ---- test and wait, for every request (here, since a queued send/recv is issued first) ---- */
+
+int nccl_test(void *ctx, loom_request *req, int *done) {
+  nccl_ctx *c = ctx;
+  int rc = req->queued ? nccl_p2p_flush(c) : LOOM_OK; /* a queued send/recv: issue it now */
+  if (rc) return rc;
+  if (req->failed) return req->failed;
+  if (req->mpi != MPI_REQUEST_NULL) { /* a send/recv on host memory */
+    rc = MPI_Test(&req->mpi, done, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? LOOM_OK : nccl_mpi_fail(c, rc, "MPI_Test");
+  }
+  if (!req->done) {
+    *done = 1;
+    return LOOM_OK;
+  }
+  cudaError_t q = cudaEventQuery(req->done);
+  if (q == cudaSuccess || q == cudaErrorNotReady) {
+    *done = q == cudaSuccess;
+    return LOOM_OK;
+  }
+  return nccl_cuda_fail(c, q, "cudaEventQuery");
+}
+
+int nccl_wait(void *ctx, loom_request *req) {
+  nccl_ctx *c = ctx;
+  int rc = req->queued ? nccl_p2p_flush(c) : LOOM_OK; /* a queued send/recv: issue it now */
+  if (!rc && req->failed) rc = req->failed;
+  if (!rc && req->mpi != MPI_REQUEST_NULL) {
+    int mrc = MPI_Wait(&req->mpi, MPI_STATUS_IGNORE);
+    if (mrc != MPI_SUCCESS) rc = nccl_mpi_fail(c, mrc, "MPI_Wait");
+  }
+  if (!rc && req->done) rc = nccl_wait_event(c, req->comm, req->done);
+  if (req->done) cudaEventDestroy(req->done);
+  free(req);
+  return rc;
+}

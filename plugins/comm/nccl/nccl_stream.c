@@ -106,7 +106,7 @@ static int check_async(nccl_ctx *c, ncclComm_t *nc) {
 
 /* Wait for `ev` while watching the communicator for asynchronous errors (a peer died, the
  * communicator was aborted): LOOM_REMOTE with NCCL's message then, never a hang. */
-static int wait_event(nccl_ctx *c, loom_comm *comm, cudaEvent_t ev) {
+int nccl_wait_event(nccl_ctx *c, loom_comm *comm, cudaEvent_t ev) {
   for (;;) {
     cudaError_t q = cudaEventQuery(ev);
     if (q == cudaSuccess) return LOOM_OK;
@@ -136,7 +136,7 @@ int nccl_finish(nccl_ctx *c, loom_comm *comm, cudaStream_t stream, loom_request 
     *req = r;
     return LOOM_OK;
   }
-  int rc = wait_event(c, comm, ev);
+  int rc = nccl_wait_event(c, comm, ev);
   cudaEventDestroy(ev);
   return rc;
 }
@@ -145,39 +145,4 @@ int nccl_completed(loom_request **req) {
   if (!req) return LOOM_OK;
   *req = nccl_request_new(NULL);
   return *req ? LOOM_OK : LOOM_NOMEM;
-}
-
-int nccl_test(void *ctx, loom_request *req, int *done) {
-  nccl_ctx *c = ctx;
-  int rc = req->queued ? nccl_p2p_flush(c) : LOOM_OK; /* a queued send/recv: issue it now */
-  if (rc) return rc;
-  if (req->failed) return req->failed;
-  if (req->mpi != MPI_REQUEST_NULL) { /* a send/recv on host memory */
-    rc = MPI_Test(&req->mpi, done, MPI_STATUS_IGNORE);
-    return rc == MPI_SUCCESS ? LOOM_OK : nccl_mpi_fail(c, rc, "MPI_Test");
-  }
-  if (!req->done) {
-    *done = 1;
-    return LOOM_OK;
-  }
-  cudaError_t q = cudaEventQuery(req->done);
-  if (q == cudaSuccess || q == cudaErrorNotReady) {
-    *done = q == cudaSuccess;
-    return LOOM_OK;
-  }
-  return nccl_cuda_fail(c, q, "cudaEventQuery");
-}
-
-int nccl_wait(void *ctx, loom_request *req) {
-  nccl_ctx *c = ctx;
-  int rc = req->queued ? nccl_p2p_flush(c) : LOOM_OK; /* a queued send/recv: issue it now */
-  if (!rc && req->failed) rc = req->failed;
-  if (!rc && req->mpi != MPI_REQUEST_NULL) {
-    int mrc = MPI_Wait(&req->mpi, MPI_STATUS_IGNORE);
-    if (mrc != MPI_SUCCESS) rc = nccl_mpi_fail(c, mrc, "MPI_Wait");
-  }
-  if (!rc && req->done) rc = wait_event(c, req->comm, req->done);
-  if (req->done) cudaEventDestroy(req->done);
-  free(req);
-  return rc;
 }
