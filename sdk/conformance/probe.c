@@ -19,6 +19,15 @@
  *                     counts), zero-length buffers, in-place all-gather, non-blocking requests
  *                     completed out of order, point-to-point in a ring. The first mismatch
  *                     fails setup with the collective, size, rank and element.
+ *   "comm_p2p": true  in setup, the point-to-point semantics of comm_v1.h on the world
+ *                     communicator with messages of 16 MB (beyond any eager or staging limit,
+ *                     so a send completes only once its receive is matched): a ring posted
+ *                     recv, recv, send, send and waited sends first; two tags between a pair
+ *                     posted and waited in swapped order; pipeline 1F1B's non-blocking send
+ *                     then blocking receive, in both directions along the chain of ranks. A
+ *                     plugin that blocks in a non-blocking send, or orders messages by posting
+ *                     instead of by tag, deadlocks or fails here; each case is logged as it
+ *                     starts, so a hang names its case.
  * Values are small integers in fp32, so every reduction is exact whatever the order. */
 #include <loom/loom.h>
 #include <math.h>
@@ -33,7 +42,7 @@ typedef struct probe {
   const char *record_dir; /* NULL: not recording */
   const char *fail_hook;  /* NULL: no fault */
   int64_t fail_rank, fail_step;
-  int selftest, corrupt;
+  int selftest, corrupt, p2p;
   int step, fired;
   double grad_norm;
 } probe;
@@ -286,6 +295,164 @@ static int t_ring(st *s, size_t count) {
   return rc;
 }
 
+/* ---------------------------------------------------------------- point to point */
+
+/* 4 Mi floats: 16 MB per message, far beyond Open MPI's eager limits and NCCL's buffers */
+#define P2P_LARGE ((size_t)4 << 20)
+
+/* Post (req non-NULL) or run one send or receive of n floats; a failure is the test's error. */
+static int p2p_op(st *s, int send, float *buf, size_t n, int peer, int tag, loom_request **req,
+                  const char *what) {
+  const loom_host_api_v1 *a = s->p->api;
+  int rc = send ? a->send(s->p->host, s->c, buf, n, LOOM_F32, peer, tag, req)
+                : a->recv(s->p->host, s->c, buf, n, LOOM_F32, peer, tag, req);
+  return rc == LOOM_OK ? rc : failed_call(s, what, n, rc);
+}
+
+/* Fill device buffer d with n values of sign * val(r, i + salt). */
+static void p2p_fill(st *s, float *h, float *d, size_t n, int r, int salt, float sign) {
+  for (size_t i = 0; i < n; i++) h[i] = sign * val(r, i + (size_t)salt);
+  s->dev->from_host(s->dctx, d, h, n * sizeof(float));
+}
+
+/* Compare device buffer d with what p2p_fill(.., r, salt, sign) wrote on rank r. */
+static int p2p_expect(st *s, const char *what, float *w, const float *d, size_t n, int r,
+                      int salt, float sign) {
+  for (size_t i = 0; i < n; i++) w[i] = sign * val(r, i + (size_t)salt);
+  return expect(s, what, n, d, w, n);
+}
+
+static void p2p_case(st *s, const char *name) {
+  if (s->rank == 0)
+    s->p->api->log(s->p->host, LOOM_LOG_INFO, "comm p2p: case %s (%d ranks, %zu MB messages)",
+                   name, s->n, P2P_LARGE * sizeof(float) >> 20);
+}
+
+/* Ring: receive tags 8 then 7 from the left, send 7 then 8 to the right (of different sizes),
+ * the sends waited first: every receive is posted before any send is waited, so the sends
+ * can complete only if posting a receive does not wait for its message and a send's matching
+ * is by tag, not by order. */
+static int p2p_ring(st *s) {
+  const size_t n7 = P2P_LARGE, n8 = P2P_LARGE - P2P_LARGE / 4;
+  int right = (s->rank + 1) % s->n, left = (s->rank + s->n - 1) % s->n;
+  float *h = host_alloc(s, n7), *w = host_alloc(s, n7);
+  float *s7 = dev_alloc(s, n7), *s8 = dev_alloc(s, n8), *r7 = dev_alloc(s, n7),
+        *r8 = dev_alloc(s, n8);
+  if (!h || !w || !s7 || !s8 || !r7 || !r8) return LOOM_NOMEM;
+  p2p_case(s, "ring recv, recv, send, send");
+  p2p_fill(s, h, s7, n7, s->rank, 7, 1.0f);
+  p2p_fill(s, h, s8, n8, s->rank, 8, -1.0f);
+  loom_request *q[4] = {0};
+  const char *what = "ring: recv tag 8, recv tag 7, send tag 7, send tag 8 (non-blocking)";
+  int rc = p2p_op(s, 0, r8, n8, left, 8, &q[0], what);
+  if (!rc) rc = p2p_op(s, 0, r7, n7, left, 7, &q[1], what);
+  if (!rc) rc = p2p_op(s, 1, s7, n7, right, 7, &q[2], what);
+  if (!rc) rc = p2p_op(s, 1, s8, n8, right, 8, &q[3], what);
+  static const int order[4] = {2, 3, 0, 1}; /* the sends first */
+  for (int i = 0; i < 4 && !rc; i++) {
+    rc = s->p->api->wait(s->p->host, q[order[i]]);
+    q[order[i]] = NULL;
+    if (rc) return failed_call(s, "ring: wait (sends first)", n7, rc);
+  }
+  if (!rc) rc = p2p_expect(s, "ring: recv of tag 7 from the left", w, r7, n7, left, 7, 1.0f);
+  if (!rc) rc = p2p_expect(s, "ring: recv of tag 8 from the left", w, r8, n8, left, 8, -1.0f);
+  return rc;
+}
+
+/* Pairs (0, 1), (2, 3), ...: each side sends tag 1 (large) then tag 2 (half), posts its
+ * receives as tag 2 then tag 1 and waits them in that order before its sends: the sends are
+ * in flight together in both directions, and the receive of tag 2 must not take tag 1. */
+static int p2p_tags(st *s) {
+  const size_t n1 = P2P_LARGE, n2 = P2P_LARGE / 2;
+  int peer = s->rank ^ 1;
+  if (peer >= s->n) return LOOM_OK; /* the odd rank out */
+  float *h = host_alloc(s, n1), *w = host_alloc(s, n1);
+  float *s1 = dev_alloc(s, n1), *s2 = dev_alloc(s, n2), *r1 = dev_alloc(s, n1),
+        *r2 = dev_alloc(s, n2);
+  if (!h || !w || !s1 || !s2 || !r1 || !r2) return LOOM_NOMEM;
+  p2p_case(s, "two tags between a pair, swapped");
+  p2p_fill(s, h, s1, n1, s->rank, 1, 1.0f);
+  p2p_fill(s, h, s2, n2, s->rank, 2, -1.0f);
+  loom_request *q[4] = {0};
+  const char *what = "pair: send tag 1, send tag 2, recv tag 2, recv tag 1 (non-blocking)";
+  int rc = p2p_op(s, 1, s1, n1, peer, 1, &q[0], what);
+  if (!rc) rc = p2p_op(s, 1, s2, n2, peer, 2, &q[1], what);
+  if (!rc) rc = p2p_op(s, 0, r2, n2, peer, 2, &q[2], what);
+  if (!rc) rc = p2p_op(s, 0, r1, n1, peer, 1, &q[3], what);
+  static const int order[4] = {2, 3, 0, 1}; /* the receives first, tag 2 before tag 1 */
+  for (int i = 0; i < 4 && !rc; i++) {
+    rc = s->p->api->wait(s->p->host, q[order[i]]);
+    q[order[i]] = NULL;
+    if (rc) return failed_call(s, "pair: wait (receives first)", n1, rc);
+  }
+  if (!rc) rc = p2p_expect(s, "pair: recv of tag 1", w, r1, n1, peer, 1, 1.0f);
+  if (!rc) rc = p2p_expect(s, "pair: recv of tag 2", w, r2, n2, peer, 2, -1.0f);
+  return rc;
+}
+
+/* 1F1B along the chain 0 - 1 - ... - n-1, two micro-batches: each rank starts its activation
+ * send to the right (tag 2i) and its gradient send to the left (tag 2i+1), then receives,
+ * blocking, the gradient from the right and the activation from the left, then completes its
+ * sends (pipeline.so's order). Every rank sends before it receives: a send that waits for its
+ * receiver deadlocks here once the message outgrows the transport's buffering. */
+static int p2p_1f1b(st *s) {
+  const size_t n = P2P_LARGE;
+  int right = s->rank + 1 < s->n ? s->rank + 1 : -1, left = s->rank - 1;
+  float *h = host_alloc(s, n), *w = host_alloc(s, n);
+  float *act = dev_alloc(s, n), *grad = dev_alloc(s, n), *ract = dev_alloc(s, n),
+        *rgrad = dev_alloc(s, n);
+  if (!h || !w || !act || !grad || !ract || !rgrad) return LOOM_NOMEM;
+  p2p_case(s, "1F1B: non-blocking send, then blocking receive, both directions");
+  const char *what = "1F1B: non-blocking send of activation / gradient, blocking receive";
+  int rc = LOOM_OK;
+  for (int i = 0; i < 2 && !rc; i++) {
+    loom_request *qa = NULL, *qg = NULL;
+    p2p_fill(s, h, act, n, s->rank, 2 * i, 1.0f);
+    p2p_fill(s, h, grad, n, s->rank, 2 * i + 1, -1.0f);
+    if (right >= 0) rc = p2p_op(s, 1, act, n, right, 2 * i, &qa, what);
+    if (!rc && left >= 0) rc = p2p_op(s, 1, grad, n, left, 2 * i + 1, &qg, what);
+    if (!rc && right >= 0) rc = p2p_op(s, 0, rgrad, n, right, 2 * i + 1, NULL, what);
+    if (!rc && left >= 0) rc = p2p_op(s, 0, ract, n, left, 2 * i, NULL, what);
+    /* both sends completed (released) even after a failed receive */
+    int wa = qa ? s->p->api->wait(s->p->host, qa) : LOOM_OK;
+    int wg = qg ? s->p->api->wait(s->p->host, qg) : LOOM_OK;
+    if (!rc && (wa || wg)) rc = failed_call(s, "1F1B: wait of a send", n, wa ? wa : wg);
+    if (!rc && right >= 0)
+      rc = p2p_expect(s, "1F1B: gradient from the right", w, rgrad, n, right, 2 * i + 1, -1.0f);
+    if (!rc && left >= 0)
+      rc = p2p_expect(s, "1F1B: activation from the left", w, ract, n, left, 2 * i, 1.0f);
+  }
+  return rc;
+}
+
+/* The point-to-point cases on the world communicator (the pipeline's axis is one of its
+ * splits; the plugin's send/recv do not depend on which communicator). */
+static int p2p_on_world(probe *p) {
+  st s = {.p = p, .axis = "world"};
+  s.dev = p->api->device(p->host, &s.dctx);
+  s.c = p->api->comm(p->host, LOOM_AXIS_WORLD);
+  s.rank = p->api->rank(p->host, LOOM_AXIS_WORLD);
+  s.n = p->api->size(p->host, LOOM_AXIS_WORLD);
+  if (s.n < 2) return LOOM_OK;
+  int (*cases[3])(st *) = {p2p_ring, p2p_tags, p2p_1f1b};
+  int rc = LOOM_OK;
+  for (int i = 0; i < 3 && rc == LOOM_OK; i++) {
+    rc = cases[i](&s);
+    /* after a failure, operations may still be outstanding on these buffers (a wait failed,
+     * the others were never waited): leave them to the job's end rather than free memory the
+     * plugin may still write */
+    if (rc != LOOM_OK) s.n_dev = s.n_host = 0;
+    release(&s);
+    if (rc == LOOM_NOMEM) p->api->set_error(p->host, "comm p2p: out of memory");
+  }
+  if (rc == LOOM_OK && (rc = p->api->barrier(p->host, s.c)) != LOOM_OK)
+    return failed_call(&s, "barrier", 0, rc);
+  if (rc == LOOM_OK)
+    p->api->log(p->host, LOOM_LOG_INFO, "comm p2p: %d checks passed on the world communicator "
+                "(%d ranks)", s.checks, s.n);
+  return rc;
+}
+
 /* The whole battery on one communicator; each test's buffers are released after it, passed
  * or failed. */
 static int selftest_on(probe *p, loom_axis axis, const char *axis_name) {
@@ -334,7 +501,8 @@ static int selftest_on(probe *p, loom_axis axis, const char *axis_name) {
 static int probe_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
                         void **ctx) {
   static const char *const keys[] = {"record", "fail_hook", "fail_rank", "fail_step",
-                                     "comm_selftest", "comm_selftest_corrupt", NULL};
+                                     "comm_selftest", "comm_selftest_corrupt", "comm_p2p",
+                                     NULL};
   int rc = api->opt_check_keys(host, opts, keys);
   if (rc != LOOM_OK) return rc;
   probe *p = calloc(1, sizeof *p);
@@ -350,6 +518,7 @@ static int probe_create(const loom_host_api_v1 *api, loom_host *host, const loom
   if (rc == LOOM_OK) rc = api->opt_int(host, opts, "fail_step", 1, 1, 1 << 30, &p->fail_step);
   if (rc == LOOM_OK) rc = api->opt_bool(host, opts, "comm_selftest", 0, &p->selftest);
   if (rc == LOOM_OK) rc = api->opt_bool(host, opts, "comm_selftest_corrupt", 0, &p->corrupt);
+  if (rc == LOOM_OK) rc = api->opt_bool(host, opts, "comm_p2p", 0, &p->p2p);
   if (rc != LOOM_OK) {
     free(p);
     return rc;
@@ -366,6 +535,7 @@ static int probe_setup(void *ctx) {
   if (rc == LOOM_OK && p->selftest) rc = selftest_on(p, LOOM_AXIS_WORLD, "world");
   if (rc == LOOM_OK && p->selftest && p->api->size(p->host, LOOM_AXIS_DP) > 1)
     rc = selftest_on(p, LOOM_AXIS_DP, "data-parallel");
+  if (rc == LOOM_OK && p->p2p) rc = p2p_on_world(p);
   return rc;
 }
 

@@ -96,13 +96,14 @@ for w in ${LOOM_CONF_WITH:-}; do WITH_ENTRIES="$WITH_ENTRIES,{\"plugin\":$(json_
 probe_rec() { echo "{\"plugin\":$(json_path "$LOOM_CONF_PROBE"),\"record\":$(json_path "$WORK/$1/rec")}"; }
 ckpt() { echo "{\"plugin\":\"checkpoint\",\"dir\":$(json_path "$WORK/$1/ckpt"),\"every\":${2:-0},\"keep\":0}"; }
 
-# job NRANKS NAME [--set ...]: train base.json into $WORK/NAME; returns loom's status.
+# job NRANKS NAME [--set ...]: train base.json into $WORK/NAME; returns loom's status (124:
+# killed after JOB_TIMEOUT seconds, default 300).
 job() {
   local n=$1 name=$2
   shift 2
   rm -rf "${WORK:?}/$name"
   mkdir -p "$WORK/$name/rec"
-  timeout 300 mpirun -np "$n" --bind-to none "$LOOM" train "$WORK/base.json" \
+  timeout "${JOB_TIMEOUT:-300}" mpirun -np "$n" --bind-to none "$LOOM" train "$WORK/base.json" \
     --set "logging.metrics=$WORK/$name/metrics.jsonl" --set "checkpoint=$(ckpt "$name")" "$@" \
     >"$WORK/$name/out.log" 2>&1
 }
@@ -581,6 +582,27 @@ if [ "$KIND" = comm ] && want comm && [ "$NP" -ge 2 ]; then
       pass comm.collectives.np$n "$k/$n ranks on the world communicator, $kd/$n on the data-parallel one: $(grep -m1 "checks passed on the world" "$WORK/comm$n/out.log" | sed 's/.*comm self-test: //') (all_reduce sum/max/min, reduce_scatter(_v), all_gather(_v) in and out of place, broadcast, ring send/recv; 0..100003 elements, zero-count ranks, requests completed out of order)"
     else
       fail comm.collectives.np$n "$(grep -m1 "comm self-test" "$WORK/comm$n/out.log" | cut -c1-400)$(last_error comm$n)"
+    fi
+  done
+  # point to point (comm_v1.h): 16 MB messages, so a send completes only once its receive is
+  # matched. A plugin that blocks in a non-blocking send, or waits posted operations in posting
+  # order, hangs: the job is killed after LOOM_CONF_P2P_TIMEOUT seconds (a healthy 3-rank job
+  # ends in ~10 s on 2 cores) and the check names the case that was running.
+  P2P_T=${LOOM_CONF_P2P_TIMEOUT:-120}
+  for n in 2 3; do
+    [ "$n" -le "$NP" ] || continue
+    JOB_TIMEOUT=$P2P_T job "$n" p2p$n --set "comm={\"plugin\":$PJ$OPTS}" --set train.steps=1 \
+      --set lr_schedule.warmup_steps=0 --set train.micro_batch_size=$(mb "$n" 1) \
+      --set "parallel=[{\"plugin\":\"ddp\"},{\"plugin\":$(json_path "$LOOM_CONF_PROBE"),\"comm_p2p\":true}]"
+    rc=$?
+    log=$WORK/p2p$n/out.log
+    case_=$(grep "comm p2p: case" "$log" | tail -1 | sed 's/.*comm p2p: case //')
+    if [ $rc -eq 0 ] && grep -q "comm p2p: .* checks passed" "$log"; then
+      pass comm.p2p.np$n "$(grep -c "comm p2p: .* checks passed" "$log")/$n ranks: ring recv, recv, send, send; two tags swapped; 1F1B send then blocking recv both ways (16 MB messages, waited in any order)"
+    elif [ $rc -eq 124 ]; then
+      fail comm.p2p.np$n "no end within ${P2P_T}s: deadlocked in case ${case_:-?}: a non-blocking send or receive must progress without waiting for the other operations posted with it, whatever their order or size (comm_v1.h: point to point)"
+    else
+      fail comm.p2p.np$n "$(grep -m1 "comm self-test" "$log" | cut -c1-400)$(last_error p2p$n)"
     fi
   done
   reference

@@ -1,6 +1,7 @@
 /* The CUDA runtime's per-thread last error between nccl.so and cuda.so (issue 21, item 2), on the
  * host: cuda.so's failure recording and launch checks (cuda_check.c, objects cuda_check_obj) and
- * nccl.so's requests and polling (nccl_stream.c, nccl_stream_obj) are linked in unchanged, and
+ * nccl.so's requests, polling and send/recv (nccl_stream.c, nccl_p2p.c: nccl_stream_obj) are
+ * linked in unchanged, and
  * the runtime's and NCCL's calls they make are defined below on a model of the runtime's error
  * state, as unit.check_cuda_pool does for the allocator:
  *   - the last error: set by a failed call or launch, and by cudaEventQuery's cudaErrorNotReady
@@ -101,6 +102,27 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async) {
   return ncclSuccess;
 }
 ncclResult_t ncclCommAbort(ncclComm_t comm) { (void)comm; return ncclSuccess; }
+/* nccl_p2p.c's (no send/recv is queued in these cases, so never reached) */
+ncclResult_t ncclGroupStart(void) { return ncclInternalError; }
+ncclResult_t ncclGroupEnd(void) { return ncclInternalError; }
+ncclResult_t ncclSend(const void *b, size_t n, ncclDataType_t t, int peer, ncclComm_t c,
+                      cudaStream_t s) {
+  (void)b, (void)n, (void)t, (void)peer, (void)c, (void)s;
+  return ncclInternalError;
+}
+ncclResult_t ncclRecv(void *b, size_t n, ncclDataType_t t, int peer, ncclComm_t c,
+                      cudaStream_t s) {
+  (void)b, (void)n, (void)t, (void)peer, (void)c, (void)s;
+  return ncclInternalError;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+  (void)s, (void)flags;
+  return cudaErrorNotSupported;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags) {
+  (void)s, (void)ev, (void)flags;
+  return cudaErrorNotSupported;
+}
 
 static char host_error[256];
 static void fake_set_error(loom_host *h, const char *fmt, ...) {
@@ -195,10 +217,12 @@ static void reset_comm(void) {
 /* nccl.so's test (comm_v1.test) polls once: NotReady is "not done", and no last error stays. */
 START_TEST(nccl_test_clears_not_ready) {
   reset_comm();
-  loom_request req = {.done = (cudaEvent_t)(uintptr_t)0x1000};
+  loom_request *req = nccl_request_new(NULL); /* a device operation's: an event, no MPI request */
+  ck_assert_ptr_nonnull(req);
+  req->done = (cudaEvent_t)(uintptr_t)0x1000;
   polls_not_ready = 1;
   int done = -1;
-  ck_assert_int_eq(nccl_test(&comm_ctx, &req, &done), LOOM_OK);
+  ck_assert_int_eq(nccl_test(&comm_ctx, req, &done), LOOM_OK);
   ck_assert_int_eq(done, 0);
   ck_assert_int_eq(queries, 1);
   ck_assert_msg(last_error == cudaSuccess, "nccl_test left %s as the last error",
@@ -206,8 +230,9 @@ START_TEST(nccl_test_clears_not_ready) {
   /* and cuda.so's next launch check sees its own launch only */
   CUDA_LAUNCH(&ctx, "scale", fake_launch(cudaSuccess));
   ck_assert_int_eq(ctx.failed, 0);
-  ck_assert_int_eq(nccl_test(&comm_ctx, &req, &done), LOOM_OK);
+  ck_assert_int_eq(nccl_test(&comm_ctx, req, &done), LOOM_OK);
   ck_assert_int_eq(done, 1);
+  free(req);
 }
 END_TEST
 
@@ -215,7 +240,7 @@ END_TEST
  * its polls stays behind. */
 START_TEST(nccl_wait_clears_not_ready) {
   reset_comm();
-  loom_request *req = calloc(1, sizeof *req);
+  loom_request *req = nccl_request_new(NULL);
   ck_assert_ptr_nonnull(req);
   req->done = (cudaEvent_t)(uintptr_t)0x1000;
   polls_not_ready = 5;
@@ -229,9 +254,12 @@ START_TEST(nccl_wait_clears_not_ready) {
   ck_assert_int_eq(last_error, cudaSuccess);
   /* a real failure of the query is still one */
   sticky_error = cudaErrorIllegalAddress;
-  loom_request bad = {.done = (cudaEvent_t)(uintptr_t)0x1000};
+  loom_request *bad = nccl_request_new(NULL);
+  ck_assert_ptr_nonnull(bad);
+  bad->done = (cudaEvent_t)(uintptr_t)0x1000;
   int done = 0;
-  ck_assert_int_eq(nccl_test(&comm_ctx, &bad, &done), LOOM_SYSTEM);
+  ck_assert_int_eq(nccl_test(&comm_ctx, bad, &done), LOOM_SYSTEM);
+  free(bad);
   ck_assert_ptr_nonnull(strstr(host_error, "illegal memory access"));
 }
 END_TEST

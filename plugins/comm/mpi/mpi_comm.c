@@ -180,8 +180,12 @@ static void mpi_abort(void *ctx, int exit_code) {
   exit(exit_code); /* MPI_Abort does not return; this is for the compiler */
 }
 
+#ifndef LOOM_MPI_PLUGIN_NAME /* tests/fixtures builds wrong copies under their own names */
+#define LOOM_MPI_PLUGIN_NAME "mpi"
+#endif
+
 LOOM_EXPORT const loom_comm_v1 loom_plugin_v1 = {
-  .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_COMM, "mpi", "1.0.0",
+  .hdr = LOOM_PLUGIN_HEADER_INIT(LOOM_KIND_COMM, LOOM_MPI_PLUGIN_NAME, "1.0.0",
                                  "MPI collectives and point-to-point (OpenMPI); device memory "
                                  "that is not host memory is staged through the host",
                                  LOOM_COMM_CAP_HOST_MEMORY | LOOM_COMM_CAP_DEVICE_MEMORY,

@@ -135,6 +135,17 @@ int mpi_raw_send(void *ctx, loom_comm *comm, const void *buf, size_t count, loom
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, count, 0, LOOM_OP_SUM);
   if (rc) return rc;
+#ifdef LOOM_FIXTURE_BLOCKING_SEND
+  /* tests/fixtures' wrong copy of mpi.so, which `loom conformance`'s comm.p2p must catch: a
+   * "non-blocking" send that blocks until its receive is matched (MPI_Send of a large
+   * message), as a plugin that runs every operation at once on one stream would */
+  if (req) {
+    CHECK_MPI(c, MPI_Send(buf, (int)count, mpi_type(dt), peer, tag, comm->mpi), "MPI_Send");
+    if (!(*req = new_request())) return LOOM_NOMEM;
+    (*req)->mpi = MPI_REQUEST_NULL; /* complete */
+    return LOOM_OK;
+  }
+#endif
   RUN_OR_START(c, req, MPI_Send(buf, (int)count, mpi_type(dt), peer, tag, comm->mpi),
                MPI_Isend(buf, (int)count, mpi_type(dt), peer, tag, comm->mpi, request),
                "MPI_Send");
@@ -145,6 +156,9 @@ int mpi_raw_recv(void *ctx, loom_comm *comm, void *buf, size_t count, loom_dtype
   mpi_ctx *c = ctx;
   int rc = check_args(c, dt, count, 0, LOOM_OP_SUM);
   if (rc) return rc;
+#ifdef LOOM_FIXTURE_ANY_TAG
+  tag = MPI_ANY_TAG; /* tests/fixtures' wrong copy: matched by order, as NCCL does */
+#endif
   RUN_OR_START(c, req,
                MPI_Recv(buf, (int)count, mpi_type(dt), peer, tag, comm->mpi, MPI_STATUS_IGNORE),
                MPI_Irecv(buf, (int)count, mpi_type(dt), peer, tag, comm->mpi, request),

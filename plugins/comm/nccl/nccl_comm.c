@@ -1,12 +1,14 @@
 /* nccl.so — the communication backend for ranks on the CUDA device (cuda.so), on NCCL.
  *
  * Open MPI stays the launcher and the control plane: MPI_Init joins the job, the mesh's
- * communicators are MPI_Comm_split like mpi.so's, and each of them gets its NCCL communicator
- * (one per mesh axis: dp, tp, pp, world, and the pipeline's embedding group) the first time a
- * collective runs on it: rank 0 of the group makes the ncclUniqueId and MPI_Bcasts it, every
- * rank calls ncclCommInitRank. Lazily, because the mesh is built before the device is opened
- * (comm_v1.h): collectives before that — the host's configuration check — are on host memory
- * and run over MPI.
+ * communicators are MPI_Comm_split like mpi.so's, and each of them gets two NCCL communicators
+ * (collectives, point to point; one pair per mesh axis: dp, tp, pp, world, and the pipeline's
+ * embedding group), all made at the first device operation of any kind, in the order the
+ * communicators were split (nccl_stream.c says why then and why that order cannot hang): rank 0
+ * of each group makes the ncclUniqueIds and MPI_Bcasts them, every rank calls ncclCommInitRank.
+ * Not at split time, because the mesh is built before the device is opened (comm_v1.h) and NCCL
+ * binds a communicator to the current GPU: operations before that — the host's configuration
+ * check — are on host memory and run over MPI.
  *
  * Once the device is open every buffer is device memory and every operation is enqueued on the
  * device's native stream (device_v1.native_stream), the stream its kernels run on, so a
@@ -22,7 +24,8 @@
  * (which stages through host memory) to share a GPU between ranks.
  *
  * This file: the plugin's table, its lifecycle and communicators. nccl_stream.c: the stream,
- * the lazy NCCL communicator, requests and waiting. nccl_ops.c: the operations. */
+ * the NCCL communicators, requests and waiting. nccl_ops.c: the operations. nccl_p2p.c:
+ * send/recv (queued, issued in groups on their own stream, tags kept by issue order). */
 #include <stdlib.h>
 
 #include "comm_mpi.h"
@@ -67,6 +70,9 @@ static void nccl_destroy(void *ctx) {
   nccl_ctx *c = ctx;
   if (!c) return;
   if (c->world.nccl) ncclCommDestroy(c->world.nccl);
+  if (c->world.p2p) ncclCommDestroy(c->world.p2p);
+  if (c->p2p_stream) cudaStreamDestroy(c->p2p_stream);
+  free(c->queue); /* requests never waited: the job is ending */
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (c->initialized_here && !finalized) MPI_Finalize();
@@ -94,10 +100,12 @@ static int nccl_split(void *ctx, loom_comm *parent, int color, int key, loom_com
   }
   MPI_Comm_rank(nc->mpi, &nc->rank);
   MPI_Comm_size(nc->mpi, &nc->size);
-  nc->next = c->world.next; /* the list abort() walks */
+  nc->next = c->world.next; /* the list abort() and nccl_open_comms walk */
   c->world.next = nc;
   *out = nc;
-  return LOOM_OK;
+  /* after the NCCL communicators were made: this one's pair now (split was collective over
+   * the parent, so every rank of the new group is here) */
+  return c->opened ? nccl_open_comm(c, nc) : LOOM_OK;
 }
 
 static void nccl_comm_free(void *ctx, loom_comm *comm) {
@@ -109,6 +117,7 @@ static void nccl_comm_free(void *ctx, loom_comm *comm) {
       break;
     }
   if (comm->nccl) ncclCommDestroy(comm->nccl);
+  if (comm->p2p) ncclCommDestroy(comm->p2p);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Comm_free(&comm->mpi);
@@ -120,7 +129,12 @@ static int nccl_barrier(void *ctx, loom_comm *comm) {
   cudaStream_t s;
   int on_device, rc = nccl_device_stream(c, &s, &on_device);
   if (rc) return rc;
-  if (on_device) { /* what this rank enqueued is done, then the ranks meet */
+  if (on_device) {
+    /* a barrier is where a rank may wait for its peers: the communicators exist (a peer may
+     * be creating them, nccl_stream.c) and what it posted is issued; then what it enqueued on
+     * the device's stream is done, and the ranks meet. Not the p2p stream: a barrier does not
+     * complete sends and receives (their peers may post the match after it). */
+    if ((rc = nccl_open_comms(c)) != LOOM_OK || (rc = nccl_p2p_flush(c)) != LOOM_OK) return rc;
     cudaError_t e = cudaStreamSynchronize(s);
     if (e != cudaSuccess) return nccl_cuda_fail(c, e, "cudaStreamSynchronize");
   }
@@ -143,11 +157,11 @@ static int nccl_local(void *ctx, int *local_rank, int *local_size) {
  * return), then take the job down. */
 static void nccl_abort(void *ctx, int exit_code) {
   nccl_ctx *c = ctx;
-  for (loom_comm *m = c ? &c->world : NULL; m; m = m->next)
-    if (m->nccl) {
-      ncclCommAbort(m->nccl);
-      m->nccl = NULL;
-    }
+  for (loom_comm *m = c ? &c->world : NULL; m; m = m->next) {
+    if (m->nccl) ncclCommAbort(m->nccl);
+    if (m->p2p) ncclCommAbort(m->p2p);
+    m->nccl = m->p2p = NULL;
+  }
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   exit(exit_code); /* MPI_Abort does not return; this is for the compiler */
 }

@@ -5,9 +5,13 @@
  *
  * Uneven collectives: reduce_scatter_v is one ncclReduce per block (root = the block's rank)
  * and all_gather_v one ncclBroadcast per block, each set in one ncclGroupStart/End. Point to
- * point: ncclSend / ncclRecv; NCCL matches them by order per peer, not by tag, which is how
- * loom's pipeline issues them. bf16 and fp16 sums are NCCL's native ncclBfloat16 /
- * ncclFloat16. */
+ * point on the device: queued and issued in groups on a stream of their own (nccl_p2p.c, which
+ * says how tags and independent progress are kept); every other operation first issues what is
+ * queued, so nothing posted is held back while this rank waits. On host memory (before the
+ * device is open) send/recv are MPI_Isend/MPI_Irecv, the blocking ones waited at once. bf16 and
+ * fp16 sums are NCCL's native ncclBfloat16 / ncclFloat16. */
+#include <stdlib.h>
+
 #include "comm_mpi.h"
 #include "nccl_internal.h"
 
@@ -34,7 +38,7 @@ typedef struct op {
   loom_dtype dt;
   loom_red_op red;
   int peer; /* broadcast's root; send's and recv's peer */
-  int tag;  /* send and recv on MPI (NCCL matches by order) */
+  int tag;  /* send and recv (NCCL has none: nccl_p2p.c orders by it) */
 } op;
 
 static int nccl_type(loom_dtype dt, ncclDataType_t *out) {
@@ -85,20 +89,30 @@ static int run_on_host(nccl_ctx *c, loom_comm *comm, const op *o) {
       what = "MPI_Bcast";
       rc = MPI_Bcast(o->buf, n, t, o->peer, comm->mpi);
       break;
-    case OP_SEND:
-      what = "MPI_Send";
-      rc = MPI_Send(o->send, n, t, o->peer, o->tag, comm->mpi);
-      break;
-    case OP_RECV:
-      what = "MPI_Recv";
-      rc = MPI_Recv(o->buf, n, t, o->peer, o->tag, comm->mpi, MPI_STATUS_IGNORE);
-      break;
     default:
       c->api->set_error(c->host, "%s on host memory before the device is open",
                         o->kind == OP_REDUCE_SCATTER_V ? "reduce_scatter_v" : "all_gather_v");
       return LOOM_UNSUPPORTED;
   }
   return rc == MPI_SUCCESS ? LOOM_OK : nccl_mpi_fail(c, rc, what);
+}
+
+/* Before the device is open, send/recv on host memory: MPI's non-blocking calls, so they keep
+ * comm_v1's semantics (a blocking MPI_Send may wait for its receive). */
+static int p2p_on_host(nccl_ctx *c, loom_comm *comm, const op *o, loom_request **req) {
+  loom_request *r = nccl_request_new(comm);
+  if (!r) return LOOM_NOMEM;
+  MPI_Datatype t = mpi_type(o->dt);
+  int n = (int)o->count;
+  int rc = o->kind == OP_SEND ? MPI_Isend(o->send, n, t, o->peer, o->tag, comm->mpi, &r->mpi)
+                              : MPI_Irecv(o->buf, n, t, o->peer, o->tag, comm->mpi, &r->mpi);
+  if (rc != MPI_SUCCESS) {
+    free(r);
+    return nccl_mpi_fail(c, rc, o->kind == OP_SEND ? "MPI_Isend" : "MPI_Irecv");
+  }
+  if (!req) return nccl_wait(c, r);
+  *req = r;
+  return LOOM_OK;
 }
 
 /* The uneven collectives: one rooted call per rank's block, in one NCCL group. */
@@ -153,14 +167,6 @@ static int enqueue(nccl_ctx *c, loom_comm *comm, const op *o, ncclDataType_t t, 
       what = "ncclBroadcast";
       r = ncclBroadcast(o->buf, o->buf, o->count, t, o->peer, nc, s);
       break;
-    case OP_SEND:
-      what = "ncclSend";
-      r = ncclSend(o->send, o->count, t, o->peer, nc, s);
-      break;
-    case OP_RECV:
-      what = "ncclRecv";
-      r = ncclRecv(o->buf, o->count, t, o->peer, nc, s);
-      break;
     default:
       return enqueue_blocks(c, comm, o, t, s);
   }
@@ -168,7 +174,9 @@ static int enqueue(nccl_ctx *c, loom_comm *comm, const op *o, ncclDataType_t t, 
 }
 
 /* Every operation: where it runs (host memory until the device is open), the dtype checked for
- * that path, then the call and its completion (req NULL: blocking). */
+ * that path, then the call and its completion (req NULL: blocking). On the device: the NCCL
+ * communicators made (all of them, the first time: nccl_stream.c), then send/recv queued, and
+ * anything else issued after the queue. */
 static int run(void *ctx, loom_comm *comm, const op *o, loom_request **req) {
   nccl_ctx *c = ctx;
   cudaStream_t s;
@@ -179,6 +187,7 @@ static int run(void *ctx, loom_comm *comm, const op *o, loom_request **req) {
       c->api->set_error(c->host, "dtype %d on host memory before the device is open", o->dt);
       return LOOM_UNSUPPORTED;
     }
+    if (o->kind == OP_SEND || o->kind == OP_RECV) return p2p_on_host(c, comm, o, req);
     rc = run_on_host(c, comm, o);
     return rc ? rc : nccl_completed(req);
   }
@@ -187,7 +196,12 @@ static int run(void *ctx, loom_comm *comm, const op *o, loom_request **req) {
     c->api->set_error(c->host, "dtype %d is not supported by nccl.so", o->dt);
     return LOOM_UNSUPPORTED;
   }
-  if ((rc = nccl_ensure_comm(c, comm)) != LOOM_OK) return rc;
+  if ((rc = nccl_open_comms(c)) != LOOM_OK) return rc;
+  if (o->kind == OP_SEND || o->kind == OP_RECV)
+    return nccl_p2p_post(c, comm, o->kind == OP_SEND, o->kind == OP_SEND ? (void *)o->send
+                                                                         : o->buf,
+                         o->count, t, o->peer, o->tag, req);
+  if ((rc = nccl_p2p_flush(c)) != LOOM_OK) return rc;
   if ((rc = enqueue(c, comm, o, t, s)) != LOOM_OK) return rc;
   return nccl_finish(c, comm, s, req);
 }

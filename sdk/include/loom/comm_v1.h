@@ -41,7 +41,24 @@ typedef struct loom_comm_v1 {
   void (*comm_free)(void *ctx, loom_comm *c);
 
   /* Operations: semantics as in host_v1.h; req == NULL means blocking. An all-gather whose
-   * send buffer is this rank's own block inside recv is in place (MPI_IN_PLACE). */
+   * send buffer is this rank's own block inside recv is in place (MPI_IN_PLACE).
+   *
+   * Point to point (send/recv: `count` elements to / from rank `peer` of `c`, tag >= 0 and
+   * below 32768, MPI's least tag bound), the semantics pipeline.so's schedules rely on:
+   * - Non-blocking (req != NULL): the call posts the operation and returns; it never waits
+   *   for the peer. Posted operations progress independently of each other and of the order
+   *   they were posted in, whatever the message size: no eager limit may turn a posted send
+   *   into one that waits for its receive before the caller can post the next operation.
+   * - Matching: a send matches a receive of the same communicator whose peer and tag name
+   *   each other; messages with the same (peer, tag) match in posting order; different tags
+   *   never match, whatever order they were posted in.
+   * - Completion: any set of posted operations whose matching operations are posted on their
+   *   peers completes when its requests are waited (or tested until done) in any order.
+   *   Progress is made while the rank is inside a call of this plugin (MPI's rule).
+   * - Blocking (req == NULL): post + wait; what the rank posted earlier keeps progressing.
+   * `loom conformance`'s comm.p2p checks them with 16 MB messages (sdk/conformance/probe.c,
+   * "comm_p2p"). nccl.so's restriction (NCCL has no tags and no per-operation progress): see
+   * docs/abi.md, "Point to point". */
   int (*all_reduce)(void *ctx, loom_comm *c, void *buf, size_t count, loom_dtype dt,
                     loom_red_op op, loom_request **req);
   int (*reduce_scatter)(void *ctx, loom_comm *c, const void *send, void *recv,

@@ -210,6 +210,12 @@ typedef struct loom_host_api_v1 {
                     size_t send_count, loom_dtype dt, loom_request **req);
   int (*broadcast)(loom_host *h, loom_comm *c, void *buf, size_t count, loom_dtype dt,
                    int root, loom_request **req);
+  /* Point to point with rank `peer` of c, matched by (peer, tag) in posting order per (peer,
+   * tag). Non-blocking sends and receives (req != NULL) progress independently of each other
+   * and of their posting order, whatever the size: any set of posted operations whose matches
+   * are posted on the peers completes when waited in any order (a ring's recv, recv, send,
+   * send; 1F1B's non-blocking send then blocking receive). Blocking = post + wait. The full
+   * contract, and nccl.so's restriction: comm_v1.h and docs/abi.md, "Point to point". */
   int (*send)(loom_host *h, loom_comm *c, const void *buf, size_t count, loom_dtype dt,
               int peer, int tag, loom_request **req);
   int (*recv)(loom_host *h, loom_comm *c, void *buf, size_t count, loom_dtype dt, int peer,
