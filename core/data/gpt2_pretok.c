@@ -10,13 +10,17 @@
 #error "PCRE2 10.34 or newer is needed (PCRE2_MATCH_INVALID_UTF): Debian's libpcre2-dev"
 #endif
 
-/* ECMAScript's WhiteSpace and LineTerminator code points (ECMA-262 \s), inside a class. */
-#define JS_SPACE "\\t\\n\\x{0b}\\f\\r \\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}" \
-                 "\\x{202f}\\x{205f}\\x{3000}\\x{feff}"
+/* Unicode's White_Space property (PropList.txt; unchanged since Unicode 6.3), inside a class:
+ * what `\s` means to Python's `regex` module, which GPT-2's encoder.py runs the pattern with,
+ * and to tiktoken and Hugging Face's tokenizers. Not PCRE2's `\s` (under UCP: the Z categories
+ * and \t\n\v\f\r, without U+0085) nor JavaScript's (no U+0085, but U+FEFF): gpt-3-encoder
+ * cuts "a \ufeffb" apart where GPT-2 does not. */
+#define WHITE_SPACE "\\t\\n\\x{0b}\\f\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}" \
+                    "\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
 
 static const char gpt2_pattern[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" JS_SPACE "\\p{L}\\p{N}]+"
-    "|[" JS_SPACE "]+(?![^" JS_SPACE "])|[" JS_SPACE "]+";
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WHITE_SPACE "\\p{L}\\p{N}]+"
+    "|[" WHITE_SPACE "]+(?![^" WHITE_SPACE "])|[" WHITE_SPACE "]+";
 
 struct loom_gpt2_pretok {
   pcre2_code *code;

@@ -2,11 +2,13 @@
  *
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *
- * run through PCRE2 (UTF + UCP, JIT-compiled when the library has a JIT). `\s` is spelled out as
- * ECMAScript's white space (the reference tokenizer, the npm gpt-3-encoder, runs the regex in
- * JavaScript): tab, LF, VT, FF, CR, space, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029,
- * U+202F, U+205F, U+3000, U+FEFF. (Python's `regex`, which OpenAI's encoder.py uses, also counts
- * U+001C-U+001F and U+0085 and not U+FEFF; PCRE2's own \s differs from both at U+FEFF.)
+ * run through PCRE2 (UTF + UCP, JIT-compiled when the library has a JIT), with GPT-2's meaning:
+ * OpenAI's encoder.py runs it with Python's `regex` module, where `\s` is Unicode's White_Space
+ * (tab, LF, VT, FF, CR, space, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F,
+ * U+205F, U+3000), so `\s` is spelled out as that set. Not JavaScript's `\s` (the npm
+ * gpt-3-encoder's: U+FEFF instead of U+0085) nor PCRE2's own (no U+0085). `\p{L}` and `\p{N}`
+ * are PCRE2's, from its Unicode version; they differ from another library's only at code points
+ * assigned in between (tests/tokenizer/gpt2_classes.py lists them).
  *
  * Bytes that are not valid UTF-8 never match (PCRE2_MATCH_INVALID_UTF); each maximal run of them
  * becomes one piece of its own, so every byte string is cut into pieces that concatenate back to

