@@ -6,7 +6,8 @@
  * The inputs form one byte stream: each PATH in the order given, a directory walked recursively
  * with its entries sorted by byte value, symlinks followed. A file that holds a NUL byte is not
  * text and is skipped with a note; a file (or directory) reached twice is read once (same device
- * and inode); the output directory is never read as input.
+ * and inode); one found in a directory that cannot be read (a dangling symlink, no permission)
+ * is skipped with a note and counted; the output directory is never read as input.
  *
  * The stream is cut into 8 KiB blocks; every K-th block (blocks K-1, 2K-1, ...) goes to the val
  * split, the rest to train (K = 0: no val split). With --tokenizer gpt2 each file is one document:
@@ -64,7 +65,8 @@ static const char *usage_text =
     "Turn text files into llm.c token shards for loom (byte-level tokenizer, vocab 256, or\n"
     "GPT-2's BPE, vocab 50257, with <|endoftext|> before each file).\n"
     "Each PATH is a text file or a directory walked recursively in sorted order; files that\n"
-    "hold a NUL byte are skipped as not text, and a file reached twice (symlinks) is read once.\n"
+    "hold a NUL byte are skipped as not text, a file reached twice (symlinks) is read once,\n"
+    "and one inside a directory that cannot be read (dangling symlink) is skipped.\n"
     "\n"
     "  --out DIR           output directory (created if missing): train_NNN.bin, val_NNN.bin,\n"
     "                      vocab.json, meta.json (written last: marks a complete set)\n"
@@ -210,6 +212,7 @@ typedef struct walk {
   dev_t out_dev;
   ino_t out_ino;
   size_t n_dups, n_other;
+  size_t n_unreadable; /* found inside a directory but unreadable: skipped (see walk_path) */
 } walk;
 
 static int cmp_dirent(const struct dirent **a, const struct dirent **b) {
@@ -220,9 +223,25 @@ static int not_dots(const struct dirent *d) {
   return strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0;
 }
 
-static int walk_path(walk *w, const char *path) {
+/* An input found inside a directory that cannot be read (a dangling symlink, a symlink loop, no
+ * permission, gone since the listing): one unreadable file must not stop a prepare over
+ * thousands, so it is skipped with a note and counted, as FIFOs and binary files are. A path
+ * named on the command line is the user's and an error instead. */
+static int skip_unreadable(walk *w, const char *path, int err) {
+  struct stat lst;
+  if (err == ENOENT && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode))
+    skip_note("%s: dangling symlink (its target does not exist), skipped", path);
+  else
+    skip_note("%s: cannot read: %s, skipped", path, strerror(err));
+  w->n_unreadable++;
+  return 0;
+}
+
+/* Walk `path` (top: named on the command line) into w's file list, in sorted order. */
+static int walk_path(walk *w, const char *path, int top) {
   struct stat st;
-  if (stat(path, &st) != 0) return fail("%s: %s", path, strerror(errno));
+  if (stat(path, &st) != 0)
+    return top ? fail("%s: %s", path, strerror(errno)) : skip_unreadable(w, path, errno);
   if (S_ISDIR(st.st_mode) && w->have_out && st.st_dev == w->out_dev && st.st_ino == w->out_ino) {
     note("%s: the output directory, not read as input", path);
     return 0;
@@ -249,12 +268,13 @@ static int walk_path(walk *w, const char *path) {
   }
   struct dirent **ents;
   int n = scandir(path, &ents, not_dots, cmp_dirent);
+  if (n < 0 && !top) return skip_unreadable(w, path, errno);
   if (n < 0) return fail("%s: cannot read directory: %s", path, strerror(errno));
   int rc = 0;
   for (int i = 0; i < n; i++) {
     if (rc == 0) {
       char *child = join_path(path, ents[i]->d_name);
-      rc = walk_path(w, child);
+      rc = walk_path(w, child, 0);
       free(child);
     }
     free(ents[i]);
@@ -265,12 +285,11 @@ static int walk_path(walk *w, const char *path) {
 
 /* Read a whole file; *out is malloc'ed (NUL-terminated for convenience). Opened without
  * blocking and checked regular again: the walk's stat may be stale (a file replaced by a FIFO
- * in between would hang the read). */
-static int read_file(const char *path, char **out, size_t *len) {
-  char e[1024];
+ * in between would hang the read). Returns -1 with the reason in why (nothing printed). */
+static int read_file(const char *path, char **out, size_t *len, char *why, size_t whylen) {
   off_t size = 0;
-  int fd = loom__open_regular(path, &size, e, sizeof e);
-  if (fd < 0) return fail("%s", e);
+  int fd = loom__open_regular(path, &size, why, whylen);
+  if (fd < 0) return -1;
   size_t cap = size > 0 ? (size_t)size + 1 : 4096;
   char *buf = xrealloc(NULL, cap);
   size_t n = 0;
@@ -279,10 +298,10 @@ static int read_file(const char *path, char **out, size_t *len) {
     ssize_t r = read(fd, buf + n, cap - 1 - n);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
-      int e = errno;
+      snprintf(why, whylen, "%s: cannot read: %s", path, strerror(errno));
       close(fd);
       free(buf);
-      return fail("%s: cannot read: %s", path, strerror(e));
+      return -1;
     }
     if (r == 0) break;
     n += (size_t)r;
@@ -554,7 +573,7 @@ int main(int argc, char **argv) {
     w.out_ino = ost.st_ino;
   }
   for (int i = 0; i < n_paths; i++)
-    if (walk_path(&w, paths[i]) != 0) goto done;
+    if (walk_path(&w, paths[i], 1) != 0) goto done;
   if (w.n_files == 0) {
     fail("%s%s: no files found", paths[0], n_paths > 1 ? " ..." : "");
     goto done;
@@ -577,7 +596,12 @@ int main(int argc, char **argv) {
   size_t n_text = 0, n_binary = 0;
   for (size_t f = 0; f < w.n_files; f++) {
     size_t len = 0;
-    if (read_file(w.files[f], &text, &len) != 0) goto done;
+    char why[1024];
+    if (read_file(w.files[f], &text, &len, why, sizeof why) != 0) {
+      skip_note("%s: skipped", why); /* changed since the walk: skip_unreadable's rule */
+      w.n_unreadable++;
+      continue;
+    }
     if (memchr(text, '\0', len)) {
       skip_note("%s: holds a NUL byte, not text: skipped", w.files[f]);
       n_binary++;
@@ -609,8 +633,8 @@ int main(int argc, char **argv) {
     text = NULL;
   }
   if (pos == 0) {
-    fail("%s%s: no text in the inputs (%zu text files are empty, %zu files are not text)",
-         paths[0], n_paths > 1 ? " ..." : "", n_text, n_binary);
+    fail("%s%s: no text in the inputs (%zu text files are empty, %zu files are not text, %zu "
+         "unreadable)", paths[0], n_paths > 1 ? " ..." : "", n_text, n_binary, w.n_unreadable);
     goto done;
   }
   for (int k = 0; k < 2; k++)
@@ -652,6 +676,7 @@ int main(int argc, char **argv) {
   json_object_set_new(meta, "shard_tokens", json_integer((json_int_t)shard_tokens));
   json_object_set_new(meta, "skipped_not_text", json_integer((json_int_t)n_binary));
   json_object_set_new(meta, "skipped_duplicates", json_integer((json_int_t)w.n_dups));
+  json_object_set_new(meta, "skipped_unreadable", json_integer((json_int_t)w.n_unreadable));
   char *meta_text =
       json_dumps(meta, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
   json_decref(meta);
@@ -670,9 +695,9 @@ int main(int argc, char **argv) {
   char a[32], b[32];
   printf("loom-prepare: %zu text files, %s bytes -> %s  (%.2f s)\n", n_text, fmt_count(pos, a),
          out_dir, secs);
-  if (n_binary || w.n_dups || w.n_other)
-    printf("  skipped: %zu not text, %zu duplicates, %zu not regular files\n", n_binary, w.n_dups,
-           w.n_other);
+  if (n_binary || w.n_dups || w.n_other || w.n_unreadable)
+    printf("  skipped: %zu not text, %zu duplicates, %zu not regular files, %zu unreadable\n",
+           n_binary, w.n_dups, w.n_other, w.n_unreadable);
   printf("  train: %s tokens in %d shard%s\n", fmt_count(tr->tokens, a), tr->n_shards,
          tr->n_shards == 1 ? "" : "s");
   if (val_every == 0) {

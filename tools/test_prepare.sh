@@ -43,6 +43,7 @@ check "no temporary files left" [ -z "$(ls "$out" | grep '\.tmp\.')" ]
 check "summary mentions the unigram baseline" grep -q "unigram baseline" "$tmp/stdout"
 check "binary file skipped with a note" grep -q "bin.dat.*not text" "$tmp/stderr"
 check "symlink read once with a note" grep -q "z_link.txt.*read once" "$tmp/stderr"
+
 check "vocab.json is the byte tokenizer" \
   grep -q '"type": "byte", "vocab_size": 256' "$out/vocab.json"
 
@@ -94,6 +95,27 @@ check "rerun with bigger shards exits 0" [ $? -eq 0 ]
 check "rerun removed the stale train_001.bin" [ ! -e "$out/train_001.bin" ]
 check "rerun: one train shard holds all train tokens" \
   [ "$(od -An -t d4 -j 8 -N 4 "$out/train_000.bin" | tr -d ' ')" -eq "$train" ]
+
+# ---- unreadable inputs inside the tree: skipped with a note and counted, the rest prepared ----
+cp -r "$in" "$tmp/in_broken"
+ln -s gone.txt "$tmp/in_broken/sub/dangling.txt"
+ln -s loop1 "$tmp/in_broken/sub/loop2"
+ln -s loop2 "$tmp/in_broken/sub/loop1"   # a symlink loop (ELOOP)
+"$BIN" --verbose --out "$tmp/out_broken" --val-every 2 --shard-tokens 4096 "$tmp/in_broken" \
+  > "$tmp/stdout_b" 2> "$tmp/stderr_b"
+check "unreadable inputs: exits 0 (got $?)" [ -s "$tmp/out_broken/meta.json" ]
+check "dangling symlink skipped with a note" \
+  grep -q "sub/dangling.txt: dangling symlink (its target does not exist), skipped" "$tmp/stderr_b"
+check "symlink loop skipped with a note" grep -q "sub/loop1: cannot read: .*, skipped" "$tmp/stderr_b"
+check "summary counts 3 unreadable" grep -q ", 3 unreadable" "$tmp/stdout_b"
+check "meta: skipped_unreadable = 3" \
+  [ "$(json_val "$tmp/out_broken/meta.json" skipped_unreadable)" = 3 ]
+check "unreadable inputs: the same shards as without them" \
+  cmp -s "$tmp/out_again/train_000.bin" "$tmp/out_broken/train_000.bin"
+# a missing path named on the command line stays an error (the user's typo), nothing written
+ln -s gone.txt "$tmp/top_dangling.txt"
+"$BIN" --out "$tmp/out_top" "$tmp/top_dangling.txt" > /dev/null 2> "$tmp/stderr_t"
+check "dangling symlink named on the command line: exits 1 (got $?)" [ ! -e "$tmp/out_top" ]
 
 # ---- small input, default --val-every 20: no val split, null baseline ----
 "$BIN" --out "$tmp/small" "$in/a.txt" > "$tmp/stdout3" 2>&1
