@@ -9,6 +9,7 @@
  *   loom conformance PLUGIN [...]             the conformance battery (core/cli/conformance/)
  *   loom version
  *   loom help [COMMAND], loom COMMAND --help  usage, per command */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,9 @@ static int cmd_train(int argc, char **argv) {
   if (n < 0) return 2;
   loom_trainer *tr = calloc(1, sizeof *tr);
   if (!tr) return 1;
+  /* a reader of stdout that goes away (`loom train | head`) must not kill the run: writes fail
+   * with EPIPE instead, and the progress lines stop (metrics.c, flush_stdout) */
+  signal(SIGPIPE, SIG_IGN);
   if (loom_trainer_init(tr, argv[2], overrides, n) != 0 || loom_trainer_run(tr) != 0 ||
       (!tr->stopped && loom_trainer_sample(tr) != 0))
     loom_trainer_fail(tr, 1); /* prints, takes every rank down, exits */

@@ -119,6 +119,19 @@ static void fmt_duration(char *buf, size_t n, double s) {
   else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
 
+/* Flush the progress lines. A stdout whose reader went away (`loom train | head`, a closed
+ * terminal) fails with EPIPE (SIGPIPE is ignored: cmd_train): printing stops, training does
+ * not, and stderr says so once — the metrics file, not stdout, is the run's record. */
+static void flush_stdout(loom_trainer *tr) {
+  if (fflush(stdout) == 0 && !ferror(stdout)) return;
+  if (tr->stdout_lost) return;
+  tr->stdout_lost = 1;
+  fprintf(stderr, "loom: note: stdout is closed (%s): progress lines stop here, training goes "
+          "on (metrics: %s)\n", strerror(errno),
+          tr->cfg.logging.metrics[0] ? tr->cfg.logging.metrics : "none, logging.metrics unset");
+  fflush(stderr);
+}
+
 void loom_metrics_start(loom_trainer *tr) {
   if (!is_rank0(tr)) return;
   const loom_config *c = &tr->cfg;
@@ -164,7 +177,7 @@ void loom_metrics_start(loom_trainer *tr) {
     else printf("every block\n");
   }
   if (tr->step > 0) printf("loom: resumed at step %d\n", tr->step);
-  fflush(stdout);
+  flush_stdout(tr);
 }
 
 /* The run's config (with the --set overrides applied) for TensorBoard's text dashboard, as a
@@ -264,13 +277,13 @@ int loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m) {
            c->train.steps, m->loss, tps, mfubuf, etabuf, m->skipped ? " | skipped" : "",
            last ? "\n" : "");
     tr->progress_open = !last;
-    fflush(stdout);
+    flush_stdout(tr);
   } else if (c->logging.interval > 0 &&
              (m->step % c->logging.interval == 0 || last || taken == 1)) {
     printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %8.0f tok/s | %7.1f ms%s | eta %s%s\n",
            m->step, c->train.steps, m->loss, m->lr, m->grad_norm, tps, m->seconds * 1e3, mfubuf,
            etabuf, m->skipped ? " | skipped" : "");
-    fflush(stdout);
+    flush_stdout(tr);
   }
   if (taken == 1 && tr->tb && tb_config_text(tr) != 0) return -1;
   if (tr->metrics || tr->tb) {
@@ -318,7 +331,7 @@ int loom_metrics_eval(loom_trainer *tr, int step, double val_loss) {
   if (!is_rank0(tr)) return 0;
   end_live_line(tr);
   printf("step %5d/%d | val loss %.4f\n", step, tr->cfg.train.steps, val_loss);
-  fflush(stdout);
+  flush_stdout(tr);
   char rec[96];
   snprintf(rec, sizeof rec, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
   return emit_record(tr, rec);
@@ -333,7 +346,7 @@ void loom_metrics_end(loom_trainer *tr) {
       printf(" %s %.2f MiB", loom__mem_category_name((loom_mem_category)k),
              tr->mem_peak_max[k] / 1048576.0);
   printf(" | total %.2f MiB\n", tr->mem_peak_max[LOOM_MEM__COUNT] / 1048576.0);
-  fflush(stdout);
+  flush_stdout(tr);
 }
 
 void loom_metrics_where(loom_trainer *tr) {
@@ -350,7 +363,7 @@ void loom_metrics_where(loom_trainer *tr) {
          dir                     ? dir
          : tr->rt.has_checkpoint ? "(see the checkpoint plugin's options)"
                                  : "(none: no checkpoint plugin)");
-  fflush(stdout);
+  flush_stdout(tr);
 }
 
 void loom_metrics_close(loom_trainer *tr) {

@@ -36,6 +36,7 @@ typedef struct loom_trainer {
   struct loom_tb_writer *tb; /* logging.tensorboard's event file (rank 0), NULL = none */
   int progress_live;       /* stdout is a terminal: the progress line is redrawn in place */
   int progress_open;       /* a live progress line is on screen without its newline */
+  int stdout_lost;         /* stdout's reader went away (EPIPE): said once, training goes on */
   double t0;               /* wall clock at start of training, seconds */
   uint64_t comm_bytes_prev;
   int64_t mem_peak_max[LOOM_MEM__COUNT + 1]; /* max over every rank: each category, then total */
