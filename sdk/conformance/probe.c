@@ -36,6 +36,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Slices of the flat gradient hashed for the replicas check (buffer_hash). */
+#define PROBE_PARTS 16
+
 typedef struct probe {
   const loom_host_api_v1 *api;
   loom_host *host;
@@ -45,6 +48,8 @@ typedef struct probe {
   int selftest, corrupt, p2p;
   int step, fired;
   double grad_norm;
+  uint64_t grad_parts[PROBE_PARTS]; /* the synchronised gradient's slice hashes (record) */
+  size_t numel;                     /* the flat buffers' elements, for the record */
 } probe;
 
 /* ---------------------------------------------------------------- fault injection */
@@ -568,25 +573,51 @@ static int probe_end_backward(void *ctx, int micro, int n_micro) {
   (void)micro, (void)n_micro;
   return maybe_fail(ctx, "end_backward");
 }
+/* The flat parameter buffer is hashed whole, and the synchronised gradient (as the norm hook
+ * sees it, before clipping: clipping by a norm that differs across ranks would change every
+ * parameter) in PROBE_PARTS equal element slices, so the replicas check can tell a sync that
+ * missed the replicas (every slice differs: wrong axis or communicator) from one that reduced
+ * part of the buffer (a wrong count: the first slices agree, the rest differ) and name the
+ * elements, and both from replicas whose gradients agree but whose parameters drift apart. */
+
+static uint64_t fnv1a(const unsigned char *b, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+/* FNV-1a of the whole of buf (numel fp32 of device memory) into *whole and of slice k ([k
+ * numel / PARTS, (k + 1) numel / PARTS) elements) into part[k] (part may be NULL); all 0 when
+ * buf is NULL (a plugin owns that storage). fp32 always: the probe does not set
+ * LOOM_PAR_STORAGE_16BIT, so while it is loaded the host keeps fp32 flat buffers. */
+static void buffer_hash(probe *p, const float *buf, size_t numel, uint64_t *whole,
+                        uint64_t *part) {
+  *whole = 0;
+  for (int k = 0; part && k < PROBE_PARTS; k++) part[k] = 0;
+  if (!buf || numel == 0) return;
+  void *dctx;
+  const loom_device_v1 *dev = p->api->device(p->host, &dctx);
+  unsigned char *host = malloc(numel * sizeof(float));
+  if (!host) return;
+  dev->to_host(dctx, host, buf, numel * sizeof(float));
+  *whole = fnv1a(host, numel * sizeof(float));
+  for (int k = 0; part && k < PROBE_PARTS; k++) {
+    size_t a = numel * (size_t)k / PROBE_PARTS, b = numel * (size_t)(k + 1) / PROBE_PARTS;
+    part[k] = fnv1a(host + a * sizeof(float), (b - a) * sizeof(float));
+  }
+  free(host);
+}
+
 static int probe_grad_norm_sq(void *ctx, double *sq) {
   probe *p = ctx;
   p->grad_norm = sqrt(*sq);
+  if (p->record_dir) { /* the gradient as synchronised, for the replicas check */
+    const loom_model_v1 *m = p->api->model(p->host);
+    uint64_t whole;
+    buffer_hash(p, m ? m->grads : NULL, m ? m->numel : 0, &whole, p->grad_parts);
+    p->numel = m ? m->numel : 0;
+  }
   return maybe_fail(p, "grad_norm_sq");
-}
-
-/* FNV-1a over the bytes of the flat parameter buffer (0 when a plugin owns the storage). */
-static uint64_t params_hash(probe *p) {
-  const loom_model_v1 *m = p->api->model(p->host);
-  if (!m || !m->params || m->numel == 0) return 0;
-  void *dctx;
-  const loom_device_v1 *dev = p->api->device(p->host, &dctx);
-  unsigned char *buf = malloc(m->numel * sizeof(float));
-  if (!buf) return 0;
-  dev->to_host(dctx, buf, m->params, m->numel * sizeof(float));
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < m->numel * sizeof(float); i++) h = (h ^ buf[i]) * 1099511628211ull;
-  free(buf);
-  return h;
 }
 
 static int probe_end_step(void *ctx, int step) {
@@ -604,10 +635,17 @@ static int probe_end_step(void *ctx, int step) {
   }
   char norm[40] = "null"; /* a skipped (overflowed) step has no finite norm: JSON null */
   if (isfinite(p->grad_norm)) snprintf(norm, sizeof norm, "%.17g", p->grad_norm);
+  const loom_model_v1 *m = a->model(p->host);
+  uint64_t whole;
+  buffer_hash(p, m ? m->params : NULL, m ? m->numel : 0, &whole, NULL);
   fprintf(f, "{\"step\": %d, \"rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, "
-          "\"grad_norm\": %s, \"params_fnv\": \"%016llx\"}\n", step, w,
-          a->rank(p->host, LOOM_AXIS_DP), a->rank(p->host, LOOM_AXIS_TP),
-          a->rank(p->host, LOOM_AXIS_PP), norm, (unsigned long long)params_hash(p));
+          "\"grad_norm\": %s, \"params_fnv\": \"%016llx\", \"numel\": %zu, "
+          "\"grads_fnv_parts\": [", step, w, a->rank(p->host, LOOM_AXIS_DP),
+          a->rank(p->host, LOOM_AXIS_TP), a->rank(p->host, LOOM_AXIS_PP), norm,
+          (unsigned long long)whole, p->numel);
+  for (int k = 0; k < PROBE_PARTS; k++)
+    fprintf(f, "%s\"%016llx\"", k ? ", " : "", (unsigned long long)p->grad_parts[k]);
+  fprintf(f, "]}\n");
   if (fclose(f) != 0) {
     a->set_error(p->host, "record: cannot write %s", path);
     return LOOM_IO;

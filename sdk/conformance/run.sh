@@ -117,6 +117,13 @@ cmp_runs() {
   python3 "$LOOM_CONF_DIR/compare_runs.py" "$@" "$WORK/$a/metrics.jsonl" "$WORK/$a/ckpt" \
     "$WORK/$b/metrics.jsonl" "$WORK/$b/ckpt" >"$WORK/$a/cmp_$b.txt" 2>&1
 }
+# fact MSG / hint MSG: the first line of replicas' message (what it measured) / the rest (why)
+fact() { printf '%s' "${1%%$'\n'*}"; }
+hint() { case $1 in *$'\n'*) printf '%s' "${1#*$'\n'}" ;; esac; }
+said() { fact "$1"; [ -z "$(hint "$1")" ] || printf ': %s' "$(hint "$1")"; } # both, one line
+# set by parallel.replicas_agree: 1 when the data-parallel replicas drifted apart, 0 when they
+# agreed, empty when that check did not run (the resume check's hint depends on it)
+REPLICAS_DRIFT=
 cmp_summary() { grep -E "^(FAIL|per-step|final)" "$WORK/$1/cmp_$2.txt" | head -3 | tr '\n' ' ' | cut -c1-400; }
 
 # replicas NAME: the probe's per-rank records: ranks with the same (tp, pp) coordinates (the
@@ -141,9 +148,46 @@ for step in sorted(recs):
     for (tp, pp), g in groups.items():
         h = {r["dp"]: r["params_fnv"] for r in g}
         if len(set(h.values())) > 1 and "0000000000000000" not in h.values():
+            by = {r["dp"]: r for r in g}
             a, b = sorted(h)[0], [d for d in sorted(h) if h[d] != h[sorted(h)[0]]][0]
-            print(f"step {step}: dp ranks {a} and {b} (tp {tp}, pp {pp}) hold different "
-                  f"parameters"); sys.exit(1)
+            pa, pb = by[a].get("grads_fnv_parts"), by[b].get("grads_fnv_parts")
+            n = by[a].get("numel", 0)
+            where = f"step {step}: dp ranks {a} and {b} (tp {tp}, pp {pp}) hold different parameters"
+            # two lines: what was measured, then the hint that follows from it (callers that
+            # know more, such as the accumulation check, keep the first only). The hint comes
+            # from which slices of the synchronised gradient differ (probe.c, buffer_hash).
+            zero = "0000000000000000"
+            diff = [k for k in range(len(pa or [])) if pa[k] != pb[k]]
+            if not pa or zero in pa or zero in pb:
+                print(where)
+                print("the replicas must stay identical: synchronise the gradients over "
+                      "api->comm(host, LOOM_AXIS_DP) and step them the same way")
+            elif not diff:
+                print(f"{where}, though their synchronised gradients agree")
+                print("the replicas drift apart after the sync: the optimizer step or state "
+                      "differs across data-parallel ranks (replicate it, or step from the "
+                      "same values)")
+            elif len(diff) == len(pa):
+                print(f"{where}: their gradients differ in every slice after the sync")
+                print("the gradients were not synchronised across the data-parallel ranks at all "
+                      "— reduce over api->comm(host, LOOM_AXIS_DP), not another axis or "
+                      "communicator")
+            else:
+                P = len(pa)
+                lo = lambda k: n * k // P
+                spans = []
+                for k in diff:
+                    if spans and spans[-1][1] == lo(k):
+                        spans[-1][1] = lo(k + 1)
+                    else:
+                        spans.append([lo(k), lo(k + 1)])
+                same = n - sum(e - s for s, e in spans)
+                print(f"{where}: their gradients differ after the sync in elements " +
+                      ", ".join(f"[{s}, {e})" for s, e in spans) + f" of {n} ({same} agree)")
+                print(f"the sync reduced only part of the gradient buffer — reduce all {n} "
+                      "elements (check the count passed to the collective, and that every "
+                      "bucket or slice is reduced)")
+            sys.exit(1)
     if len(set(norms.values())) > 1 and not os.environ.get("PARAMS_ONLY"):
         # (None: a skipped step. PARAMS_ONLY: after an injected infinity the probe's norm is
         # each rank's own, read before the ranks agree on the overflow)
@@ -267,8 +311,8 @@ if [ "$KIND" = parallel ] && want parallel && [ "$NP" -ge 2 ]; then
       if job 4 comp --set train.micro_batch_size=$(mb 2 $ACC) --set train.grad_accum_steps=$ACC \
            --set "parallel=[$E,{\"plugin\":\"ddp\"}$WITH_ENTRIES,$(probe_rec comp)]"; then
         equiv comp parallel.composition.ddp "size 2 x ddp over dp 2 (4 ranks)"
-        if msg=$(replicas comp); then pass parallel.replicas_agree "$msg"
-        else fail parallel.replicas_agree "$msg"; fi
+        if msg=$(replicas comp); then pass parallel.replicas_agree "$msg"; REPLICAS_DRIFT=0
+        else fail parallel.replicas_agree "$(said "$msg")"; REPLICAS_DRIFT=1; fi
       else
         fail parallel.composition.ddp "size 2 x ddp over dp 2 failed: $(last_error comp)"
       fi
@@ -285,9 +329,11 @@ if [ "$KIND" = parallel ] && want parallel && [ "$NP" -ge 2 ]; then
     if job 2 dp2 --set train.micro_batch_size=$(mb 2 1) --set "parallel=$(par dp2)"; then
       if msg=$(replicas dp2); then
         DP2_AGREE=1
+        REPLICAS_DRIFT=0
         pass parallel.replicas_agree "dp 2: $msg"
       else
-        fail parallel.replicas_agree "dp 2: $msg: the gradients were not synchronised across the data-parallel ranks — reduce over api->comm(host, LOOM_AXIS_DP), not another axis or communicator"
+        REPLICAS_DRIFT=1
+        fail parallel.replicas_agree "dp 2: $(said "$msg")"
       fi
       # 2. the average: step 1's gradient norm against the 1-rank run
       r=$(step1_ratio dp2 ref grad_norm)
@@ -307,9 +353,9 @@ if [ "$KIND" = parallel ] && want parallel && [ "$NP" -ge 2 ]; then
          --set "parallel=$(par dp2acc)"; then
       if ! msg=$(replicas dp2acc); then
         if [ "$DP2_AGREE" = 1 ]; then
-          fail parallel.accumulation "dp 2 x 2 micro-steps: $msg, though they agree without accumulation: the last micro-step's gradients are not synchronised (micro == n_micro - 1 is the sync micro-step; the others are no_sync)"
+          fail parallel.accumulation "dp 2 x 2 micro-steps: $(fact "$msg"), though they agree without accumulation: the last micro-step's gradients are not synchronised (micro == n_micro - 1 is the sync micro-step; the others are no_sync)"
         else
-          fail parallel.accumulation "dp 2 x 2 micro-steps: $msg, as without accumulation (parallel.replicas_agree)"
+          fail parallel.accumulation "dp 2 x 2 micro-steps: $(fact "$msg"), as without accumulation (parallel.replicas_agree)"
         fi
       elif cmp_runs dp2acc ref --rtol "$RTOL"; then
         pass parallel.accumulation "dp 2 x 2 micro-steps: $(cmp_summary dp2acc ref)"
@@ -420,7 +466,12 @@ EOF
   then
     pass "$check" "$n ranks, steps 4-6 after a restart at 3: loss and grad norm bitwise identical"
   else
-    fail "$check" "$n ranks: the resumed run is not a bitwise continuation: $(cmp_summary resumed straight) — save and restore every piece of state the plugin owns (state_items / optimizer shards / scaler state)"
+    local why="save and restore every piece of state the plugin owns (state_items / optimizer shards / scaler state)"
+    case $REPLICAS_DRIFT in
+      1) why="the data-parallel replicas drift apart (parallel.replicas_agree failed): the checkpoint keeps one replica's parameters, so no restore continues the others — fix the gradient sync first" ;;
+      '') why="$why; if the data-parallel replicas disagree (parallel.replicas_agree, not run here), fix that first" ;;
+    esac
+    fail "$check" "$n ranks: the resumed run is not a bitwise continuation: $(cmp_summary resumed straight) — $why"
   fi
 }
 
@@ -629,7 +680,7 @@ if [ "$KIND" = precision ] && want precision && [ "$NP" -ge 2 ]; then
     else
       fail precision.equivalence "ddp on 2 ranks vs 1 rank with this precision, beyond rtol $RTOL: $(cmp_summary prec prec_ref)"
     fi
-    if msg=$(replicas prec); then pass precision.replicas_agree "$msg"; else fail precision.replicas_agree "$msg"; fi
+    if msg=$(replicas prec); then pass precision.replicas_agree "$msg"; else fail precision.replicas_agree "$(said "$msg")"; fi
     scales=$(python3 -c "
 import json
 v=[r.get('loss_scale') for r in map(json.loads, open('$WORK/prec/metrics.jsonl')) if 'loss' in r]
@@ -652,7 +703,7 @@ r=[x for x in map(json.loads, open('$WORK/prec_inf/metrics.jsonl')) if x.get('st
 sys.exit(0 if r and r[0].get('skipped') else 1)"; then
         fail precision.skip_agreed "an infinity on rank 1 at step 3 was not skipped on rank 0: the overflow flag must be agreed over all ranks (all_reduce MAX) before deciding"
       elif ! msg=$(PARAMS_ONLY=1 replicas prec_inf); then
-        fail precision.skip_agreed "after an infinity on rank 1 at step 3: $msg"
+        fail precision.skip_agreed "after an infinity on rank 1 at step 3: $(fact "$msg")"
       else
         pass precision.skip_agreed "an infinity on rank 1 at step 3: skipped on every rank, replicas identical; loss scales seen: $scales"
       fi
