@@ -104,6 +104,17 @@ loom_tb_writer *loom_tb_open(const char *dir, char *err, size_t errlen) {
   return w;
 }
 
+int loom_tb_session_start(loom_tb_writer *w, int64_t step, char *err, size_t errlen) {
+  Tensorboard__SessionLog log = TENSORBOARD__SESSION_LOG__INIT;
+  log.status = TENSORBOARD__SESSION_LOG__SESSION_STATUS__START;
+  Tensorboard__Event ev = TENSORBOARD__EVENT__INIT;
+  ev.wall_time = wall_seconds();
+  ev.step = step;
+  ev.what_case = TENSORBOARD__EVENT__WHAT_SESSION_LOG;
+  ev.session_log = &log;
+  return write_event(w, &ev, err, errlen);
+}
+
 int loom_tb_scalars(loom_tb_writer *w, int64_t step, int n, const char *const *tags,
                     const double *values, char *err, size_t errlen) {
   Tensorboard__Summary__Value *vals = calloc((size_t)n + 1, sizeof *vals);

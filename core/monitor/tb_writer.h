@@ -19,6 +19,13 @@ typedef struct loom_tb_writer loom_tb_writer;
  * for writing, with the file-version record. NULL + err on failure. Free with loom_tb_close. */
 loom_tb_writer *loom_tb_open(const char *dir, char *err, size_t errlen);
 
+/* A SessionLog START at `step`: the first step this process logs. TensorBoard's event
+ * accumulator takes every START after a run's first as a restart and drops what it read at
+ * steps >= `step` (for brain.Event:2 files it purges on nothing else), so the steps an
+ * interrupted process logged after the checkpoint its successor resumes from are not shown
+ * twice. 0, or -1 + err. */
+int loom_tb_session_start(loom_tb_writer *w, int64_t step, char *err, size_t errlen);
+
 /* One Event at `step` holding `n` scalars (tags[i], values[i]; float32 as TensorBoard stores
  * them). 0, or -1 + err when the file cannot be written. */
 int loom_tb_scalars(loom_tb_writer *w, int64_t step, int n, const char *const *tags,

@@ -85,7 +85,9 @@ int loom_metrics_open(loom_trainer *tr) {
   if (tr->cfg.logging.tensorboard[0]) {
     char e[1024];
     tr->tb = loom_tb_open(tr->cfg.logging.tensorboard, e, sizeof e);
-    if (!tr->tb) {
+    /* this process's first step (after the checkpoint it resumed from): what a restart
+     * replaces in the older files (tb_writer.h) */
+    if (!tr->tb || loom_tb_session_start(tr->tb, tr->step + 1, e, sizeof e) != 0) {
       snprintf(tr->err, sizeof tr->err, "%s: logging.tensorboard: %s", tr->cfg.path, e);
       return -1;
     }

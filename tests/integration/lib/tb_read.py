@@ -13,6 +13,13 @@ checksum never is. Then every scalar of every step must equal the JSONL's field 
 TensorBoard stores it), and every numeric field of every JSONL record up to the last step read
 must be in the event files (with --live: up to the step before the last one read, which may
 still lack its evaluation's scalars). Prints a summary; exits 1 with the first difference.
+
+The files are read as TensorBoard's event accumulator reads a run directory: in name order, and
+every SessionLog START after the run's first is a restart that drops what was read at steps >=
+its step (EventAccumulator._CheckForRestartAndMaybePurge; brain.Event:2 files purge on nothing
+else). So a scalar left twice after a resume — an interrupted process's steps past the
+checkpoint, not purged — is "written twice", as TensorBoard would draw it twice. Every file must
+hold a START before its first scalar.
 """
 import argparse
 import glob
@@ -63,12 +70,17 @@ def build_messages():
                           ("metadata", 9, F.TYPE_MESSAGE, OPT, ".tbread.SummaryMetadata", None)],
                 oneofs=["value"])
     summary = msg("Summary", [("value", 1, F.TYPE_MESSAGE, REP, ".tbread.Summary.Value", None)], nested=[value])
+    # SessionLog.status is an enum (START = 1); as int32 on the wire it is the same varint
+    session = msg("SessionLog", [("status", 1, F.TYPE_INT32, OPT, None, None),
+                                 ("checkpoint_path", 2, F.TYPE_STRING, OPT, None, None),
+                                 ("msg", 3, F.TYPE_STRING, OPT, None, None)])
     event = msg("Event", [("wall_time", 1, F.TYPE_DOUBLE, OPT, None, None),
                           ("step", 2, F.TYPE_INT64, OPT, None, None),
                           ("file_version", 3, F.TYPE_STRING, OPT, None, 0),
-                          ("summary", 5, F.TYPE_MESSAGE, OPT, ".tbread.Summary", 0)],
+                          ("summary", 5, F.TYPE_MESSAGE, OPT, ".tbread.Summary", 0),
+                          ("session_log", 7, F.TYPE_MESSAGE, OPT, ".tbread.SessionLog", 0)],
                 oneofs=["what"])
-    for m in (shape, tensor, meta, summary, event):
+    for m in (shape, tensor, meta, summary, session, event):
         fd.message_type.add().CopyFrom(m)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
@@ -137,6 +149,7 @@ def main():
     scalars = {}  # (step, tag) -> value
     texts = {}
     n_events = 0
+    seen_start, purged = False, 0
     for path in files:
         recs = read_records(path, a.live)
         if not recs:
@@ -144,11 +157,23 @@ def main():
         first = Event.FromString(recs[0])
         if first.WhichOneof("what") != "file_version" or first.file_version != "brain.Event:2":
             sys.exit(f"FAIL: {path}: the first record is not the file version brain.Event:2")
+        started = False
         for body in recs[1:]:
             ev = Event.FromString(body)
             n_events += 1
+            if ev.WhichOneof("what") == "session_log" and ev.session_log.status == 1:  # START
+                started = True
+                if seen_start:  # a restart: TensorBoard drops steps >= this one
+                    old = len(scalars)
+                    scalars = {k: v for k, v in scalars.items() if k[0] < ev.step}
+                    purged += old - len(scalars)
+                seen_start = True
+                continue
             if ev.WhichOneof("what") != "summary":
                 sys.exit(f"FAIL: {path}: step {ev.step}: an event without a summary")
+            if not started:
+                sys.exit(f"FAIL: {path}: step {ev.step}: a summary before the file's SessionLog "
+                         "START (TensorBoard could not purge a resumed run's orphaned steps)")
             for v in ev.summary.value:
                 kind = v.WhichOneof("value")
                 if kind == "simple_value":
@@ -190,7 +215,9 @@ def main():
     if "config" not in texts or '"model"' not in texts["config"]:
         sys.exit("FAIL: the run's config is not in the event files as text")
     print(f"ok: {len(files)} file(s), {n_events} events, {checked} scalars over {len(steps)} steps "
-          f"(last {last_step}) equal the JSONL's; config text {len(texts['config'])} bytes")
+          f"(last {last_step}) equal the JSONL's; config text {len(texts['config'])} bytes"
+          + (f"; {purged} scalars of steps a restart replaced purged, as TensorBoard does"
+             if purged else ""))
 
 
 if __name__ == "__main__":
