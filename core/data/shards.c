@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <isa-l/crc64.h>
 #include <glob.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -209,6 +210,14 @@ int loom_loader_open(loom_loader *ld, const char *pattern, int T, int vocab_size
   globfree(&g);
   ld->cursor = 0;
   return 0;
+}
+
+const char *loom_shard_fingerprint(loom_shard *sh) {
+  if (!sh->fingerprint[0])
+    snprintf(sh->fingerprint, sizeof sh->fingerprint, "crc64:%016llx",
+             (unsigned long long)crc64_ecma_refl(0, (const unsigned char *)sh->tokens,
+                                                 (uint64_t)sh->n_tokens * sizeof(uint16_t)));
+  return sh->fingerprint;
 }
 
 void loom_loader_close(loom_loader *ld) {

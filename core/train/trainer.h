@@ -31,6 +31,11 @@ typedef struct loom_trainer {
   char vocab_fingerprint[17]; /* identity of data.vocab, kept in checkpoints (ckpt_meta.h) */
   int resume_shard_found;  /* resume: the saved data position's shard is in data.train */
   uint64_t resume_skipped_tokens; /* resume: tokens skipped to the new seq_len's grid */
+  /* The data segment (ckpt_meta.h, data.segment): since step data_seg_step the run read with
+   * its present data, seq_len and global batch, from sequence data_seg_cursor on (0, 0 for a
+   * run from scratch; a resume that changes none of them keeps the checkpoint's) */
+  int data_seg_step;
+  uint64_t data_seg_cursor;
   int32_t *inputs, *targets; /* host (B,T) staging */
   FILE *metrics;
   struct loom_tb_writer *tb; /* logging.tensorboard's event file (rank 0), NULL = none */

@@ -276,6 +276,15 @@ static json_t *meta_json(loom_trainer *tr) {
                 "grad_accum_steps", tr->accum, "global_batch", (json_int_t)tr->G, "epoch",
                 (json_int_t)pos.epoch, "shard_index", pos.shard, "shard", sh->path,
                 "shard_tokens", (json_int_t)sh->n_tokens, "token", (json_int_t)pos.token));
+  /* what makes the position checkable on resume: the shard's content and the segment the
+   * position must follow from (ckpt_meta.h) */
+  json_t *data = json_object_get(meta, "data");
+  json_object_set_new(data, "fingerprint",
+                      json_string(loom_shard_fingerprint(&tr->train.shards[pos.shard])));
+  json_object_set_new(data, "segment",
+                      json_pack("{s:i, s:I, s:I}", "step", tr->data_seg_step, "cursor",
+                                (json_int_t)tr->data_seg_cursor, "stream_sequences",
+                                (json_int_t)tr->train.n_seqs));
   json_object_set_new(
       meta, "schedule",
       json_pack("{s:i, s:i, s:i, s:s, s:f, s:f, s:f}", "steps", cfg->train.steps, "horizon",

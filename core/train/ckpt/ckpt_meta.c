@@ -183,6 +183,19 @@ static int parse_data(parser *p, json_t *r, loom_ckpt_meta *m) {
       i64(p, d, "data.", "token", 0, (int64_t)m->data.shard_tokens, (int64_t *)&m->data.token))
     return -1;
   m->data.shard_index = (int)shard_index;
+  if (json_object_get(d, "fingerprint") &&
+      str(p, d, "data.", "fingerprint", 64, &m->data.fingerprint))
+    return -1;
+  json_t *seg = json_object_get(d, "segment");
+  if (!seg) return 0;
+  if (!json_is_object(seg)) return bad(p, "data.segment: expected an object, got %s", kind(seg));
+  if (int_in(p, seg, "data.segment.", "step", 0, m->step, &m->data.segment_step) ||
+      u64_in(p, seg, "data.segment.", "cursor", &m->data.segment_cursor) ||
+      u64_in(p, seg, "data.segment.", "stream_sequences", &m->data.segment_stream))
+    return -1;
+  if (m->data.segment_stream == 0)
+    return bad(p, "data.segment.stream_sequences: expected an integer >= 1, got 0");
+  m->data.has_segment = 1;
   return 0;
 }
 

@@ -13,7 +13,12 @@
  *   data {units: "tokens", pattern, seq_len, micro_batch_size, grad_accum_steps, global_batch,
  *         epoch, shard_index, shard, shard_tokens, token}
  *        the position: `token` is the offset in shard `shard` (index shard_index, shard_tokens
- *        long) of the first token not yet used as input, in epoch `epoch`
+ *        long) of the first token not yet used as input, in epoch `epoch`; optional (absent in
+ *        checkpoints before them): fingerprint (that shard's content, loom_shard_fingerprint)
+ *        and segment {step, cursor, stream_sequences}: since step `step` the run read with
+ *        these data, seq_len and global_batch, from sequence number `cursor` of a stream of
+ *        `stream_sequences` sequences, so the position must be sequence cursor + (step -
+ *        segment.step) x global_batch of that stream
  *   schedule {steps, horizon, warmup_steps, decay, lr, min_lr, last_lr}
  *        horizon: the step the cosine reaches min_lr (lr_schedule.decay_steps or train.steps);
  *        last_lr: the lr step `step` ran at (the schedule counts steps taken: step - skipped_steps)
@@ -43,6 +48,10 @@ typedef struct loom_ckpt_meta {
     const char *pattern, *shard;
     int seq_len, micro_batch_size, grad_accum_steps, shard_index;
     uint64_t global_batch, epoch, shard_tokens, token;
+    const char *fingerprint; /* NULL when absent */
+    int has_segment;         /* segment_* below are set */
+    int segment_step;
+    uint64_t segment_cursor, segment_stream;
   } data;
   struct {
     int steps, horizon, warmup_steps, cosine;

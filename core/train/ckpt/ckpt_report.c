@@ -28,6 +28,53 @@ static int find_saved_shard(const loom_loader *ld, const loom_ckpt_meta *m) {
   return -1;
 }
 
+/* The saved shard, found by name and size, must also hold the same tokens (when the checkpoint
+ * recorded them): a shard rewritten in place would put the saved position into other text. */
+static int check_fingerprint(loom_trainer *tr, const loom_ckpt_meta *m, loom_shard *sh) {
+  if (!m->data.fingerprint) return 0; /* a checkpoint from before fingerprints */
+  const char *now = loom_shard_fingerprint(sh);
+  if (strcmp(now, m->data.fingerprint) == 0) return 0;
+  snprintf(tr->err, sizeof tr->err, "checkpoint step %d: data.train: %s (%llu tokens) has the "
+           "saved shard's name and size but other content: fingerprint %s, the checkpoint "
+           "recorded %s; restore the shard the run was trained on, or start a new checkpoint "
+           "dir", m->step, sh->path, (unsigned long long)sh->n_tokens, now, m->data.fingerprint);
+  return -1;
+}
+
+/* With the data, seq_len and global batch of the segment the checkpoint recorded, its position
+ * is determined: sequence cursor + (step - segment.step) x global_batch of that stream. One
+ * that does not follow is corruption, however valid the manifest's checksum (written wrong, or
+ * edited). Returns 1 when the segment carries on into this run, 0 when this run starts a new
+ * one (something changed, or an older checkpoint), -1 (tr->err) on a contradiction. */
+static int check_segment(loom_trainer *tr, const loom_ckpt_meta *m) {
+  const loom_loader *ld = &tr->train;
+  if (!m->data.has_segment || m->data.seq_len != tr->T || m->data.global_batch != tr->G ||
+      m->data.segment_stream != ld->n_seqs || strcmp(m->data.pattern, tr->cfg.data.train) != 0)
+    return 0;
+  uint64_t steps = (uint64_t)(m->step - m->data.segment_step), G = m->data.global_batch;
+  if (G && steps > (UINT64_MAX - m->data.segment_cursor) / G) {
+    snprintf(tr->err, sizeof tr->err, "checkpoint step %d: data.segment (cursor %llu) is beyond "
+             "any position: the checkpoint is corrupt", m->step,
+             (unsigned long long)m->data.segment_cursor);
+    return -1;
+  }
+  loom_data_pos want;
+  loom_loader_seq_position(ld, m->data.segment_cursor + steps * G, &want);
+  if (want.epoch == m->data.epoch && want.shard == m->data.shard_index &&
+      want.token == m->data.token)
+    return 1;
+  snprintf(tr->err, sizeof tr->err, "checkpoint step %d: the data position (epoch %llu, %s, token "
+           "%llu) cannot follow from the recorded batch settings: from sequence %llu at step %d, "
+           "%llu steps of %llu sequences of %d tokens end at epoch %llu, %s, token %llu; the "
+           "checkpoint is corrupt (its checksum is valid: it was written wrong or edited)",
+           m->step, (unsigned long long)m->data.epoch, m->data.shard,
+           (unsigned long long)m->data.token, (unsigned long long)m->data.segment_cursor,
+           m->data.segment_step, (unsigned long long)steps, (unsigned long long)G, tr->T,
+           (unsigned long long)want.epoch,
+           ld->shards[want.shard].path, (unsigned long long)want.token);
+  return -1;
+}
+
 int loom__ckpt_seek_data(loom_trainer *tr, const loom_ckpt_meta *m) {
   loom_loader *ld = &tr->train;
   tr->resume_shard_found = 0;
@@ -35,6 +82,8 @@ int loom__ckpt_seek_data(loom_trainer *tr, const loom_ckpt_meta *m) {
   int i = find_saved_shard(ld, m);
   if (i < 0) {
     ld->cursor = 0;
+    tr->data_seg_step = m->step; /* a new segment: other data */
+    tr->data_seg_cursor = 0;
     return 0;
   }
   if (m->data.epoch > (UINT64_MAX - ld->n_seqs) / ld->n_seqs) {
@@ -43,9 +92,14 @@ int loom__ckpt_seek_data(loom_trainer *tr, const loom_ckpt_meta *m) {
              (unsigned long long)m->data.epoch);
     return -1;
   }
+  if (check_fingerprint(tr, m, &ld->shards[i]) != 0) return -1;
+  int same = check_segment(tr, m);
+  if (same < 0) return -1;
   loom_data_pos pos = {.epoch = m->data.epoch, .shard = i, .token = m->data.token};
   loom_loader_seek(ld, &pos, &tr->resume_skipped_tokens);
   tr->resume_shard_found = 1;
+  tr->data_seg_step = same ? m->data.segment_step : m->step;
+  tr->data_seg_cursor = same ? m->data.segment_cursor : ld->cursor;
   return 0;
 }
 
