@@ -50,6 +50,16 @@ static int stand_in_mesh(loom_runtime *rt, int world, char *err, size_t errlen) 
   m->tp = tp;
   m->pp = pp;
   m->dp = world / (tp * pp);
+  /* hybrid sharding: a numeric shard size must divide dp ("node" is resolved from the
+   * launcher when the job starts, checked there) */
+  int K = rt->shard_size > 0 ? rt->shard_size : m->dp;
+  if (m->dp % K != 0)
+    return fail(err, errlen, "%s: %s.shard_size: %d does not divide the data-parallel size %d "
+                "(world %d / tp %d / pp %d): the data-parallel ranks form shard groups of "
+                "shard_size ranks (check with --world N)", rt->cfg->path,
+                rt->cfg->parallel[rt->shard_owner].json_path, K, m->dp, world, tp, pp);
+  m->dp_shard = K;
+  m->dp_replica = m->dp / K;
   return 0;
 }
 
