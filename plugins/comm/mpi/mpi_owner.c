@@ -59,6 +59,7 @@ struct owner_op {
   owner_op *sub;
   loom_comm *hnode, *hcross;
   char *hbuf;
+  unsigned long hseq[4]; /* the tag numbers of phases 1-3 on their communicators */
 };
 
 int mpi_owner_eligible(const mpi_ctx *c, loom_red_op op, loom_dtype dt) {
@@ -125,18 +126,21 @@ static void op_free(owner_op *o) {
   free(o);
 }
 
-/* A new op over comm: counts per rank (NULL: `count` each), its arrays and buffers. */
+/* A new op over comm: counts per rank (NULL: `count` each), its arrays and buffers. Its tags
+ * come from comm->seq, or from *seq where the caller reserved the number earlier (a phase of a
+ * hierarchical all_reduce starts when the previous one completes, at a moment that differs
+ * between ranks, so it cannot take the next number then). */
 static owner_op *op_new(mpi_ctx *c, loom_comm *comm, const size_t *counts, size_t count,
-                        loom_dtype dt, int reduce, size_t seg_bytes, size_t gather_segs) {
+                        loom_dtype dt, int reduce, size_t seg_bytes, size_t gather_segs,
+                        const unsigned long *seq) {
   owner_op *o = calloc(1, sizeof *o);
   if (!o) return NULL;
   o->comm = comm->p2p;
   MPI_Comm_size(o->comm, &o->n);
   MPI_Comm_rank(o->comm, &o->me);
   size_t n = (size_t)o->n, tags = ((size_t)c->tag_ub + 1) / 2; /* tag pairs: 0 1, 2 3, ... */
-  o->tag_rs = (int)(comm->seq % tags) * 2;
+  o->tag_rs = (int)((seq ? *seq : comm->seq++) % tags) * 2;
   o->tag_ag = o->tag_rs + 1;
-  comm->seq++;
   o->reduce = reduce;
   o->dt = dt;
   o->esz = loom_dtype_size(dt);
@@ -406,12 +410,12 @@ static size_t *balanced(size_t count, int n) {
 }
 
 static owner_op *new_all_reduce(mpi_ctx *c, loom_comm *comm, void *buf, size_t count,
-                                loom_dtype dt) {
+                                loom_dtype dt, const unsigned long *seq) {
   int n;
   MPI_Comm_size(comm->p2p, &n);
   size_t *counts = balanced(count, n);
   if (!counts) return NULL;
-  owner_op *o = op_new(c, comm, counts, 0, dt, 1, c->segment_bytes, OWNER_GATHER_SEGS);
+  owner_op *o = op_new(c, comm, counts, 0, dt, 1, c->segment_bytes, OWNER_GATHER_SEGS, seq);
   free(counts);
   if (!o) return NULL;
   o->send = buf;
@@ -421,8 +425,9 @@ static owner_op *new_all_reduce(mpi_ctx *c, loom_comm *comm, void *buf, size_t c
 }
 
 static owner_op *new_reduce_scatter(mpi_ctx *c, loom_comm *comm, const void *send, void *recv,
-                                    const size_t *counts, size_t count, loom_dtype dt) {
-  owner_op *o = op_new(c, comm, counts, count, dt, 1, c->segment_bytes, 1);
+                                    const size_t *counts, size_t count, loom_dtype dt,
+                                    const unsigned long *seq) {
+  owner_op *o = op_new(c, comm, counts, count, dt, 1, c->segment_bytes, 1, seq);
   if (!o) return NULL;
   o->send = send;
   o->mine = recv;
@@ -430,8 +435,9 @@ static owner_op *new_reduce_scatter(mpi_ctx *c, loom_comm *comm, const void *sen
 }
 
 static owner_op *new_all_gather(mpi_ctx *c, loom_comm *comm, const void *send, void *recv,
-                                const size_t *counts, size_t count, loom_dtype dt) {
-  owner_op *o = op_new(c, comm, counts, count, dt, 0, OWNER_GATHER_BYTES, 1);
+                                const size_t *counts, size_t count, loom_dtype dt,
+                                const unsigned long *seq) {
+  owner_op *o = op_new(c, comm, counts, count, dt, 0, OWNER_GATHER_BYTES, 1, seq);
   if (!o) return NULL;
   o->all = recv;
   o->mine = (char *)recv + o->off[o->me] * o->esz;
@@ -443,20 +449,20 @@ static owner_op *new_all_gather(mpi_ctx *c, loom_comm *comm, const void *send, v
 int mpi_owner_all_reduce(mpi_ctx *c, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
                          loom_request **req) {
   if (comm->cross) return mpi_owner_all_reduce_hier(c, comm, buf, count, dt, req);
-  owner_op *o = new_all_reduce(c, comm, buf, count, dt);
+  owner_op *o = new_all_reduce(c, comm, buf, count, dt, NULL);
   return o ? op_start(c, o, req) : LOOM_NOMEM;
 }
 
 int mpi_owner_reduce_scatter(mpi_ctx *c, loom_comm *comm, const void *send, void *recv,
                              const size_t *counts, size_t count, loom_dtype dt,
                              loom_request **req) {
-  owner_op *o = new_reduce_scatter(c, comm, send, recv, counts, count, dt);
+  owner_op *o = new_reduce_scatter(c, comm, send, recv, counts, count, dt, NULL);
   return o ? op_start(c, o, req) : LOOM_NOMEM;
 }
 
 int mpi_owner_all_gather(mpi_ctx *c, loom_comm *comm, const void *send, void *recv,
                          const size_t *counts, size_t count, loom_dtype dt, loom_request **req) {
-  owner_op *o = new_all_gather(c, comm, send, recv, counts, count, dt);
+  owner_op *o = new_all_gather(c, comm, send, recv, counts, count, dt, NULL);
   return o ? op_start(c, o, req) : LOOM_NOMEM;
 }
 
@@ -471,9 +477,9 @@ static owner_op *hier_phase(mpi_ctx *c, owner_op *h) {
   size_t *cnt = h->cnt; /* the node's chunks */
   char *mine = h->hbuf + h->off[h->me] * h->esz;
   switch (h->phase) {
-    case 1: return new_reduce_scatter(c, h->hnode, h->hbuf, mine, cnt, 0, h->dt);
-    case 2: return new_all_reduce(c, h->hcross, mine, cnt[h->me], h->dt);
-    case 3: return new_all_gather(c, h->hnode, mine, h->hbuf, cnt, 0, h->dt);
+    case 1: return new_reduce_scatter(c, h->hnode, h->hbuf, mine, cnt, 0, h->dt, &h->hseq[1]);
+    case 2: return new_all_reduce(c, h->hcross, mine, cnt[h->me], h->dt, &h->hseq[2]);
+    case 3: return new_all_gather(c, h->hnode, mine, h->hbuf, cnt, 0, h->dt, &h->hseq[3]);
   }
   return NULL;
 }
@@ -530,6 +536,11 @@ int mpi_owner_all_reduce_hier(mpi_ctx *c, loom_comm *comm, void *buf, size_t cou
   free(counts);
   h->hnode = comm->node;
   h->hcross = comm->cross;
+  /* the phases' tag numbers, reserved now: all_reduce calls come in the same order on every
+   * rank, the phases' starts do not */
+  h->hseq[1] = comm->node->seq++;
+  h->hseq[2] = comm->cross->seq++;
+  h->hseq[3] = comm->node->seq++;
   h->hbuf = buf;
   h->next = c->hier_active;
   c->hier_active = h;
