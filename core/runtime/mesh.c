@@ -101,6 +101,17 @@ static int shard_size_of(loom_runtime *rt, int *K, char *err, size_t errlen) {
   return 0;
 }
 
+int loom__comm_all_reduce_nodes(loom_runtime *rt, int *node_size, char *err, size_t errlen) {
+  *node_size = 0;
+  if (comm_host_init(rt, err, errlen) != 0) return -1;
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (!c->all_reduce_nodes) return 0; /* older than 1.11: flat */
+  if (c->all_reduce_nodes(loom__host_api(), &rt->comm_host, &rt->comm_host.opts, node_size) !=
+      LOOM_OK)
+    return comm_error(rt, err, errlen);
+  return 0;
+}
+
 int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) {
   loom_config *cfg = rt->cfg;
   if (comm_host_init(rt, err, errlen) != 0) return -1;

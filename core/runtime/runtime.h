@@ -146,6 +146,10 @@ int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen);
  * a message naming the file, JSON path and plugin. */
 int loom__comm_check_options(loom_runtime *rt, char *err, size_t errlen);
 void loom__mesh_free(loom_runtime *rt);
+/* `loom estimate`: how the comm plugin's all_reduce SUM runs (comm ABI 1.11 all_reduce_nodes):
+ * *node_size 0 flat, K hierarchical over nodes of K consecutive world ranks, -1 over the
+ * launcher's nodes. Returns 0 (an older plugin: 0, flat) or -1 with a message. */
+int loom__comm_all_reduce_nodes(loom_runtime *rt, int *node_size, char *err, size_t errlen);
 
 /* Bring the whole job down after printing `msg` (every rank exits non-zero, promptly). */
 void loom__fatal(loom_runtime *rt, int code, const char *msg);

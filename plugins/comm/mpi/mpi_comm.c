@@ -89,6 +89,14 @@ static int mpi_check_options(const loom_host_api_v1 *api, loom_host *host,
   return parse_options(api, host, opts, &o);
 }
 
+static int mpi_all_reduce_nodes(const loom_host_api_v1 *api, loom_host *host,
+                                const loom_options *opts, int *node_size) {
+  mpi_opts o;
+  int rc = parse_options(api, host, opts, &o);
+  *node_size = !o.hierarchical ? 0 : o.node_size ? (int)o.node_size : -1;
+  return rc;
+}
+
 static int mpi_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
                       void **out) {
   mpi_opts o;
@@ -248,4 +256,5 @@ LOOM_EXPORT const loom_comm_v1 loom_plugin_v1 = {
   .all_gather_v = mpi_all_gather_v,
   .local = mpi_local,
   .check_options = mpi_check_options,
+  .all_reduce_nodes = mpi_all_reduce_nodes,
 };
