@@ -45,5 +45,16 @@ if [ $MATRIX = 1 ]; then
   hrun ddp_hier_acc2 2 '[{"plugin":"ddp","bucket_size_mb":0.01}]' --set "$HIER"
   hrun hybrid_zero3_k1 1 '[{"plugin":"zero3","shard_size":1}]'
   hrun hybrid_zero3_hier 1 '[{"plugin":"zero3","shard_size":2}]' --set "$HIER"
+  # "shard_size": "node" with the launcher saying 2 ranks per node (OMPI_COMM_WORLD_LOCAL_SIZE
+  # faked per rank, as on 2 machines): the same groups as "shard_size": 2, bitwise
+  printf '#!/bin/sh\nexport OMPI_COMM_WORLD_LOCAL_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=$((OMPI_COMM_WORLD_RANK %% 2))\nexec %s "$@"\n' \
+    "$LOOM" >"$WORK/two_per_node.sh"
+  chmod +x "$WORK/two_per_node.sh"
+  REAL_LOOM=$LOOM
+  LOOM=$WORK/two_per_node.sh
+  hrun hybrid_zero3_node 1 '[{"plugin":"zero3","shard_size":"node"}]'
+  LOOM=$REAL_LOOM
+  echo "== hybrid_zero3_node vs hybrid_zero3: bitwise"
+  compare hybrid_zero3_node hybrid_zero3 --bitwise
 fi
 echo "equivalence_hybrid: hybrid sharding and the hierarchical all-reduce match the single-rank run$([ $MATRIX = 1 ] || echo " (CI subset; --matrix: all)")"
