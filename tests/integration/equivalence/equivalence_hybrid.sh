@@ -12,7 +12,8 @@
 # the same way, so hierarchical ddp and hybrid zero3 must agree bitwise: a flat all-reduce in
 # either (the hierarchy not taken) breaks that.
 # CI: hybrid zero3 and the bitwise hierarchical ddp. --matrix adds hybrid zero2, both with
-# accumulation 2 and small buckets, and shard_size 1 (pure replication under zero3).
+# accumulation 2 and small buckets, shard_size 1 (pure replication under zero3), hybrid over
+# the hierarchical comm, "node" from the launcher, zero2 + cpu_offload, tp 2 x hybrid zero3.
 . "$(dirname "$0")/../lib/lib.sh"
 MATRIX=0
 [ "${1:-}" = --matrix ] && MATRIX=1
@@ -45,6 +46,12 @@ if [ $MATRIX = 1 ]; then
   hrun ddp_hier_acc2 2 '[{"plugin":"ddp","bucket_size_mb":0.01}]' --set "$HIER"
   hrun hybrid_zero3_k1 1 '[{"plugin":"zero3","shard_size":1}]'
   hrun hybrid_zero3_hier 1 '[{"plugin":"zero3","shard_size":2}]' --set "$HIER"
+  hrun hybrid_zero2_offload 1 '[{"plugin":"zero2","shard_size":2},{"plugin":"cpu_offload"}]'
+  # tp 2 x (2 x 2) on 8 ranks: the shard groups of each tp rank's data-parallel group
+  run 8 hybrid_zero3_tp2 --set train.steps=$STEPS --set train.micro_batch_size=$((G / 4)) \
+    --set 'parallel=[{"plugin":"tensor_parallel","size":2},{"plugin":"zero3","shard_size":2}]'
+  echo "== hybrid_zero3_tp2 vs the single-rank run"
+  compare hybrid_zero3_tp2 ref
   # "shard_size": "node" with the launcher saying 2 ranks per node (OMPI_COMM_WORLD_LOCAL_SIZE
   # faked per rank, as on 2 machines): the same groups as "shard_size": 2, bitwise
   printf '#!/bin/sh\nexport OMPI_COMM_WORLD_LOCAL_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=$((OMPI_COMM_WORLD_RANK %% 2))\nexec %s "$@"\n' \
