@@ -111,8 +111,9 @@ int mpi_hier_init(mpi_ctx *c) {
     return LOOM_INVALID_CONFIG;
   }
   if (me == 0)
-    c->api->log(c->host, LOOM_LOG_INFO, "hierarchical all-reduce: %d nodes of %d ranks (%s)",
-                nodes, k, src);
+    c->api->log(c->host, LOOM_LOG_INFO, "hierarchical all-reduce: %d node%s of %d ranks (%s)%s",
+                nodes, nodes == 1 ? "" : "s", k, src,
+                nodes == 1 || k == 1 ? ": nothing to split, every all-reduce stays flat" : "");
   return mpi_hier_attach(c, &c->world);
 }
 
