@@ -1,6 +1,6 @@
 #!/bin/bash
-# ctest: labels=integration,multinode
-# ctest: name=integration.equivalence_hybrid_matrix args=--matrix labels=integration,matrix,multinode
+# ctest: labels=integration
+# ctest: name=integration.equivalence_hybrid_matrix args=--matrix labels=integration,matrix
 # Hybrid sharding and the hierarchical all-reduce (issue 22) against the single-rank fp32 run,
 # on one host with 4 ranks grouped as 2 "nodes" of 2: zero2 / zero3 with "shard_size": 2
 # (shard groups {0,1} and {2,3}, the partition's gradient summed over the replicas {0,2},

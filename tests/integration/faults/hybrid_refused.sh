@@ -1,5 +1,5 @@
 #!/bin/bash
-# ctest: labels=integration,multinode
+# ctest: labels=integration
 # Bad hybrid-sharding and hierarchical-all-reduce input is refused before training with one line
 # naming the value (issue 22), by `loom check` where it can see it, else by every rank of
 # `loom train` alike, so none is left waiting in a collective (each run must end well within
