@@ -1,5 +1,5 @@
 #!/bin/bash
-# ctest: labels=integration
+# ctest: labels=integration,asan-full
 # Hybrid sharding's memory and traffic, measured = estimated (issue 22): zero2 and zero3 with
 # "shard_size": 2 on 4 ranks (dp = 2 x 2), 3 steps of the tiny config. Rank 0's peak
 # params + grads + optim (mem_peak_bytes) must equal `loom estimate --json` for the same config

@@ -1,5 +1,5 @@
 #!/bin/bash
-# ctest: labels=integration
+# ctest: labels=integration,asan-full
 # Resume across hybrid and non-hybrid meshes (issue 22): a checkpoint written under hybrid
 # sharding (zero3 / zero2 with "shard_size": 2 on 4 ranks: shard groups {0,1}, {2,3}, each
 # chunk written by the first replica only) continues on plain zero3 over 4 ranks and on ddp
