@@ -224,6 +224,16 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
   }
   if (loom__plugins_create(rt, err, errlen) != 0) goto out;
   if (loom__comm_check_options(rt, err, errlen) != 0) goto out; /* train: mesh init */
+  /* a hierarchical all-reduce over nodes of K consecutive ranks (comm ABI 1.11): K must
+   * divide the world, as mpi.so's create() checks on every rank */
+  int node_size = 0;
+  if (loom__comm_all_reduce_nodes(rt, &node_size, err, errlen) != 0) goto out;
+  if (node_size > 0 && world % node_size != 0) {
+    fail(err, errlen, "%s: %s: plugin '%s': node_size: %d does not divide the world size %d "
+         "(every node holds node_size consecutive ranks; check with --world N)", cfg->path,
+         cfg->comm.json_path, cfg->comm.name, node_size, world);
+    goto out;
+  }
   /* the checkpoint train would resume from: what train refuses in it before step 1 (another
    * model, vocabulary or split; a manifest that fails verification) is refused here too */
   if (loom_tokenizer_load(&tok, cfg->data.vocab, e, sizeof e) != 0) { /* checked above */

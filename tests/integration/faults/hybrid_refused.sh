@@ -69,6 +69,8 @@ LOOM=$REAL_LOOM
 grep -qF 'shard_size: "node" needs the same number of ranks on every node, but the nodes hold between 1 and 3 ranks' \
   "$WORK/fail.log" || { cat "$WORK/fail.log"; die "uneven nodes: no message naming the counts"; }
 echo "train refused: $(grep -m1 -F 'between 1 and 3' "$WORK/fail.log")"
+check_refused "node_size: 3 does not divide the world size 4" --world 4 \
+  --set 'comm={"plugin":"mpi","hierarchical":true,"node_size":3}'
 train_refused 4 "node_size: 3 does not divide the world size 4" -- \
   --set 'comm={"plugin":"mpi","hierarchical":true,"node_size":3}'
 train_refused 6 "a communicator of 3 ranks lies unevenly on the nodes (2 on the node of world rank 0, 1 on the node of world rank 3)" -- \
