@@ -10,6 +10,7 @@
 #include "model/gpt.h"
 #include "runtime/plugins.h"
 #include "runtime/pp_split.h"
+#include "estimate_axes.h"
 #include "estimate_roles.h"
 
 
@@ -103,6 +104,8 @@ static void fill_plan(const loom_estimate *e, const gpt_model *m, int s, const u
                           (u - 1) % (e->ckpt_every > 1 ? e->ckpt_every : 1) == 0;
     }
   pl->dp = e->world;
+  pl->dp_shard = e->dp_shard ? e->dp_shard : e->world;
+  pl->dp_replica = e->dp_replica ? e->dp_replica : 1;
   pl->tp = e->tp;
   pl->pp = e->pp;
   pl->stage = s;
@@ -217,7 +220,8 @@ static uint64_t axis_comm(const loom_runtime *rt, const loom_estimate_v1 *rep, u
 
 static void account(loom_estimate *e, const loom_runtime *rt, const gpt_model *m,
                     const loom_estimate_v1 *rep) {
-  const uint64_t N = (uint64_t)e->world, psi = e->psi;
+  /* N: the ranks the model states are sharded over (hybrid sharding: the shard group's K) */
+  const uint64_t N = (uint64_t)(e->dp_shard ? e->dp_shard : e->world), psi = e->psi;
   /* the host's own figures, what a run without parallel plugins holds: the whole model's
    * parameters, gradients and optimizer state on every rank; the plugins' reports then
    * replace what they own and add what they hold besides */
@@ -311,6 +315,16 @@ static void account(loom_estimate *e, const loom_runtime *rt, const gpt_model *m
   } else if (!e->comm_formula[0]) {
     snprintf(e->comm_formula, sizeof e->comm_formula, "0");
   }
+  /* per communicator; hybrid sharding adds the host's sum over the replicas */
+  uint64_t replica = loom__estimate_axes(e, e->comm_bytes, e->comm_formula, G, e->part);
+  if (replica) {
+    e->comm_bytes += replica;
+    e->comm_bytes_paper += replica;
+    char f[sizeof e->comm_formula];
+    snprintf(f, sizeof f, "%s + %s over the replicas", N > 1 ? e->comm_formula : "0",
+             e->axis_formula[1]);
+    snprintf(e->comm_formula, sizeof e->comm_formula, "%s", f);
+  }
 }
 
 /* What a pipeline stage adds to account()'s figures for its table (e->psi = the stage's
@@ -372,7 +386,8 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   }
   /* traffic per step per rank */
   char ftp[sizeof e->comm_formula], fpp[sizeof e->comm_formula];
-  st->dp_comm_bytes = e->comm_bytes;
+  st->dp_comm_bytes = e->axis_dp;
+  st->replica_comm_bytes = e->axis_replica;
   if (tied) st->tied_comm_bytes = 2 * (2 * N - 1) * 4 * VC / (2 * N);
   st->p2p_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_PP, fpp, sizeof fpp);
   st->tp_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_TP, ftp, sizeof ftp);
@@ -416,6 +431,8 @@ static int estimate_hosts(loom_runtime *rt, int dp) {
   mm->tp = rt->tp_size > 1 ? rt->tp_size : 1;
   mm->pp = rt->pp_size > 1 ? rt->pp_size : 1;
   mm->world_size = dp * mm->tp * mm->pp;
+  mm->dp_shard = rt->shard_size > 0 ? rt->shard_size : dp;
+  mm->dp_replica = dp / mm->dp_shard;
   const loom_config *cfg = rt->cfg;
   for (int i = 0; i < rt->n_parallel; i++) {
     const loom_plugin_cfg *pc = &cfg->parallel[i];
@@ -490,6 +507,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   }
   world /= e->tp * e->pp;
   e->world = world;
+  if (loom__estimate_mesh(rt, e, err, errlen) != 0) goto out;
   e->n_plugins = rt->n_parallel;
   for (int i = 0; i < rt->n_parallel; i++) {
     snprintf(e->plugins[i].name, sizeof e->plugins[i].name, "%s", cfg->parallel[i].name);
@@ -694,6 +712,10 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
     fprintf(out, "stage %d (the largest): Psi = %llu\n", e->worst_stage,
             (unsigned long long)e->psi);
   }
+  if (e->dp_replica > 1)
+    fprintf(out, "hybrid sharding: shard groups of %d consecutive dp ranks x R = %d replicas (dp "
+            "%d): N below is the shard group's size, %d; the host sums the partition's gradient "
+            "over the R replicas\n", e->dp_shard, e->dp_replica, e->world, e->dp_shard);
   fprintf(out, "plugins:");
   if (!e->n_plugins) fprintf(out, " none");
   for (int i = 0; i < e->n_plugins; i++) {
@@ -753,6 +775,7 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   if (e->comm_bytes_paper != e->comm_bytes)
     fprintf(out, "; the ZeRO paper's formula: %llu", (unsigned long long)e->comm_bytes_paper);
   fprintf(out, "\n");
+  loom__estimate_axes_print(out, e);
 }
 
 int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
@@ -829,6 +852,9 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
     }
     json_object_set_new(doc, "pp", json_integer(e->pp > 1 ? e->pp : 1));
     json_object_set_new(doc, "dp", json_integer(e->world));
+    json_object_set_new(doc, "dp_shard", json_integer(e->dp_shard));
+    json_object_set_new(doc, "dp_replica", json_integer(e->dp_replica));
+    json_object_set_new(doc, "comm_axes", loom__estimate_axes_json(e));
     json_object_set_new(doc, "schedule", json_string(e->schedule));
     json_object_set_new(doc, "psi_model", json_integer((json_int_t)e->psi_model));
     json_object_set_new(doc, "worst_stage", json_integer(e->worst_stage));

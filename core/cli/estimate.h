@@ -84,12 +84,23 @@ typedef struct loom_estimate_stage {
   uint64_t total, model_states;
   uint64_t comm_bytes;       /* per step per rank: the sum of the four below */
   uint64_t dp_comm_bytes, tied_comm_bytes, p2p_comm_bytes, tp_comm_bytes;
+  uint64_t replica_comm_bytes; /* hybrid sharding: the host's sum over the replicas (in
+                                  comm_bytes; dp_comm_bytes is then the shard group's) */
 } loom_estimate_stage;
 
 typedef struct loom_estimate {
   char config[LOOM_PATH_MAX];
   char device[160];      /* device.type, and the plugin file for a device plugin */
   int world;                /* N = data-parallel ranks (the world / (tp * pp)) */
+  int dp_shard, dp_replica; /* hybrid sharding ("shard_size"): K x R = N; else N x 1 */
+  int hier_node;            /* the comm plugin's hierarchical all-reduce (comm ABI 1.11): the
+                               data-parallel ranks per node, 0 flat or not splittable */
+  /* traffic per step per rank by communicator ("axes"): the data-parallel plugin's (over the
+   * shard group under hybrid sharding), the host's sum over the replicas, and, for ddp over a
+   * hierarchical all-reduce, the dp bytes split into the in-node reduce-scatter + all-gather
+   * and the across-node all-reduce (their sum: the dp bytes); estimate_axes.c */
+  uint64_t axis_dp, axis_replica, axis_node, axis_cross;
+  char axis_formula[4][96];
   int pp;                   /* pipeline stages (1 without a pipeline plugin) */
   char schedule[16];        /* the pipeline schedule as its owner names it ("" without one) */
   int worst_stage;          /* the stage the top-level figures are of */

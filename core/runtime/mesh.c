@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_open.h"
 #include "plugins.h"
 #include "runtime.h"
 #include "util/one_line.h"
@@ -45,6 +46,72 @@ int loom__comm_check_options(loom_runtime *rt, char *err, size_t errlen) {
   return 0;
 }
 
+/* The shard size K of hybrid sharding (rt->shard_size: a number, or "node" = the ranks per
+ * node / tp, from the launcher), checked on every rank alike: every rank fails with the same
+ * message, so none is left waiting. "node" needs every node to hold the same number of ranks,
+ * consecutive world ranks (mpirun's default --map-by slot), agreed over the world. */
+static int shard_size_of(loom_runtime *rt, int *K, char *err, size_t errlen) {
+  loom_mesh *m = &rt->mesh;
+  *K = m->dp;
+  if (!rt->shard_size) return 0;
+  const loom_config *cfg = rt->cfg;
+  const char *at = cfg->parallel[rt->shard_owner].json_path;
+  int k = rt->shard_size;
+  if (k == LOOM_SHARD_NODE) {
+    int lr, ls;
+    const char *src;
+    loom__local_rank(rt, &lr, &ls, &src);
+    /* min and max of the local size, and whether every rank sits at world_rank % local_size */
+    int32_t v[4] = {ls, -ls, lr == m->world_rank % ls ? 1 : 0, 0};
+    const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+    if (m->world_size > 1 &&
+        c->all_reduce(rt->comm_ctx, m->axis[LOOM_AXIS_WORLD], v, 3, LOOM_I32, LOOM_OP_MIN,
+                      NULL) != LOOM_OK) {
+      snprintf(err, errlen, "plugin '%s': agreeing on the ranks per node: %s", cfg->comm.name,
+               rt->comm_host.error);
+      return -1;
+    }
+    if (v[0] != -v[1]) {
+      snprintf(err, errlen, "%s: %s.shard_size: \"node\" needs the same number of ranks on "
+               "every node, but the nodes hold between %d and %d ranks (from %s): give a number "
+               "instead", cfg->path, at, v[0], -v[1], src);
+      return -1;
+    }
+    if (!v[2]) {
+      snprintf(err, errlen, "%s: %s.shard_size: \"node\" needs each node's ranks to be "
+               "consecutive world ranks (mpirun --map-by slot), but they are not (local ranks "
+               "from %s): give a number instead", cfg->path, at, src);
+      return -1;
+    }
+    if (ls % m->tp != 0) {
+      snprintf(err, errlen, "%s: %s.shard_size: \"node\": %d ranks per node is not a multiple "
+               "of the tensor-parallel size %d", cfg->path, at, ls, m->tp);
+      return -1;
+    }
+    k = ls / m->tp;
+  }
+  if (k < 1 || m->dp % k != 0) {
+    snprintf(err, errlen, "%s: %s.shard_size: %s%d does not divide the data-parallel size %d "
+             "(world %d / tp %d / pp %d): the data-parallel ranks form shard groups of "
+             "shard_size ranks", cfg->path, at, rt->shard_size == LOOM_SHARD_NODE ?
+             "\"node\" (ranks per node / tp) = " : "", k, m->dp, m->world_size, m->tp, m->pp);
+    return -1;
+  }
+  *K = k;
+  return 0;
+}
+
+int loom__comm_all_reduce_nodes(loom_runtime *rt, int *node_size, char *err, size_t errlen) {
+  *node_size = 0;
+  if (comm_host_init(rt, err, errlen) != 0) return -1;
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (!c->all_reduce_nodes) return 0; /* older than 1.11: flat */
+  if (c->all_reduce_nodes(loom__host_api(), &rt->comm_host, &rt->comm_host.opts, node_size) !=
+      LOOM_OK)
+    return comm_error(rt, err, errlen);
+  return 0;
+}
+
 int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) {
   loom_config *cfg = rt->cfg;
   if (comm_host_init(rt, err, errlen) != 0) return -1;
@@ -71,13 +138,22 @@ int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) 
   m->dp_rank = (m->world_rank / tp) % m->dp;
   m->pp_rank = m->world_rank / (tp * m->dp);
   m->axis[LOOM_AXIS_WORLD] = c->world_comm(rt->comm_ctx);
+  int K;
+  if (shard_size_of(rt, &K, err, errlen) != 0) return -1;
+  m->dp_shard = K;
+  m->dp_replica = m->dp / K;
+  m->shard_rank = m->dp_rank % K;
+  m->replica_rank = m->dp_rank / K;
+  const int R = m->dp_replica, fixed = m->pp_rank * tp + m->tp_rank;
   /* color = the coordinates that stay fixed along the axis; key = position along it */
   struct { loom_axis axis; int color, key; } splits[] = {
-    {LOOM_AXIS_DP, m->pp_rank * tp + m->tp_rank, m->dp_rank},
+    {LOOM_AXIS_DP, fixed, m->dp_rank},
     {LOOM_AXIS_TP, m->pp_rank * m->dp + m->dp_rank, m->tp_rank},
     {LOOM_AXIS_PP, m->dp_rank * tp + m->tp_rank, m->pp_rank},
+    {LOOM_AXIS_DP_SHARD, fixed * R + m->replica_rank, m->shard_rank},
+    {LOOM_AXIS_DP_REPLICA, fixed * K + m->shard_rank, m->replica_rank},
   };
-  for (size_t i = 0; i < 3; i++) {
+  for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
     if (c->split(rt->comm_ctx, m->axis[LOOM_AXIS_WORLD], splits[i].color, splits[i].key,
                  &m->axis[splits[i].axis]) != LOOM_OK) {
       snprintf(err, errlen, "plugin '%s': building the mesh: %s", cfg->comm.name,
@@ -103,7 +179,7 @@ int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) 
 void loom__mesh_free(loom_runtime *rt) {
   if (!rt->comm_ctx) return;
   const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
-  for (int a = LOOM_AXIS_DP; a <= LOOM_AXIS_PP; a++)
+  for (int a = LOOM_AXIS_DP; a <= LOOM_AXIS_DP_REPLICA; a++)
     if (rt->mesh.axis[a]) c->comm_free(rt->comm_ctx, rt->mesh.axis[a]);
   if (rt->emb_comm) c->comm_free(rt->comm_ctx, rt->emb_comm);
   rt->emb_comm = NULL;

@@ -115,11 +115,47 @@ static int read_axis_size(loom_runtime *rt, int i, uint64_t caps, char *err, siz
   return 0;
 }
 
+/* "shard_size" is a host-level key of a parallel entry whose plugin sets LOOM_PAR_HYBRID_SHARD
+ * (ABI 1.11): hybrid sharding, shard groups of K consecutive data-parallel ranks replicated
+ * across the rest (dp = K x R). An integer K >= 1 or "node" (the ranks per node / tp, resolved
+ * when the job has started: loom__mesh_init). Read, check, take out of the plugin's options. */
+static int read_shard_size(loom_runtime *rt, int i, char *err, size_t errlen) {
+  loom_config *cfg = rt->cfg;
+  loom_plugin_cfg *pc = &cfg->parallel[i];
+  json_t *v = pc->options ? json_object_get(pc->options, "shard_size") : NULL;
+  if (!v) return 0;
+  if (!(rt->parallel[i].u.parallel.hybrid & LOOM_PAR_HYBRID_SHARD)) {
+    snprintf(err, errlen, "%s: %s.shard_size: plugin '%s' (%s) does not shard over part of the "
+             "data-parallel axis (it does not set LOOM_PAR_HYBRID_SHARD, ABI 1.11), so it takes "
+             "no \"shard_size\" (zero2 and zero3 do)", cfg->path, pc->json_path, pc->name,
+             rt->parallel[i].path);
+    return -1;
+  }
+  if (json_is_string(v) && !strcmp(json_string_value(v), "node")) {
+    rt->shard_size = LOOM_SHARD_NODE;
+  } else if (json_is_integer(v) && json_integer_value(v) >= 1 &&
+             json_integer_value(v) <= 1 << 20) {
+    rt->shard_size = (int)json_integer_value(v);
+  } else {
+    char *got = json_dumps(v, JSON_ENCODE_ANY);
+    snprintf(err, errlen, "%s: %s.shard_size: expected an integer in [1, 1048576] (data-"
+             "parallel ranks per shard group) or \"node\", got %s", cfg->path, pc->json_path,
+             got ? got : "?");
+    free(got);
+    return -1;
+  }
+  rt->shard_owner = i;
+  json_object_del(pc->options, "shard_size"); /* the plugin sees its own options only */
+  return 0;
+}
+
 int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
   loom_config *cfg = rt->cfg;
   rt->grad_sync_owner = rt->optimizer_owner = rt->partition_owner = rt->tp_owner = -1;
   rt->schedule_owner = -1;
   rt->tp_size = rt->pp_size = 1;
+  rt->shard_size = 0;
+  rt->shard_owner = -1;
   char ce[1200];
   if (loom__plugin_open(&rt->comm_plugin, cfg->comm.name, LOOM_KIND_COMM, ce, sizeof ce) != 0) {
     snprintf(err, errlen, "%s: %s: %s", cfg->path, cfg->comm.json_path, ce);
@@ -193,6 +229,7 @@ int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
       return -1;
     }
     if (read_axis_size(rt, i, caps, err, errlen) != 0) return -1;
+    if (read_shard_size(rt, i, err, errlen) != 0) return -1;
     if (caps & LOOM_PAR_CAP_SCHEDULE) rt->schedule_owner = i;
     if (caps & LOOM_PAR_CAP_AXIS_TP) rt->tp_owner = i;
     if (caps & LOOM_PAR_CAP_GRAD_SYNC) rt->grad_sync_owner = i;

@@ -44,7 +44,10 @@ typedef struct loom_mesh {
   int world_rank, world_size;
   int dp, tp, pp;                /* sizes; dp * tp * pp == world_size */
   int dp_rank, tp_rank, pp_rank;
-  loom_comm *axis[4];            /* indexed by loom_axis; axis[WORLD] is the plugin's world */
+  int dp_shard, dp_replica;      /* hybrid sharding (ABI 1.11): dp = dp_shard * dp_replica;
+                                    without "shard_size" dp_shard = dp, dp_replica = 1 */
+  int shard_rank, replica_rank;  /* dp_rank % dp_shard, dp_rank / dp_shard */
+  loom_comm *axis[6];            /* indexed by loom_axis; axis[WORLD] is the plugin's world */
 } loom_mesh;
 
 struct loom_runtime {
@@ -72,6 +75,9 @@ struct loom_runtime {
   int tp_size;           /* its "size" (1 without one): the mesh's tp */
   int schedule_owner;    /* the pipeline plugin (LOOM_PAR_CAP_SCHEDULE) or -1 */
   int pp_size;           /* its "size" (1 without one): the mesh's pp */
+  int shard_size;        /* the hybrid sharding plugin's "shard_size": K, LOOM_SHARD_NODE
+                            ("node": the ranks per node / tp), or 0 (none: K = dp) */
+  int shard_owner;       /* the plugin it was given to, or -1 */
   int pp_explicit;       /* "stages" given: pp_units holds the units per stage */
   int pp_units[LOOM_MAX_STAGES];
   int pp_first[LOOM_MAX_STAGES], pp_last[LOOM_MAX_STAGES]; /* each stage's units [first, last] */
@@ -112,6 +118,9 @@ struct loom_runtime {
                                    16-bit gradients for norms and the optimizer */
 };
 
+/* rt->shard_size for "shard_size": "node" (resolved from the launcher at mesh time). */
+#define LOOM_SHARD_NODE (-1)
+
 /* Floats of rt->stage: bounded, whatever the model size (64 KiB). */
 #define LOOM_STAGE_FLOATS 16384
 
@@ -137,6 +146,10 @@ int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen);
  * a message naming the file, JSON path and plugin. */
 int loom__comm_check_options(loom_runtime *rt, char *err, size_t errlen);
 void loom__mesh_free(loom_runtime *rt);
+/* `loom estimate`: how the comm plugin's all_reduce SUM runs (comm ABI 1.11 all_reduce_nodes):
+ * *node_size 0 flat, K hierarchical over nodes of K consecutive world ranks, -1 over the
+ * launcher's nodes. Returns 0 (an older plugin: 0, flat) or -1 with a message. */
+int loom__comm_all_reduce_nodes(loom_runtime *rt, int *node_size, char *err, size_t errlen);
 
 /* Bring the whole job down after printing `msg` (every rank exits non-zero, promptly). */
 void loom__fatal(loom_runtime *rt, int code, const char *msg);

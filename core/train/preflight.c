@@ -50,6 +50,16 @@ static int stand_in_mesh(loom_runtime *rt, int world, char *err, size_t errlen) 
   m->tp = tp;
   m->pp = pp;
   m->dp = world / (tp * pp);
+  /* hybrid sharding: a numeric shard size must divide dp ("node" is resolved from the
+   * launcher when the job starts, checked there) */
+  int K = rt->shard_size > 0 ? rt->shard_size : m->dp;
+  if (m->dp % K != 0)
+    return fail(err, errlen, "%s: %s.shard_size: %d does not divide the data-parallel size %d "
+                "(world %d / tp %d / pp %d): the data-parallel ranks form shard groups of "
+                "shard_size ranks (check with --world N)", rt->cfg->path,
+                rt->cfg->parallel[rt->shard_owner].json_path, K, m->dp, world, tp, pp);
+  m->dp_shard = K;
+  m->dp_replica = m->dp / K;
   return 0;
 }
 
@@ -214,6 +224,16 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
   }
   if (loom__plugins_create(rt, err, errlen) != 0) goto out;
   if (loom__comm_check_options(rt, err, errlen) != 0) goto out; /* train: mesh init */
+  /* a hierarchical all-reduce over nodes of K consecutive ranks (comm ABI 1.11): K must
+   * divide the world, as mpi.so's create() checks on every rank */
+  int node_size = 0;
+  if (loom__comm_all_reduce_nodes(rt, &node_size, err, errlen) != 0) goto out;
+  if (node_size > 0 && world % node_size != 0) {
+    fail(err, errlen, "%s: %s: plugin '%s': node_size: %d does not divide the world size %d "
+         "(every node holds node_size consecutive ranks; check with --world N)", cfg->path,
+         cfg->comm.json_path, cfg->comm.name, node_size, world);
+    goto out;
+  }
   /* the checkpoint train would resume from: what train refuses in it before step 1 (another
    * model, vocabulary or split; a manifest that fails verification) is refused here too */
   if (loom_tokenizer_load(&tok, cfg->data.vocab, e, sizeof e) != 0) { /* checked above */

@@ -95,14 +95,37 @@ static gpt_hooks make_hooks(loom_trainer *tr) {
 
 /* Sum `vals` over the data-parallel group with the comm plugin directly (control traffic: not
  * counted in the communication statistics, which measure the strategy's own traffic). */
-static int dp_sum(loom_trainer *tr, double *vals, int n) {
+static int axis_sum(loom_trainer *tr, loom_axis axis, int size, double *vals, int n) {
   loom_runtime *rt = &tr->rt;
-  if (rt->mesh.dp <= 1) return 0;
-  if (loom__ctl_all_reduce(rt, rt->mesh.axis[LOOM_AXIS_DP], vals, (size_t)n, LOOM_F64,
+  if (size <= 1) return 0;
+  if (loom__ctl_all_reduce(rt, rt->mesh.axis[axis], vals, (size_t)n, LOOM_F64,
                     LOOM_OP_SUM) != LOOM_OK)
     return device_caused(tr) ? -1
                              : fail(tr, "all-reduce of step statistics failed: %s",
                                     rt->comm_host.error);
+  return 0;
+}
+
+static int dp_sum(loom_trainer *tr, double *vals, int n) {
+  return axis_sum(tr, LOOM_AXIS_DP, tr->rt.mesh.dp, vals, n);
+}
+
+/* Hybrid sharding (ABI 1.11): the sharding plugin summed the gradient over its shard group
+ * (each addend already divided by the full dp); the replicas of the partition, one per shard
+ * group, hold the sums of their own groups' batches: summing them over DP_REPLICA gives every
+ * replica the whole data-parallel average, the same bits (MiCS's / HSDP's second stage). Once
+ * per step, after the last micro-step, in the gradient's storage dtype; counted. */
+static int replica_sum(loom_trainer *tr) {
+  loom_runtime *rt = &tr->rt;
+  const loom_partition_v1 *part = &rt->partition;
+  if (rt->mesh.dp_replica <= 1 || !part->sharded) return 0;
+  if (loom__host_api()->all_reduce(&tr->core_host, rt->mesh.axis[LOOM_AXIS_DP_REPLICA],
+                                   part->grads, part->count ? part->count : 0,
+                                   rt->plan.v.grad_dtype, LOOM_OP_SUM, NULL) != LOOM_OK)
+    return device_caused(tr) ? -1
+                             : fail(tr, "hybrid sharding: summing the partition's gradient over "
+                                    "the %d replicas failed: %s", rt->mesh.dp_replica,
+                                    tr->core_host.error);
   return 0;
 }
 
@@ -691,6 +714,7 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
     if (rc != LOOM_OK) return pass_failed(tr, "backward", rc);
     CALL_HOOKS(tr, end_backward, "end_backward", micro, tr->accum);
   }
+  if (replica_sum(tr) != 0) return -1;
   gpt_set_train_dloss(&rt->model, 0.0f); /* evaluation and sampling forwards keep logits */
   if (device_failed(tr)) return -1; /* the losses were read back (to_host) */
   double stats[1] = {loss_sum};
@@ -706,7 +730,9 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
   /* sum_squares waited for the device: a fault is the device's, never an overflow or divergence
    * (before any rank agrees on the flag, so an fp16 run does not skip past it) */
   if (device_failed(tr)) return -1;
-  if (part->sharded && dp_sum(tr, &sq, 1) != 0) return -1;
+  /* hybrid: the replicas hold the same partition, so only the shard group's are disjoint */
+  if (part->sharded && axis_sum(tr, LOOM_AXIS_DP_SHARD, rt->mesh.dp_shard, &sq, 1) != 0)
+    return -1;
   if (pp_sum(tr, &sq, 1) != 0) return -1; /* each stage holds its own units */
   CALL_HOOKS(tr, grad_norm_sq, "grad_norm_sq", &sq);
   int nonfinite = !isfinite(sq);

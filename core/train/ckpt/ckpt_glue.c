@@ -46,12 +46,14 @@ static loom_ckpt_item_v1 flat_item(const char *name, uint64_t n, void *data, int
   return it;
 }
 
-/* A chunk of the partition: written by its rank when partitions are disjoint, else by data-
+/* A chunk of the partition: written by its rank when partitions are disjoint (under hybrid
+ * sharding by the first replica only: the replica groups hold the same chunks), else by data-
  * parallel rank 0 only (the others hold the same values). */
 static loom_ckpt_item_v1 partition_item(loom_runtime *rt, const char *name, void *data) {
   const loom_partition_v1 *p = &rt->partition;
   loom_ckpt_item_v1 it = flat_item(name, rt->model.num_parameters, data,
-                                   p->sharded || rt->mesh.dp_rank == 0);
+                                   p->sharded ? rt->mesh.replica_rank == 0
+                                              : rt->mesh.dp_rank == 0);
   it.offset = p->begin;
   it.count = p->count;
   return it;

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "comm_mpi.h"
+#include "mpi_hier.h"
 #include "mpi_internal.h"
 #include "mpi_owner.h"
 
@@ -40,44 +41,74 @@ static void sum_f16_fn(void *in, void *inout, int *n, MPI_Datatype *dt) {
 }
 
 
-/* The options, checked (unknown keys, types, ranges): *own = "collectives" is "loom",
- * *segment_bytes in [4 KiB, 1 GiB]. LOOM_OK or LOOM_INVALID_CONFIG with set_error. */
+/* The options as parsed. */
+typedef struct mpi_opts {
+  int own;               /* "collectives" is "loom" */
+  int64_t segment_bytes; /* in [4 KiB, 1 GiB] */
+  int hierarchical;      /* "hierarchical" (mpi_hier.h) */
+  int64_t node_size;     /* "node_size": 0 (MPI_COMM_TYPE_SHARED) or ranks per node */
+} mpi_opts;
+
+/* The options, checked (unknown keys, types, ranges, combinations). LOOM_OK or
+ * LOOM_INVALID_CONFIG with set_error. */
 static int parse_options(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
-                         int *own, int64_t *segment_bytes) {
-  static const char *const keys[] = {"collectives", "segment_bytes", NULL};
+                         mpi_opts *o) {
+  static const char *const keys[] = {"collectives", "segment_bytes", "hierarchical",
+                                     "node_size", NULL};
   const char *coll = NULL;
   if (api->opt_check_keys(host, opts, keys) != LOOM_OK ||
       api->opt_string(host, opts, "collectives", "loom", &coll) != LOOM_OK ||
-      api->opt_int(host, opts, "segment_bytes", 512 << 10, 4096, 1 << 30, segment_bytes) !=
-          LOOM_OK)
+      api->opt_int(host, opts, "segment_bytes", 512 << 10, 4096, 1 << 30, &o->segment_bytes) !=
+          LOOM_OK ||
+      api->opt_bool(host, opts, "hierarchical", 0, &o->hierarchical) != LOOM_OK ||
+      api->opt_int(host, opts, "node_size", 0, 0, 1 << 20, &o->node_size) != LOOM_OK)
     return LOOM_INVALID_CONFIG;
   if (strcmp(coll, "loom") != 0 && strcmp(coll, "mpi") != 0) {
     api->set_error(host, "collectives: expected \"loom\" (loom's own sum collectives) or "
                    "\"mpi\" (Open MPI's), got \"%s\"", coll);
     return LOOM_INVALID_CONFIG;
   }
-  *own = strcmp(coll, "loom") == 0;
+  o->own = strcmp(coll, "loom") == 0;
+  if (o->hierarchical && !o->own) {
+    api->set_error(host, "hierarchical: true needs \"collectives\": \"loom\" (the "
+                   "hierarchical all-reduce is one of loom's own schedules), got \"%s\"", coll);
+    return LOOM_INVALID_CONFIG;
+  }
+  if (o->node_size && !o->hierarchical) {
+    api->set_error(host, "node_size: %lld given without \"hierarchical\": true (it groups the "
+                   "ranks into nodes for the hierarchical all-reduce only)",
+                   (long long)o->node_size);
+    return LOOM_INVALID_CONFIG;
+  }
   return LOOM_OK;
 }
 
 static int mpi_check_options(const loom_host_api_v1 *api, loom_host *host,
                              const loom_options *opts) {
-  int own;
-  int64_t seg;
-  return parse_options(api, host, opts, &own, &seg);
+  mpi_opts o;
+  return parse_options(api, host, opts, &o);
+}
+
+static int mpi_all_reduce_nodes(const loom_host_api_v1 *api, loom_host *host,
+                                const loom_options *opts, int *node_size) {
+  mpi_opts o;
+  int rc = parse_options(api, host, opts, &o);
+  *node_size = !o.hierarchical ? 0 : o.node_size ? (int)o.node_size : -1;
+  return rc;
 }
 
 static int mpi_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
                       void **out) {
-  int own = 1;
-  int64_t seg = 0;
-  if (parse_options(api, host, opts, &own, &seg) != LOOM_OK) return LOOM_INVALID_CONFIG;
+  mpi_opts o;
+  if (parse_options(api, host, opts, &o) != LOOM_OK) return LOOM_INVALID_CONFIG;
   mpi_ctx *c = calloc(1, sizeof *c);
   if (!c) return LOOM_NOMEM;
   c->api = api;
   c->host = host;
-  c->own = own;
-  c->segment_bytes = (size_t)seg;
+  c->own = o.own;
+  c->segment_bytes = (size_t)o.segment_bytes;
+  c->hierarchical = o.hierarchical;
+  c->node_size = (int)o.node_size;
   if (comm_mpi_start(api, host, &c->initialized_here) != LOOM_OK) {
     free(c);
     return LOOM_SYSTEM;
@@ -100,6 +131,12 @@ static int mpi_create(const loom_host_api_v1 *api, loom_host *host, const loom_o
     free(c);
     return LOOM_SYSTEM;
   }
+  /* the node layout, agreed by every rank (an uneven one is refused on all of them alike) */
+  if ((rc = mpi_hier_init(c)) != LOOM_OK) {
+    MPI_Comm_free(&c->world.p2p);
+    free(c);
+    return rc;
+  }
   *out = c;
   return LOOM_OK;
 }
@@ -110,7 +147,9 @@ static void mpi_destroy(void *ctx) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) {
-    while (c->active) mpi_owner_abandon(c, c->active); /* never waited: the job is ending */
+    while (c->hier_active) mpi_owner_abandon(c, c->hier_active); /* never waited: the job */
+    while (c->active) mpi_owner_abandon(c, c->active);            /* is ending */
+    mpi_hier_detach(&c->world);
     MPI_Comm_free(&c->world.p2p);
     if (c->sum_bf16 != MPI_OP_NULL) MPI_Op_free(&c->sum_bf16);
     if (c->sum_f16 != MPI_OP_NULL) MPI_Op_free(&c->sum_f16);
@@ -145,6 +184,12 @@ static int mpi_split(void *ctx, loom_comm *parent, int color, int key, loom_comm
     return mpi_fail(c, rc, "MPI_Comm_dup");
   }
   if (nc->p2p != MPI_COMM_NULL) MPI_Comm_set_errhandler(nc->p2p, MPI_ERRORS_RETURN);
+  if ((rc = mpi_hier_attach(c, nc)) != LOOM_OK) {
+    if (nc->p2p != MPI_COMM_NULL) MPI_Comm_free(&nc->p2p);
+    MPI_Comm_free(&nc->mpi);
+    free(nc);
+    return rc;
+  }
   *out = nc;
   return LOOM_OK;
 }
@@ -154,6 +199,7 @@ static void mpi_comm_free(void *ctx, loom_comm *comm) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) {
+    mpi_hier_detach(comm);
     if (comm->p2p != MPI_COMM_NULL) MPI_Comm_free(&comm->p2p);
     MPI_Comm_free(&comm->mpi);
   }
@@ -210,4 +256,5 @@ LOOM_EXPORT const loom_comm_v1 loom_plugin_v1 = {
   .all_gather_v = mpi_all_gather_v,
   .local = mpi_local,
   .check_options = mpi_check_options,
+  .all_reduce_nodes = mpi_all_reduce_nodes,
 };

@@ -14,6 +14,10 @@ struct loom_comm {
   MPI_Comm mpi;
   MPI_Comm p2p;      /* MPI_COMM_NULL until duplicated */
   unsigned long seq; /* owner collectives started on it so far (the same on every rank) */
+  /* option "hierarchical" (mpi_hier.h), when the communicator spans several nodes with several
+   * of its ranks on each: its ranks on this node, and its ranks with this rank's index in the
+   * node (one per node). NULL: flat */
+  struct loom_comm *node, *cross;
 };
 typedef struct owner_op owner_op;
 /* An outstanding operation; the uneven collectives keep their int count/displacement arrays
@@ -46,6 +50,11 @@ typedef struct mpi_ctx {
   size_t segment_bytes;     /* option "segment_bytes": unit of transfer and reduction (own) */
   int tag_ub;               /* MPI_TAG_UB */
   owner_op *active;         /* own collectives not yet complete (all progressed together) */
+  owner_op *hier_active;    /* hierarchical all_reduces not yet complete (mpi_owner.c) */
+  int hierarchical;         /* option "hierarchical" (mpi_hier.h) */
+  int node_size;            /* option "node_size": ranks per node, consecutive; 0: the nodes of
+                               MPI_COMM_TYPE_SHARED */
+  int node_id;              /* this rank's node (hierarchical): the lowest world rank on it */
 } mpi_ctx;
 
 /* out[i] = a[i] + b[i] for n elements of dt (LOOM_F32, LOOM_BF16, LOOM_F16); 16-bit values are

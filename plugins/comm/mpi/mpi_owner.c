@@ -52,6 +52,14 @@ struct owner_op {
   size_t ready;         /* segments of my chunk reduced (their ag_send posted) */
   int done, err;
   char msg[256];
+  /* a hierarchical all_reduce (mpi_hier.h): three phases, each an own collective `sub`
+   * (reduce_scatter in the node, all_reduce across, all_gather in the node); in
+   * mpi_ctx.hier_active while incomplete, advanced by mpi_owner_progress after the others */
+  int hier, phase;
+  owner_op *sub;
+  loom_comm *hnode, *hcross;
+  char *hbuf;
+  unsigned long hseq[4]; /* the tag numbers of phases 1-3 on their communicators */
 };
 
 int mpi_owner_eligible(const mpi_ctx *c, loom_red_op op, loom_dtype dt) {
@@ -118,18 +126,21 @@ static void op_free(owner_op *o) {
   free(o);
 }
 
-/* A new op over comm: counts per rank (NULL: `count` each), its arrays and buffers. */
+/* A new op over comm: counts per rank (NULL: `count` each), its arrays and buffers. Its tags
+ * come from comm->seq, or from *seq where the caller reserved the number earlier (a phase of a
+ * hierarchical all_reduce starts when the previous one completes, at a moment that differs
+ * between ranks, so it cannot take the next number then). */
 static owner_op *op_new(mpi_ctx *c, loom_comm *comm, const size_t *counts, size_t count,
-                        loom_dtype dt, int reduce, size_t seg_bytes, size_t gather_segs) {
+                        loom_dtype dt, int reduce, size_t seg_bytes, size_t gather_segs,
+                        const unsigned long *seq) {
   owner_op *o = calloc(1, sizeof *o);
   if (!o) return NULL;
   o->comm = comm->p2p;
   MPI_Comm_size(o->comm, &o->n);
   MPI_Comm_rank(o->comm, &o->me);
   size_t n = (size_t)o->n, tags = ((size_t)c->tag_ub + 1) / 2; /* tag pairs: 0 1, 2 3, ... */
-  o->tag_rs = (int)(comm->seq % tags) * 2;
+  o->tag_rs = (int)((seq ? *seq : comm->seq++) % tags) * 2;
   o->tag_ag = o->tag_rs + 1;
-  comm->seq++;
   o->reduce = reduce;
   o->dt = dt;
   o->esz = loom_dtype_size(dt);
@@ -301,11 +312,20 @@ static void op_progress(owner_op *o) {
   if (all_done && !o->err) o->done = 1;
 }
 
+static void hier_progress(mpi_ctx *c, owner_op *o);
+
 void mpi_owner_progress(mpi_ctx *c) {
   for (owner_op **at = &c->active; *at;) {
     owner_op *o = *at;
     if (!o->done) op_progress(o);
     if (o->done) *at = o->next; /* complete: only its request refers to it now */
+    else at = &o->next;
+  }
+  /* after the loop above: a phase that completed starts the next one (onto c->active) */
+  for (owner_op **at = &c->hier_active; *at;) {
+    owner_op *o = *at;
+    if (!o->done) hier_progress(c, o);
+    if (o->done) *at = o->next;
     else at = &o->next;
   }
 }
@@ -326,19 +346,19 @@ int mpi_owner_wait(mpi_ctx *c, owner_op *o) {
 }
 
 void mpi_owner_abandon(mpi_ctx *c, owner_op *o) {
-  for (owner_op **at = &c->active; *at; at = &(*at)->next)
+  for (owner_op **at = o->hier ? &c->hier_active : &c->active; *at; at = &(*at)->next)
     if (*at == o) {
       *at = o->next;
       break;
     }
+  if (o->sub) mpi_owner_abandon(c, o->sub);
   op_free(o);
 }
 
 /* ---- starting ---- */
 
-/* Post what can go at once (my copies of the other chunks), then hand op to the caller: a new
- * request, or (blocking) wait for it here. */
-static int op_start(mpi_ctx *c, owner_op *o, loom_request **req) {
+/* Post what can go at once (my copies of the other chunks) and list op as active. */
+static void op_launch(mpi_ctx *c, owner_op *o) {
   for (int k = 0; k < o->n && !o->reduce && !o->err; k++) /* all_gather: my block at once */
     if (k != o->me)
       for (size_t s = 0; s < o->nseg[o->me] && !o->err; s = unit_end(o, o->me, s))
@@ -360,6 +380,10 @@ static int op_start(mpi_ctx *c, owner_op *o, loom_request **req) {
     c->active = o;
     op_progress(o); /* what is already there: pieces posted, perhaps whole segments */
   }
+}
+
+/* Hand op to the caller: a new request, or (blocking) wait for it here. */
+static int op_hand_over(mpi_ctx *c, owner_op *o, loom_request **req) {
   if (!req) return mpi_owner_wait(c, o);
   loom_request *r = calloc(1, sizeof *r);
   if (!r) {
@@ -372,39 +396,155 @@ static int op_start(mpi_ctx *c, owner_op *o, loom_request **req) {
   return LOOM_OK;
 }
 
-int mpi_owner_all_reduce(mpi_ctx *c, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
-                         loom_request **req) {
+static int op_start(mpi_ctx *c, owner_op *o, loom_request **req) {
+  op_launch(c, o);
+  return op_hand_over(c, o, req);
+}
+
+/* Balanced chunks of count elements over n ranks, the first count % n one element longer. */
+static size_t *balanced(size_t count, int n) {
+  size_t *counts = malloc((size_t)n * sizeof *counts);
+  for (int k = 0; counts && k < n; k++)
+    counts[k] = count / (size_t)n + ((size_t)k < count % (size_t)n);
+  return counts;
+}
+
+static owner_op *new_all_reduce(mpi_ctx *c, loom_comm *comm, void *buf, size_t count,
+                                loom_dtype dt, const unsigned long *seq) {
   int n;
   MPI_Comm_size(comm->p2p, &n);
-  size_t *counts = malloc((size_t)n * sizeof *counts);
-  if (!counts) return LOOM_NOMEM;
-  for (int k = 0; k < n; k++) counts[k] = count / (size_t)n + ((size_t)k < count % (size_t)n);
-  owner_op *o = op_new(c, comm, counts, 0, dt, 1, c->segment_bytes, OWNER_GATHER_SEGS);
+  size_t *counts = balanced(count, n);
+  if (!counts) return NULL;
+  owner_op *o = op_new(c, comm, counts, 0, dt, 1, c->segment_bytes, OWNER_GATHER_SEGS, seq);
   free(counts);
-  if (!o) return LOOM_NOMEM;
+  if (!o) return NULL;
   o->send = buf;
   o->all = buf;
   o->mine = (char *)buf + o->off[o->me] * o->esz;
-  return op_start(c, o, req);
+  return o;
+}
+
+static owner_op *new_reduce_scatter(mpi_ctx *c, loom_comm *comm, const void *send, void *recv,
+                                    const size_t *counts, size_t count, loom_dtype dt,
+                                    const unsigned long *seq) {
+  owner_op *o = op_new(c, comm, counts, count, dt, 1, c->segment_bytes, 1, seq);
+  if (!o) return NULL;
+  o->send = send;
+  o->mine = recv;
+  return o;
+}
+
+static owner_op *new_all_gather(mpi_ctx *c, loom_comm *comm, const void *send, void *recv,
+                                const size_t *counts, size_t count, loom_dtype dt,
+                                const unsigned long *seq) {
+  owner_op *o = op_new(c, comm, counts, count, dt, 0, OWNER_GATHER_BYTES, 1, seq);
+  if (!o) return NULL;
+  o->all = recv;
+  o->mine = (char *)recv + o->off[o->me] * o->esz;
+  if (send != o->mine) memcpy(o->mine, send, o->cnt[o->me] * o->esz);
+  o->ready = o->nseg[o->me];
+  return o;
+}
+
+int mpi_owner_all_reduce(mpi_ctx *c, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
+                         loom_request **req) {
+  if (comm->cross) return mpi_owner_all_reduce_hier(c, comm, buf, count, dt, req);
+  owner_op *o = new_all_reduce(c, comm, buf, count, dt, NULL);
+  return o ? op_start(c, o, req) : LOOM_NOMEM;
 }
 
 int mpi_owner_reduce_scatter(mpi_ctx *c, loom_comm *comm, const void *send, void *recv,
                              const size_t *counts, size_t count, loom_dtype dt,
                              loom_request **req) {
-  owner_op *o = op_new(c, comm, counts, count, dt, 1, c->segment_bytes, 1);
-  if (!o) return LOOM_NOMEM;
-  o->send = send;
-  o->mine = recv;
-  return op_start(c, o, req);
+  owner_op *o = new_reduce_scatter(c, comm, send, recv, counts, count, dt, NULL);
+  return o ? op_start(c, o, req) : LOOM_NOMEM;
 }
 
 int mpi_owner_all_gather(mpi_ctx *c, loom_comm *comm, const void *send, void *recv,
                          const size_t *counts, size_t count, loom_dtype dt, loom_request **req) {
-  owner_op *o = op_new(c, comm, counts, count, dt, 0, OWNER_GATHER_BYTES, 1);
-  if (!o) return LOOM_NOMEM;
-  o->all = recv;
-  o->mine = (char *)recv + o->off[o->me] * o->esz;
-  if (send != o->mine) memcpy(o->mine, send, o->cnt[o->me] * o->esz);
-  o->ready = o->nseg[o->me];
-  return op_start(c, o, req);
+  owner_op *o = new_all_gather(c, comm, send, recv, counts, count, dt, NULL);
+  return o ? op_start(c, o, req) : LOOM_NOMEM;
+}
+
+/* ---- the hierarchical all_reduce (mpi_hier.h) ----
+ * Phase 1: reduce_scatter over the node (balanced chunks: local rank j owns chunk j), in place;
+ * phase 2: all_reduce of my chunk over the ranks with my local index (one per node); phase 3:
+ * all_gather of the chunks over the node, in place. Each element is summed in local rank order
+ * within each node, then those sums in node order: ((x_0 + x_1) + (x_2 + x_3)) on 2 nodes of 2,
+ * by its owners alone, so every rank gets the same bits and the result does not depend on how
+ * a buffer is cut (only on the node layout). */
+static owner_op *hier_phase(mpi_ctx *c, owner_op *h) {
+  size_t *cnt = h->cnt; /* the node's chunks */
+  char *mine = h->hbuf + h->off[h->me] * h->esz;
+  switch (h->phase) {
+    case 1: return new_reduce_scatter(c, h->hnode, h->hbuf, mine, cnt, 0, h->dt, &h->hseq[1]);
+    case 2: return new_all_reduce(c, h->hcross, mine, cnt[h->me], h->dt, &h->hseq[2]);
+    case 3: return new_all_gather(c, h->hnode, mine, h->hbuf, cnt, 0, h->dt, &h->hseq[3]);
+  }
+  return NULL;
+}
+
+static void hier_next(mpi_ctx *c, owner_op *h) {
+  if (++h->phase > 3) {
+    h->done = 1;
+    return;
+  }
+  h->sub = hier_phase(c, h);
+  if (!h->sub) {
+    snprintf(h->msg, sizeof h->msg, "out of host memory for a hierarchical all_reduce");
+    h->err = LOOM_NOMEM;
+    h->done = 1;
+    return;
+  }
+  op_launch(c, h->sub);
+}
+
+static void hier_progress(mpi_ctx *c, owner_op *h) {
+  while (!h->done && h->sub && h->sub->done) {
+    owner_op *s = h->sub;
+    h->sub = NULL;
+    if (s->err) {
+      snprintf(h->msg, sizeof h->msg, "%s", s->msg);
+      h->err = s->err;
+      h->done = 1;
+    }
+    mpi_owner_abandon(c, s); /* complete: unlist and free it */
+    if (!h->done) hier_next(c, h);
+  }
+}
+
+int mpi_owner_all_reduce_hier(mpi_ctx *c, loom_comm *comm, void *buf, size_t count,
+                              loom_dtype dt, loom_request **req) {
+  int k;
+  MPI_Comm_size(comm->node->p2p, &k);
+  size_t *counts = balanced(count, k);
+  if (!counts) return LOOM_NOMEM;
+  /* the wrapper: no messages of its own (reduce 0, every count 0 but its chunk table) */
+  owner_op *h = calloc(1, sizeof *h);
+  if (!h) return free(counts), LOOM_NOMEM;
+  h->hier = 1;
+  h->dt = dt;
+  h->esz = loom_dtype_size(dt);
+  MPI_Comm_rank(comm->node->p2p, &h->me);
+  h->cnt = calloc(2 * (size_t)k, sizeof(size_t));
+  if (!h->cnt) return free(counts), free(h), LOOM_NOMEM;
+  h->off = h->cnt + k;
+  for (size_t j = 0, at = 0; j < (size_t)k; at += counts[j], j++) {
+    h->cnt[j] = counts[j];
+    h->off[j] = at;
+  }
+  free(counts);
+  h->hnode = comm->node;
+  h->hcross = comm->cross;
+  /* the phases' tag numbers, reserved now: all_reduce calls come in the same order on every
+   * rank, the phases' starts do not */
+  h->hseq[1] = comm->node->seq++;
+  h->hseq[2] = comm->cross->seq++;
+  h->hseq[3] = comm->node->seq++;
+  h->hbuf = buf;
+  h->next = c->hier_active;
+  c->hier_active = h;
+  hier_next(c, h);
+  hier_progress(c, h);
+  return op_hand_over(c, h, req);
 }

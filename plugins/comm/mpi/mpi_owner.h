@@ -47,6 +47,14 @@ int mpi_owner_eligible(const mpi_ctx *c, loom_red_op op, loom_dtype dt);
  * else *req is a new request, completed by mpi_owner_wait. Errors: LOOM_NOMEM, LOOM_REMOTE. */
 int mpi_owner_all_reduce(mpi_ctx *c, loom_comm *comm, void *buf, size_t count, loom_dtype dt,
                          loom_request **req);
+/* all_reduce SUM over a communicator that spans nodes (comm->node and comm->cross set:
+ * mpi_hier.h): reduce_scatter in the node, all_reduce of this rank's chunk across the nodes
+ * (the ranks with the same local index), all_gather in the node, as one request. Every rank
+ * sends 2(n-1)/n of the buffer, as flat; across nodes 2(N-1)/n instead of 2(n-k)/n (N nodes of
+ * k ranks, n = N k: 1/k of the flat schedule's inter-node bytes). Called by
+ * mpi_owner_all_reduce for such a communicator. */
+int mpi_owner_all_reduce_hier(mpi_ctx *c, loom_comm *comm, void *buf, size_t count,
+                              loom_dtype dt, loom_request **req);
 /* reduce_scatter SUM: send holds size(comm) blocks in rank order, block k of counts[k]
  * elements; recv (counts[me] elements) gets the sum of block me. counts NULL: every block has
  * `count` elements. recv may be this rank's own block inside send. Copies counts. */

@@ -189,7 +189,7 @@ void mpi_stages_finish(const loom_device_v1 *dev, void *dev_ctx, stage *st, int 
 /* Complete an Open MPI request; while own collectives are outstanding, drive them meanwhile
  * (MPI_Wait would not, and their peers may need this rank's part to reach this request). */
 static int wait_mpi(mpi_ctx *c, MPI_Request *r) {
-  if (!c->active) return MPI_Wait(r, MPI_STATUS_IGNORE);
+  if (!c->active && !c->hier_active) return MPI_Wait(r, MPI_STATUS_IGNORE);
   for (int done = 0;;) {
     mpi_owner_progress(c);
     int rc = MPI_Test(r, &done, MPI_STATUS_IGNORE);

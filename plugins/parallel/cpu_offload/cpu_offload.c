@@ -397,7 +397,10 @@ static int off_state_items(void *ctx, loom_ckpt_item_v1 *items, int max, int *n)
     o->api->set_error(o->host, "state_items: room for %d items, need 2", max);
     return LOOM_INVALID_USAGE;
   }
-  int writer = o->part.sharded || o->dp_rank == 0;
+  /* disjoint partitions: each rank writes its chunk; under hybrid sharding (ABI 1.11) the
+   * replica groups hold the same chunks, so only the first replica writes */
+  int replica = o->api->abi_minor >= 11 ? o->api->rank(o->host, LOOM_AXIS_DP_REPLICA) : 0;
+  int writer = o->part.sharded ? replica == 0 : o->dp_rank == 0;
   const char *names[2] = {"optim.m", "optim.v"};
   float *bufs[2] = {o->m, o->v};
   if (!o->host_accounted) { /* host state on a non-host-addressable device: device copies */

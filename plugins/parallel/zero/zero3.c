@@ -342,4 +342,5 @@ LOOM_EXPORT const loom_parallel_v1 loom_plugin_v1 = {
   .storage = LOOM_PAR_STORAGE_16BIT, /* partitions, buckets, gathers in param_dtype/grad_dtype */
   .grad_sync = LOOM_PAR_GRAD_PREDIVIDED, /* sums only; the host folds in 1/dp (ABI 1.5) */
   .estimate = z3_estimate,
+  .hybrid = LOOM_PAR_HYBRID_SHARD, /* shards over DP_SHARD; "shard_size" (ABI 1.11) */
 };

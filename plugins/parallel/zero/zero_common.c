@@ -15,9 +15,13 @@ int zc_create(const loom_host_api_v1 *api, loom_host *host, const char *name, ze
   z->host = host;
   z->name = name;
   z->wte = -1;
-  z->dp = api->size(host, LOOM_AXIS_DP);
-  z->rank = api->rank(host, LOOM_AXIS_DP);
-  z->comm = api->comm(host, LOOM_AXIS_DP);
+  /* the shard group: the whole data-parallel group unless the config asks for hybrid
+   * sharding (ABI 1.11: the host then sums the partition's gradient over the replicas) */
+  loom_axis ax = LOOM_SHARD_AXIS(api);
+  z->dp = api->size(host, ax);
+  z->rank = api->rank(host, ax);
+  z->comm = api->comm(host, ax);
+  z->dp_full = api->size(host, LOOM_AXIS_DP);
   *out = z;
   return LOOM_OK;
 }
@@ -111,8 +115,8 @@ int zc_setup(zero *z, int want_params, int want_grads) {
   z->numel = m->numel;
   const loom_storage_plan_v1 plan = loom_storage_plan_of(api, z->host, m);
   /* the plan says whether the host folds 1/dp into the loss gradient: then sum only */
-  z->predivided = z->dp > 1 && plan.grads_predivided;
-  z->inv_dp = z->predivided ? 1.0f : 1.0f / (float)z->dp;
+  z->predivided = z->dp_full > 1 && plan.grads_predivided;
+  z->inv_dp = z->predivided ? 1.0f : 1.0f / (float)z->dp_full;
   z->pdt = plan.param_dtype;
   z->gdt = plan.grad_dtype;
   z->pel = loom_dtype_size(z->pdt);

@@ -53,8 +53,10 @@ typedef struct zero {
   const loom_device_v1 *dev;
   void *dctx;
   const loom_model_v1 *model;
-  loom_comm *comm;
-  int dp, rank;
+  loom_comm *comm;         /* the shard group (LOOM_SHARD_AXIS: DP_SHARD, DP on old hosts) */
+  int dp, rank;            /* its size (N of the partition) and this rank's place in it */
+  int dp_full;             /* the whole data-parallel size (= dp unless hybrid): the average's
+                              divisor; the host sums the replica groups (ABI 1.11) */
   uint64_t numel;
   /* storage: the host's storage plan (loom_storage_plan_v1 param_dtype / grad_dtype, read in
    * setup): the flat parameter and gradient elements, and everything this plugin holds of them

@@ -65,7 +65,11 @@ static uint64_t bucket_set_max(const loom_estimate_plan_v1 *pl, uint64_t cap, ui
 
 void zc_estimate(int stage, uint64_t cap, int overlap, int prefetch,
                  const loom_estimate_plan_v1 *pl, loom_estimate_v1 *out) {
-  const uint64_t N = pl->dp > 1 ? (uint64_t)pl->dp : 1, psi = pl->numel;
+  /* hybrid sharding (ABI 1.11): the partition is over the shard group of K ranks (the host's
+   * sum over the replicas is its own, and its own traffic) */
+  const int hybrid = LOOM_COVERS(pl, dp_replica) && pl->dp_shard > 0 && pl->dp_replica > 1;
+  const uint64_t dp = hybrid ? (uint64_t)pl->dp_shard : (uint64_t)pl->dp;
+  const uint64_t N = dp > 1 ? dp : 1, psi = pl->numel; /* N: the shard group's size */
   const uint64_t shard = ceil_div(psi, N), A = (uint64_t)pl->n_micro;
   const int s16 = pl->param_dtype != LOOM_F32;
   const uint64_t P = loom_dtype_size(pl->param_dtype), G = loom_dtype_size(pl->grad_dtype);

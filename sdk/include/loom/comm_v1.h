@@ -100,6 +100,15 @@ typedef struct loom_comm_v1 {
    * LOOM_INVALID_CONFIG with set_error. NULL in older plugins: `loom check` then leaves the
    * comm options to train's create(). */
   int (*check_options)(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts);
+
+  /* ---- ABI 1.11 ---- */
+  /* How all_reduce SUM runs under opts, without joining the job (what `loom estimate` splits a
+   * data-parallel all-reduce's bytes by): *node_size = 0 flat; K > 0 hierarchical over nodes of
+   * K consecutive world ranks (reduce-scatter in the node, all-reduce across, all-gather in
+   * the node: mpi.so's "hierarchical"); -1 hierarchical over the launcher's nodes (not known
+   * before the job starts). Validates opts as check_options does. NULL: flat. */
+  int (*all_reduce_nodes)(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
+                          int *node_size);
 } loom_comm_v1;
 
 #ifdef __cplusplus

@@ -19,7 +19,9 @@
  *   ABI 1.8  device acts16: the GPT kernels on 16-bit activations (NULL: fp32 activation buffers)
  *   ABI 1.9  device attention_forward_lse / attention_backward_lse, and the same two appended to
  *            loom_device_acts16_v1 (NULL: the host keeps the (B,NH,T,T) probabilities)
- *   ABI 1.10 device error (NULL: the device never reports a fault; LOOM_DEVICE_ERROR) */
+ *   ABI 1.10 device error (NULL: the device never reports a fault; LOOM_DEVICE_ERROR)
+ *   ABI 1.11 mesh axes DP_SHARD / DP_REPLICA (hybrid sharding; LOOM_SHARD_AXIS), parallel
+ *            hybrid (LOOM_PAR_HYBRID_SHARD), estimate plan dp_shard / dp_replica */
 #ifndef LOOM_COMPAT_H
 #define LOOM_COMPAT_H
 
@@ -50,6 +52,10 @@ extern "C" {
 /* A device's fault (device_v1.error, ABI 1.10) from any table, e.g. api->device(): the
  * device's message, or NULL while it is healthy or when its table has no error slot. */
 #define LOOM_DEVICE_ERROR(dev, ctx) (LOOM_HAS(dev, error) ? (dev)->error(ctx) : (const char *)0)
+
+/* The axis a sharding plugin partitions over: DP_SHARD on a 1.11 host (the whole DP group
+ * unless the config asks for hybrid sharding), DP on an older host (which has no DP_SHARD). */
+#define LOOM_SHARD_AXIS(api) ((api)->abi_minor >= 11 ? LOOM_AXIS_DP_SHARD : LOOM_AXIS_DP)
 
 /* 1 when a model view describes tensor-parallel splits (ABI 1.1 tensor fields). */
 #define LOOM_MODEL_HAS_SPLITS(m) \

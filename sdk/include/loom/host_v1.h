@@ -22,9 +22,17 @@ typedef enum loom_log_level {
 } loom_log_level;
 
 /* Axes of the process mesh (dp x tp x pp; tp innermost: world rank =
- * (pp_rank * dp_size + dp_rank) * tp_size + tp_rank, as Megatron-LM lays ranks out). */
+ * (pp_rank * dp_size + dp_rank) * tp_size + tp_rank, as Megatron-LM lays ranks out).
+ * ABI 1.11, hybrid sharding (FSDP's HSDP, DeepSpeed's MiCS): the data-parallel axis is also
+ * split into shard groups of K consecutive dp ranks (DP_SHARD: dp ranks [g*K, (g+1)*K), rank
+ * dp_rank % K) and replica groups across them (DP_REPLICA: the dp ranks with the same
+ * dp_rank % K, rank dp_rank / K), dp = K x R. Without a shard size (the config's
+ * "shard_size") K = dp: DP_SHARD is the DP group and DP_REPLICA this rank alone. A host older
+ * than 1.11 answers size -1 and comm NULL for them: check api->abi_minor >= 11
+ * (LOOM_SHARD_AXIS, compat.h). */
 typedef enum loom_axis {
   LOOM_AXIS_WORLD = 0, LOOM_AXIS_DP = 1, LOOM_AXIS_TP = 2, LOOM_AXIS_PP = 3,
+  LOOM_AXIS_DP_SHARD = 4, LOOM_AXIS_DP_REPLICA = 5,
 } loom_axis;
 
 typedef enum loom_red_op { LOOM_OP_SUM = 0, LOOM_OP_MAX = 1, LOOM_OP_MIN = 2 } loom_red_op;
@@ -142,7 +150,14 @@ typedef struct loom_partition_v1 {
   float *grads;          /* device: its gradient, averaged over data-parallel ranks, final when
                             the optimizer step runs (count elements of the model's grad_dtype) */
   int sharded;           /* 1: ranks hold disjoint partitions (norms are summed over dp);
-                            0: every data-parallel rank holds the same range */
+                            0: every data-parallel rank holds the same range. Under hybrid
+                            sharding (ABI 1.11, DP_REPLICA size > 1) a sharding plugin sets
+                            LOOM_PAR_HYBRID_SHARD and partitions over DP_SHARD: partitions
+                            are disjoint within a shard group and the same across replicas.
+                            The host then, after the last micro-step's end_backward,
+                            all-reduces (sums) the partition's gradient over DP_REPLICA,
+                            sums norms over DP_SHARD only and checkpoints each chunk from
+                            replica 0 only */
   /* ---- ABI 1.4 ---- */
   float *master;         /* device, count fp32: the optimizer's copy of the range (mixed-
                             precision master weights, LOOM_MEM_OPTIM, partitioned like Adam's m

@@ -129,6 +129,8 @@ typedef struct loom_estimate_plan_v1 {
    * disjoint partitions */
   uint64_t partition;
   int partition_sharded;
+  /* ---- ABI 1.11: hybrid sharding (absent: dp_shard = dp, dp_replica = 1) ---- */
+  int dp_shard, dp_replica;     /* the shard group's and the replica group's sizes */
 } loom_estimate_plan_v1;
 
 /* Categories a report can hold: loom_mem_category values below this (room to grow). */
@@ -259,7 +261,19 @@ typedef struct loom_parallel_v1 {
    * with its default options (docs/abi.md, "Estimates"). Called once per pipeline stage. */
   int (*estimate)(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
                   const loom_estimate_plan_v1 *plan, loom_estimate_v1 *out);
+  /* ---- ABI 1.11 ---- */
+  /* LOOM_PAR_HYBRID_* flags (0 in a plugin built against ABI <= 1.10). A field, not a cap
+   * bit, for the reason `storage` is one. */
+  uint64_t hybrid;
 } loom_parallel_v1;
+
+/* loom_parallel_v1.hybrid: the plugin shards over LOOM_AXIS_DP_SHARD (host ABI 1.11) and
+ * leaves the replica groups to the host (host_v1.h, loom_partition_v1.sharded): its partition
+ * gradient after end_backward is the sum over its shard group of gradients divided by the FULL
+ * data-parallel size (what backward produces when api->grads_predivided says so; else the
+ * plugin scales by 1/size(DP)), and the host sums it over DP_REPLICA. Only a plugin that sets
+ * it may be given the host-level key "shard_size" (docs/config.md). */
+#define LOOM_PAR_HYBRID_SHARD 1u
 
 /* loom_parallel_v1.storage: the plugin handles 16-bit parameter/gradient storage
  * (loom_model_v1.param_dtype, grad_dtype, loom_partition_v1.master). Under bf16/fp16 the host
