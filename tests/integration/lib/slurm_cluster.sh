@@ -1,8 +1,8 @@
 # A private Slurm cluster on this machine for a test (sourced after lib.sh): munged on its own
-# socket with a key made for it, slurmctld and one slurmd (the node "loomnode0": this host, its
-# CPUs) from a generated slurm.conf, everything (key, state, spool, logs, pid files) under one
-# temporary directory, on ports picked free at start, so several tests, or a system Slurm, can
-# run beside it. The client commands (sbatch, srun, sinfo, scancel) reach it through SLURM_CONF,
+# socket with a key made for it, slurmctld and two slurmd (the nodes loomnode0 and loomnode1,
+# both this host, each configured with its CPUs) from a generated slurm.conf, everything (key,
+# state, spool, logs, pid files) under one temporary directory, on ports picked free at start,
+# so several tests, or a system Slurm, can run beside it. The client commands (sbatch, srun, sinfo, scancel) reach it through SLURM_CONF,
 # which slurm_start exports.
 #
 # The daemons run without cgroups, capabilities or a systemd: proctrack/linuxproc (the job's
@@ -11,7 +11,7 @@
 # root: it starts each job as its submitter (setuid), which only root may.
 #
 #   slurm_missing          the Slurm and munge programs not on PATH (empty: all there)
-#   slurm_start            start the cluster, wait until the node is idle; on failure return 1
+#   slurm_start            start the cluster, wait until every node is idle; on failure return 1
 #                          with the reason in SLURM_WHY and SLURM_ENV_REFUSED=1 when the host
 #                          refused something (a permission, a capability), not the config
 #   slurm_stop             cancel every job, stop the daemons, kill what is left of the jobs;
@@ -21,16 +21,18 @@
 #                          environment)
 # slurm_start also makes the EXIT trap run slurm_stop before lib.sh's cleanup, so a failing or
 # interrupted test leaves no daemon and no job behind.
-SLURM_NODE=loomnode0
+SLURM_NODES=(loomnode0 loomnode1) # one slurmd each, on this host (Debian's slurmd is built
+                                  # with multiple-slurmd support: a port per node)
 SLURM_DIR=
 SLURM_DAEMONS=()
 SLURM_WHY=
 SLURM_ENV_REFUSED=0
 
 slurm_missing() {
-  local p missing=""
+  local p f missing=""
   for p in munged mungekey slurmctld slurmd sbatch srun sinfo scancel; do
-    PATH=$PATH:/usr/sbin:/sbin command -v "$p" >/dev/null 2>&1 || missing="$missing $p"
+    f=$(PATH=$PATH:/usr/sbin:/sbin command -v "$p" 2>/dev/null)
+    [ -f "$f" ] && [ -x "$f" ] || missing="$missing $p"
   done
   echo "${missing# }"
 }
@@ -68,9 +70,11 @@ _slurm_fail() {
   local why=$1 log line
   shift
   for log in "$@"; do
-    # the first fatal or error line, not the first start's missing state files
+    # the first fatal or error line, not the first start's missing state files; else the
+    # log's last line (a shell's "Permission denied")
     line=$(grep -iE 'fatal|error' "$log" 2>/dev/null |
       grep -viE 'state file|NOTE: Trying backup|xcpuinfo_hwloc_topo_load' | head -n 1)
+    [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' "$log" 2>/dev/null | tail -n 1)
     [ -n "$line" ] && { why="$why: $(basename "$log"): $line"; break; }
   done
   SLURM_WHY=$why
@@ -85,8 +89,9 @@ slurm_start() {
   # munged wants its socket's directory searchable by everyone and its key readable by its
   # user only
   chmod 755 "$SLURM_DIR"
-  local d=$SLURM_DIR ctld_port slurmd_port srun_base
-  mkdir -p "$d/munge" "$d/etc" "$d/state" "$d/spool/$SLURM_NODE" "$d/log" "$d/run" "$d/tmp"
+  local d=$SLURM_DIR ctld_port srun_base node ports
+  mkdir -p "$d/munge" "$d/etc" "$d/state" "$d/log" "$d/run" "$d/tmp"
+  for node in "${SLURM_NODES[@]}"; do mkdir -p "$d/spool/$node" "$d/tmp/$node"; done
   chmod 755 "$d/munge"
   export SLURM_CONF=$d/etc/slurm.conf
   trap 'slurm_stop >&2; on_exit' EXIT
@@ -101,17 +106,17 @@ slurm_start() {
   [ -S "$d/munge/munge.sock" ] ||
     { _slurm_fail "munged did not start" "$d/log/munged.out" "$d/log/munged.log"; return 1; }
 
-  read -r ctld_port slurmd_port <<<"$(_slurm_free_ports 2)"
+  read -r ctld_port ports <<<"$(_slurm_free_ports $((1 + ${#SLURM_NODES[@]})))"
   srun_base=$((20000 + RANDOM % 30000)) # srun's own listening ports: the next one free in range
   local cpus
   cpus=$(nproc)
-  [ "$cpus" -ge 2 ] || cpus=2 # the node as configured (config_overrides): 2 tasks fit anywhere
+  # every node as configured (config_overrides), whatever the host has: 2 tasks fit on each
+  [ "$cpus" -ge 2 ] || cpus=2
   cat >"$SLURM_CONF" <<EOF
 # loom's test cluster ($(date -u +%FT%TZ)): everything under $d
 ClusterName=loomtest
 SlurmctldHost=$(hostname -s)(127.0.0.1)
 SlurmctldPort=$ctld_port
-SlurmdPort=$slurmd_port
 SrunPortRange=$srun_base-$((srun_base + 199))
 SlurmUser=root
 SlurmdUser=root
@@ -120,9 +125,10 @@ CredType=cred/munge
 AuthInfo=socket=$d/munge/munge.sock
 StateSaveLocation=$d/state
 SlurmdSpoolDir=$d/spool/%n
-# srun's PMIx plugin makes each step's spmix_appdir_UID_JOB.STEP here (default /tmp): every
-# test cluster numbers its jobs from 1, and a killed run leaves its directory behind
-TmpFS=$d/tmp
+# srun's PMIx plugin makes each step's spmix_appdir_UID_JOB.STEP here (default /tmp), one per
+# node: every test cluster numbers its jobs from 1, two nodes on one host run the same step,
+# and a killed run leaves its directory behind
+TmpFS=$d/tmp/%n
 SlurmctldPidFile=$d/run/slurmctld.pid
 SlurmdPidFile=$d/run/slurmd-%n.pid
 SlurmctldLogFile=$d/log/slurmctld.log
@@ -149,27 +155,42 @@ ReturnToService=2
 # job stays 4 s or more (purged every minute), longer than a poll
 MinJobAge=4
 SlurmdTimeout=60
-NodeName=$SLURM_NODE NodeHostname=$(hostname -s) NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
-PartitionName=loom Nodes=$SLURM_NODE Default=YES MaxTime=30 State=UP
 EOF
+  local k=0 nodelist
+  for node in "${SLURM_NODES[@]}"; do
+    k=$((k + 1))
+    echo "NodeName=$node NodeHostname=$(hostname -s) NodeAddr=127.0.0.1" \
+         "Port=$(cut -d' ' -f$k <<<"$ports") CPUs=$cpus State=UNKNOWN"
+  done >>"$SLURM_CONF"
+  nodelist=$(IFS=,; echo "${SLURM_NODES[*]}")
+  echo "PartitionName=loom Nodes=$nodelist Default=YES MaxTime=30 State=UP" >>"$SLURM_CONF"
   slurmctld -D -f "$SLURM_CONF" >"$d/log/slurmctld.out" 2>&1 &
   SLURM_DAEMONS+=($!)
-  slurmd -D -N "$SLURM_NODE" -f "$SLURM_CONF" >"$d/log/slurmd.out" 2>&1 &
-  SLURM_DAEMONS+=($!)
+  for node in "${SLURM_NODES[@]}"; do
+    slurmd -D -N "$node" -f "$SLURM_CONF" >"$d/log/slurmd-$node.out" 2>&1 &
+    SLURM_DAEMONS+=($!)
+  done
   _slurm_reaper
-  # idle: slurmctld answers, slurmd registered and nothing runs on it
-  local state=""
+  # idle: slurmctld answers, every slurmd registered, nothing runs
+  local states="" want
+  want=$(printf 'idle\n%.0s' "${SLURM_NODES[@]}")
   for i in $(seq 120); do
-    state=$(sinfo -h -n "$SLURM_NODE" -o %T 2>/dev/null)
-    [ "$state" = idle ] && return 0
+    states=$(sinfo -h -N -n "$nodelist" -o %T 2>/dev/null)
+    [ "$states" = "${want%$'\n'}" ] && return 0
     kill -0 "${SLURM_DAEMONS[1]}" 2>/dev/null ||
       { _slurm_fail "slurmctld exited" "$d/log/slurmctld.out" "$d/log/slurmctld.log"; return 1; }
-    kill -0 "${SLURM_DAEMONS[2]}" 2>/dev/null ||
-      { _slurm_fail "slurmd exited" "$d/log/slurmd.out" "$d/log/slurmd-$SLURM_NODE.log"; return 1; }
+    k=2
+    for node in "${SLURM_NODES[@]}"; do
+      kill -0 "${SLURM_DAEMONS[$k]}" 2>/dev/null || {
+        _slurm_fail "slurmd of $node exited" "$d/log/slurmd-$node.out" "$d/log/slurmd-$node.log"
+        return 1
+      }
+      k=$((k + 1))
+    done
     sleep 0.5
   done
-  _slurm_fail "node $SLURM_NODE not idle after 60 s (state '${state:-no answer}')" \
-    "$d/log/slurmd-$SLURM_NODE.log" "$d/log/slurmctld.log"
+  _slurm_fail "nodes $nodelist not idle after 60 s (states: $(echo ${states:-no answer}))" \
+    "$d"/log/slurmd-*.log "$d/log/slurmctld.log"
 }
 
 # The EXIT trap cannot run when the test itself is SIGKILLed (ctest's timeout kills its process
@@ -193,10 +214,9 @@ slurm_stop() {
   p=$(cat "$SLURM_DIR/run/reaper.pid" 2>/dev/null)
   [ -n "$p" ] && [ "$p" != "$BASHPID" ] && kill -KILL "$p" 2>/dev/null
   scancel --full --quiet --partition=loom >/dev/null 2>&1
-  # slurmd, then slurmctld, then munged: each stops on SIGTERM
-  for i in 2 1 0; do
-    p=${SLURM_DAEMONS[$i]:-}
-    [ -n "$p" ] && kill -TERM "$p" 2>/dev/null
+  # the slurmds, then slurmctld, then munged: each stops on SIGTERM
+  for ((i = ${#SLURM_DAEMONS[@]} - 1; i >= 0; i--)); do
+    kill -TERM "${SLURM_DAEMONS[$i]}" 2>/dev/null
   done
   for i in $(seq 50); do
     left=$(slurm_processes)

@@ -1,11 +1,12 @@
 #!/bin/bash
 # ctest: labels=integration,multinode,matrix timeout=900
-# The main job through a real Slurm, as a cluster user runs it: a private slurmctld + slurmd +
-# munged on this machine (lib/slurm_cluster.sh), the README's job script submitted with
-# `sbatch --wait` (srun --mpi=pmix starts the 2 ranks), then `mpirun` inside a Slurm allocation
-# (sbatch --wrap), against the main job itself (tools/main_job.sh: plain mpirun). Same ranks,
-# same config, same text: the per-step losses and the final parameters must be bitwise equal,
-# and the start-up line must show Slurm's node and local ranks. At the end, and on every
+# The main job through a real Slurm, as a cluster user runs it: a private slurmctld + munged +
+# two slurmd (two Slurm nodes on this machine: lib/slurm_cluster.sh), the README's job script
+# submitted with `sbatch --wait` on 2 nodes x 1 task (srun --mpi=pmix starts the ranks), then
+# `mpirun` inside such an allocation (sbatch --wrap), against the main job itself
+# (tools/main_job.sh: plain mpirun, 2 ranks). Same ranks, same config, same text: the per-step
+# losses and the final parameters must be bitwise equal, and the start-up line must show each
+# rank's Slurm node and local rank. At the end, and on every
 # failure, no daemon and no job step of the cluster may be left (checked with pgrep and the
 # processes' environments).
 # Skipped (77, with the reason) where Slurm or munge is not installed (tools/setup.sh --slurm
@@ -37,7 +38,23 @@ layout() {
   ln -s "$build" "$WORK/$1/build"
 }
 
-# 1. the main job (plain mpirun, 2 ranks): prepares data/fortunes, trains, judges
+# 1. the cluster (first: a host that refuses it is known at once)
+t0=$SECONDS
+if ! slurm_start; then
+  if [ "$SLURM_ENV_REFUSED" = 1 ]; then
+    echo "SKIP: the Slurm daemons cannot run here: $SLURM_WHY"
+    exit 77
+  fi
+  for f in "$SLURM_DIR"/log/*; do echo "== $f"; tail -n 20 "$f"; done
+  die "the test cluster did not start: $SLURM_WHY"
+fi
+cluster_dir=$SLURM_DIR
+echo "ok: slurmctld + 2 slurmd + munged up, the nodes idle ($((SECONDS - t0)) s):" \
+  "$(sinfo -h -o '%P %a %D %T %N %c CPUs')"
+srun --mpi=list 2>&1 | grep -qw pmix ||
+  die "srun --mpi=list does not name pmix: $(srun --mpi=list 2>&1)"
+
+# 2. the main job (plain mpirun, 2 ranks): prepares data/fortunes, trains, judges
 layout mpirun
 t0=$SECONDS
 # (long commands run in the background and are waited for: a signal to the test acts at once,
@@ -50,33 +67,17 @@ echo "ok: the main job through mpirun ($((SECONDS - t0)) s):" \
   "$(grep 'main job: validation loss' "$WORK/mpirun.log")"
 ref=$WORK/mpirun/runs/fortunes_ddp
 
-# 2. the cluster
-t0=$SECONDS
-if ! slurm_start; then
-  if [ "$SLURM_ENV_REFUSED" = 1 ]; then
-    echo "SKIP: the Slurm daemons cannot run here: $SLURM_WHY"
-    exit 77
-  fi
-  for f in "$SLURM_DIR"/log/*; do echo "== $f"; tail -n 20 "$f"; done
-  die "the test cluster did not start: $SLURM_WHY"
-fi
-cluster_dir=$SLURM_DIR
-echo "ok: slurmctld + slurmd + munged up, node $SLURM_NODE idle ($((SECONDS - t0)) s):" \
-  "$(sinfo -h -o '%P %a %D %T %N %c CPUs')"
-srun --mpi=list 2>&1 | grep -qw pmix ||
-  die "srun --mpi=list does not name pmix: $(srun --mpi=list 2>&1)"
-
 # submit NAME SBATCH_ARGS...: sbatch --wait from $WORK/NAME (a layout with the main job's data)
-# on 1 node x 2 tasks (the command line overrides a script's #SBATCH lines); the job's output
-# in $WORK/NAME.out
+# on 2 nodes x 1 task, the main job's 2 ranks (the command line overrides a script's #SBATCH
+# lines); the job's output in $WORK/NAME.out
 submit() {
   local name=$1
   shift
   layout "$name"
   ln -s "$WORK/mpirun/data" "$WORK/$name/data"
   t0=$SECONDS
-  (cd "$WORK/$name" && exec timeout 600 sbatch --wait --quiet --job-name="$name" --nodes=1 \
-     --ntasks-per-node=2 --time=10 --output="$WORK/$name.out" "$@") &
+  (cd "$WORK/$name" && exec timeout 600 sbatch --wait --quiet --job-name="$name" --nodes=2 \
+     --ntasks-per-node=1 --time=10 --output="$WORK/$name.out" "$@") &
   track_job $!
   wait $! || {
     cat "$WORK/$name.out" 2>/dev/null
@@ -121,15 +122,18 @@ awk '/slurm.sh submits the script below/ { want = 1; next }
 grep -q '^srun --mpi=pmix .*loom train' "$WORK/train.sbatch" ||
   die "README.md: the Slurm job script (after its marker comment) was not found"
 submit srun "$WORK/train.sbatch" "${short[@]}"
-placed srun "loom: placement: 2 ranks on 1 node (node from SLURMD_NODENAME and SLURM_NODEID,\
- local rank from SLURM_LOCALID) | node 0 $SLURM_NODE: ranks 0-1, local 0-1"
+placed srun "loom: placement: 2 ranks on 2 nodes (node from SLURMD_NODENAME and SLURM_NODEID,\
+ local rank from SLURM_LOCALID) | node 0 loomnode0: rank 0, local 0 |\
+ node 1 loomnode1: rank 1, local 0"
 same srun
 
-# 4. mpirun inside the allocation: Open MPI reads the allocation from Slurm's variables
+# 4. mpirun inside the allocation: Open MPI reads the allocation from Slurm's variables and
+# starts its daemon on the other node with srun
 submit mpirun_in_slurm \
   --wrap "mpirun --bind-to none build/bin/loom train configs/fortunes_ddp.json ${short[*]}"
-placed mpirun_in_slurm "loom: placement: 2 ranks on 1 node (node from SLURMD_NODENAME, local\
- rank from OMPI_COMM_WORLD_LOCAL_RANK) | node 0 $SLURM_NODE: ranks 0-1, local 0-1"
+placed mpirun_in_slurm "loom: placement: 2 ranks on 2 nodes (node from SLURMD_NODENAME, local\
+ rank from OMPI_COMM_WORLD_LOCAL_RANK) | node 0 loomnode0: rank 0, local 0 |\
+ node 1 loomnode1: rank 1, local 0"
 same mpirun_in_slurm
 
 # 5. torn down: no daemon (pgrep on the cluster's directory) and no job step left
