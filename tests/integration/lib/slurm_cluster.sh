@@ -2,8 +2,8 @@
 # socket with a key made for it, slurmctld and two slurmd (the nodes loomnode0 and loomnode1,
 # both this host, each configured with its CPUs) from a generated slurm.conf, everything (key,
 # state, spool, logs, pid files) under one temporary directory, on ports picked free at start,
-# so several tests, or a system Slurm, can run beside it. The client commands (sbatch, srun, sinfo, scancel) reach it through SLURM_CONF,
-# which slurm_start exports.
+# so several tests, or a system Slurm, can run beside it. The client commands (sbatch, srun,
+# sinfo, scancel) reach it through SLURM_CONF, which slurm_start exports.
 #
 # The daemons run without cgroups, capabilities or a systemd: proctrack/linuxproc (the job's
 # processes found by their parent links), task/none (no CPU binding), jobacct_gather/none and no
