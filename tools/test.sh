@@ -6,8 +6,9 @@
 #   tools/test.sh          the stages above
 #   tools/test.sh --full   also the exhaustive matrices (label "matrix": the 53-run ZeRO matrix,
 #                          the 49-run cross-mesh resume matrix, the other plugins' conformance
-#                          batteries) and, under the sanitizers, the integration tests the CI
-#                          pass leaves to the normal build (label "asan-full")
+#                          batteries, the main job through a real Slurm, which --full installs:
+#                          tools/setup.sh --slurm) and, under the sanitizers, the integration
+#                          tests the CI pass leaves to the normal build (label "asan-full")
 # Labels: "normal-only", "readme", "fresh": never under the sanitizers (they test scripts, docs
 # or a 3-minute bound, not memory safety); "fresh" runs once, as its own stage.
 # Every stage runs even when an earlier one fails (a stage that needs a failed build is skipped,
@@ -75,7 +76,9 @@ configure_and_build() { # configure_and_build DIR CMAKE_ARGS...
   cmake --build "$dir" -j"$jobs"
 }
 
-if stage setup tools/setup.sh --tests; then
+setup_args=(--tests)
+[ "$full" -eq 1 ] && setup_args+=(--slurm) # integration.slurm's daemons: the full run only
+if stage setup tools/setup.sh "${setup_args[@]}"; then
   stage tests bash -c "cd build && ctest --output-on-failure -j$slots -LE 'fresh|matrix'"
   if [ "$full" -eq 1 ]; then
     stage matrix bash -c "cd build && ctest --output-on-failure -j$slots -L matrix"

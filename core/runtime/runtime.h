@@ -55,6 +55,7 @@ struct loom_runtime {
   loom_dev dev;
   loom_plugin dev_plugin;       /* the device plugin (handle NULL for the built-in CPU device) */
   int local_rank, local_size;   /* this rank's place on its node (device_open.c) */
+  char placement[640];          /* every rank's node and local rank, summed up (placement.c) */
   void *ctl_buf;                /* device bounce buffer for host control traffic (unaccounted) */
   size_t ctl_bytes;
 

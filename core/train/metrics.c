@@ -161,6 +161,8 @@ void loom_metrics_start(loom_trainer *tr) {
          global, tpbuf, c->model.n_layer, c->model.n_head, c->model.n_embd,
          c->model.vocab_size, rt->mesh.world_size, meshbuf, (unsigned long long)tr->G,
          tr->T, tr->B, tr->accum, rt->mesh.dp);
+  /* where the launcher put the ranks: nodes, and each rank's place on its node */
+  if (rt->placement[0]) printf("loom: placement: %s\n", rt->placement);
   char cpu[160];
   if (loom__cpu_describe(&rt->dev, cpu, sizeof cpu)) printf("loom: cpu: %s\n", cpu);
   printf("loom: plugins:");

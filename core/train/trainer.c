@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "formats/init_from.h"
+#include "../runtime/placement.h"
 #include "../runtime/plugins.h"
 #include "../runtime/pp_split.h"
 #include "util/test_hooks.h"
@@ -270,6 +271,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                 "the replicas would drift apart (add {\"plugin\": \"ddp\"})", cfg->path,
                 rt->mesh.dp);
 
+  if (loom__placement_gather(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
   if (loom__device_open(rt, cfg->device.threads, e, sizeof e) != 0) return fail(tr, "%s", e);
   if (loom__plugins_create(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
 
