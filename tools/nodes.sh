@@ -17,7 +17,8 @@
 #   nodes.sh rsh HOST CMD...     the rsh agent: run CMD (one shell string, as ssh would) in HOST
 #   nodes.sh exec ID K CMD...    run CMD in node K (mpirun itself runs in node 1)
 #   nodes.sh mpirun ID ARGS...   mpirun in node 1 over the whole bed (hostfile, agent, the bed
-#                                interface only), two ranks per node by slot
+#                                interface only), two ranks per node by slot; another hostfile:
+#                                LOOM_NODES_HOSTFILE=FILE
 #   nodes.sh bytes ID            one line per node: K tx_bytes rx_bytes of its bed link
 #   nodes.sh limit ID RATE [DELAY]  tbf rate limit on every node's link, both directions
 #                                (e.g. 1gbit); DELAY (e.g. 1ms) needs the kernel's sch_netem
@@ -235,7 +236,7 @@ bed_mpirun() {
   # shared memory (vader) stays for ranks of the same node: Open MPI knows they share a host
   node_exec "$id" 1 env OMPI_MCA_btl_tcp_if_include="$(subnet "$id")" \
     OMPI_MCA_oob_tcp_if_include="$(subnet "$id")" \
-    mpirun --hostfile "$RUN_DIR/$id/hostfile" --mca plm_rsh_agent "$SELF rsh" \
+    mpirun --hostfile "${LOOM_NODES_HOSTFILE:-$RUN_DIR/$id/hostfile}" --mca plm_rsh_agent "$SELF rsh" \
     --mca btl_tcp_if_include "$(subnet "$id")" --mca oob_tcp_if_include "$(subnet "$id")" \
     --mca plm_rsh_no_tree_spawn 1 --map-by slot "$@"
 }
