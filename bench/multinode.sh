@@ -61,7 +61,6 @@ bps = next(float(r[: -len(u)]) * m for u, m in units.items() if r.endswith(u))
 rows = []
 for line in open(table):
     name, measured, jsonl, est = line.split()
-    ms = [json.loads(l)["ms_per_step"] for l in open(jsonl) if l.strip()]
     ms = [json.loads(l) for l in open(jsonl) if l.strip()]
     ms = [m["ms_per_step"] for m in ms if m.get("step", 0) > skip and "ms_per_step" in m]
     e = json.load(open(est))["inter_node"]

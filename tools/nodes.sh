@@ -25,7 +25,8 @@
 #   nodes.sh kill ID K [--cut]   SIGKILL every process of node K (the node's holder too: it
 #                                no longer answers); --cut first takes its link down (a power
 #                                cut: peers get no FIN/RST)
-#   nodes.sh gc                  tear down beds whose owner process (the one that ran `up`) died
+#   nodes.sh gc                  tear down beds whose owner process died (LOOM_BED_OWNER, else
+#                                the shell that ran `up`, or that ran `$(nodes.sh new-id)`)
 #   nodes.sh check               exit 0 if beds can be built here, else 77 with the reason
 #
 # Names: bed ID's node K is netns loom<ID>n<K>, hostname loom<ID>-n<K>, address 169.254.ID.K;
@@ -74,14 +75,16 @@ can_build() {
   ip netns del $probe
 }
 
-# new-id: the lowest free id, reserved atomically (mkdir), after collecting dead beds.
+# new-id: the lowest free id, reserved atomically (mkdir), after collecting dead beds. The
+# owner: LOOM_BED_OWNER (a script's $$), else the caller's parent (`ID=$(nodes.sh new-id)` runs
+# in a subshell that ends at once; its parent is the shell that uses the bed, or one above it).
 new_id() {
   mkdir -p "$RUN_DIR"
   gc >/dev/null 2>&1
-  local i
+  local i owner=${LOOM_BED_OWNER:-$(ps -o ppid= -p "$PPID" | tr -d ' ')}
   for i in $(seq 1 254); do
     if mkdir "$RUN_DIR/$i" 2>/dev/null; then
-      echo "${LOOM_BED_OWNER:-$PPID}" >"$RUN_DIR/$i/owner"
+      echo "$owner" >"$RUN_DIR/$i/owner"
       echo "$i"
       return 0
     fi

@@ -1,5 +1,5 @@
 #!/bin/bash
-# ctest: labels=integration,multinode timeout=300
+# ctest: labels=integration,multinode,matrix timeout=300
 # A hostfile naming a node that does not answer is refused promptly, naming the node, and
 # leaves no process behind in any node (ip netns pids: each live node holds only its holder):
 #   - a node that does not exist (loom<ID>-n3 on a bed of 2 nodes);

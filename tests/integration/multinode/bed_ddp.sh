@@ -8,6 +8,8 @@
 #   - the bytes that cross between the nodes per step (the veth counters, two runs of 5 and 25
 #     steps differenced: start-up and the last evaluation and checkpoint cancel) match
 #     `loom estimate --ranks-per-node 2` within the framing tolerance (lib/bed.sh);
+#   - a hostfile naming a node the bed does not have is refused at once, naming it, with no
+#     process left in either node (bed_bad_host, in the full run, adds killed and cut nodes);
 #   - `loom estimate --ranks-per-node 3` on 4 ranks is refused, naming both numbers.
 # Skips (77) where namespaces cannot be made. The bed is torn down on every exit path.
 . "$(dirname "$0")/../lib/lib.sh"
@@ -20,6 +22,14 @@ est=$(estimate_inter_node 4 --set "$DDP") || die "loom estimate --ranks-per-node
 check_step_bytes "ddp 2x2" "$measured" "$est" 4
 on_host run 4 host --set train.steps=25 --set train.eval_interval=100000 --set "$DDP"
 compare bed_s25 host
+n3=$("$NODES" host "$BED_ID" 3)
+printf '%s slots=2\n%s slots=2\n' "$("$NODES" host "$BED_ID" 1)" "$n3" >"$WORK/missing.hosts"
+LOOM_NODES_HOSTFILE=$WORK/missing.hosts expect_refused 4 "node '$n3' does not exist" \
+  --set train.steps=2
+for k in 1 2; do
+  [ "$(ip netns pids "loom${BED_ID}n$k")" = "$(cat "/run/loom-nodes/$BED_ID/n$k.pid")" ] ||
+    die "node $k: processes left behind after the refusal: $(ip netns pids "loom${BED_ID}n$k")"
+done
 if "$LOOM" estimate "$LOOM_SRC/configs/tiny.json" --world 4 --ranks-per-node 3 >"$WORK/rpn.log" 2>&1; then
   die "--ranks-per-node 3 on 4 ranks was accepted"
 fi
