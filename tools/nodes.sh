@@ -21,7 +21,8 @@
 #                                LOOM_NODES_HOSTFILE=FILE
 #   nodes.sh bytes ID            one line per node: K tx_bytes rx_bytes of its bed link
 #   nodes.sh limit ID RATE [DELAY]  tbf rate limit on every node's link, both directions
-#                                (e.g. 1gbit); DELAY (e.g. 1ms) needs the kernel's sch_netem
+#                                (e.g. 1gbit); DELAY (e.g. 1ms) needs the kernel's sch_netem;
+#                                RATE off: the links unlimited again
 #   nodes.sh kill ID K [--cut]   SIGKILL every process of node K (the node's holder too: it
 #                                no longer answers); --cut first takes its link down (a power
 #                                cut: peers get no FIN/RST)
@@ -39,7 +40,7 @@ SELF=$(readlink -f "$0")
 IFACE=bed0
 
 die() { echo "nodes.sh: $*" >&2; exit 1; }
-usage() { sed -n '/^#   nodes.sh/p' "$SELF" >&2; exit 2; }
+usage() { sed -n '/^#   nodes.sh new-id/,/^#$/p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 node_ns() { echo "loom$1n$2"; }
 bridge_ns() { echo "loom$1br"; }
 node_host() { echo "loom$1-n$2"; }
@@ -259,6 +260,14 @@ limit() {
   local id=$1 rate=$2 delay=${3:-} k br
   check_id "$id"
   br=$(bridge_ns "$id")
+  if [ "$rate" = off ]; then
+    for k in $(seq 1 "$(nodes_of "$id")"); do
+      tc -n "$(node_ns "$id" "$k")" qdisc del dev "$IFACE" root 2>/dev/null
+      tc -n "$br" qdisc del dev "n$k" root 2>/dev/null
+    done
+    echo "bed $id: links unlimited"
+    return 0
+  fi
   local bits
   bits=$(tc_rate_bits "$rate") || die "limit: rate '$rate': expected e.g. 1gbit, 100mbit"
   local burst=$((bits / 8 / 1000))
