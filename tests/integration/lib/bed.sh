@@ -13,6 +13,9 @@
 #   estimate_inter_node NP [--set ...]   loom estimate --ranks-per-node 2's bytes per step
 #   check_step_bytes LABEL MEASURED ESTIMATE NP   within the framing tolerance, or die
 NODES=$LOOM_SRC/tools/nodes.sh
+# a hung run is killed (and the script dies, its trap tearing the bed down) well before ctest's
+# timeout would kill the script itself, trap and all
+export LOOM_RUN_TIMEOUT=${LOOM_RUN_TIMEOUT:-120}
 BED_ID=
 
 bed_down() {

@@ -69,14 +69,16 @@ make_data() {
   fi || die "loom-prepare failed"
 }
 
-# run NRANKS NAME [--set ...]: train configs/tiny.json on NRANKS ranks into $WORK/NAME.
+# run NRANKS NAME [--set ...]: train configs/tiny.json on NRANKS ranks into $WORK/NAME, within
+# LOOM_RUN_TIMEOUT seconds (300; bed.sh: 120, below its tests' ctest timeouts, so a hung run
+# ends in die and the script's EXIT trap still tears the bed down).
 # LOOM_TEST_THREADS=N (by hand, to measure tolerances) gives each rank N threads.
 run() {
   local n=$1 name=$2
   shift 2
   rm -rf "$WORK/$name"
   mkdir -p "$WORK/$name"
-  timeout 300 "${MPIRUN[@]}" -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+  timeout "${LOOM_RUN_TIMEOUT:-300}" "${MPIRUN[@]}" -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
     --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
     --set "data.vocab=$WORK/data/vocab.json" \
     --set "logging.metrics=$WORK/$name/metrics.jsonl" --set logging.interval=5 \
