@@ -13,9 +13,10 @@
  * all_reduce, reduce_scatter and all_gather send every other member 1/n of the buffer per phase,
  * directly), and the pipeline's boundary sends (A x B*T*C to each neighbour and direction).
  * Not exact for Open MPI's own collectives (comm.options.collectives "mpi", and what mpi.so
- * leaves to them: broadcasts, max/min/integer reductions, the loss and grad-norm scalars):
- * their trees and rings send to a few peers chosen by the algorithm, not an equal share to each.
- * Those that run every step are a few scalars (the metrics); the rest run at start-up. The
+ * leaves to them: broadcasts, and every reduction but a 16/32-bit float sum: the trainer's
+ * float64 loss and grad-norm sums, int64 maxima of memory peaks and flags): their trees and
+ * rings send to a few peers chosen by the algorithm, not an equal share to each. Per step these
+ * are a few scalars, outside the figures (docs/multinode.md's band allows for them). The
  * figures count payload: TCP/IP framing and Open MPI's headers come on top (docs/multinode.md). */
 #ifndef LOOM_CLI_ESTIMATE_NODES_H
 #define LOOM_CLI_ESTIMATE_NODES_H
