@@ -89,13 +89,13 @@ bench_banner() {
 # micro batch MICRO, $steps steps with threads=1 per rank, no checkpoint, eval or sample, on
 # the fortunes data in $data; the log, the metrics and `time`'s wall, user and system seconds
 # (how much CPU the ranks really got) in $out/NAME.rROUND.{log,jsonl,time}. ARGs (more --set)
-# follow the shared ones; the array bench_mpirun_opts goes to mpirun. On failure: the log's
+# follow the shared ones; the array bench_mpirun_opts goes to mpirun (bench_launcher). On failure: the log's
 # tail, and the script exits 1.
 bench_train() {
   local name=$1 np=$2 mb=$3 round=$4
   shift 4
   local log=$out/$name.r$round.log TIMEFORMAT='%R %U %S'
-  if ! { time mpirun -np "$np" --oversubscribe --bind-to none "${bench_mpirun_opts[@]}" \
+  if ! { time "${bench_launcher[@]}" -np "$np" --oversubscribe --bind-to none "${bench_mpirun_opts[@]}" \
       "$bin/loom" train "$config" \
       --set "train.steps=$steps" --set "lr_schedule.warmup_steps=$((steps < 30 ? steps : 30))" \
       --set "train.micro_batch_size=$mb" --set train.grad_accum_steps=1 \
@@ -110,6 +110,9 @@ bench_train() {
   fi
 }
 bench_mpirun_opts=()
+# what bench_train starts the ranks with: mpirun here; bench/multinode.sh's bed (tools/nodes.sh
+# mpirun ID: mpirun in node 1 over the bed's hostfile)
+bench_launcher=(mpirun)
 
 # bench_anchors_before LINES: the SGEMM anchor (its last LINES lines shown), then two SGEMM
 # processes at once, into $out/sgemm_{before,pair1,pair2}.txt.

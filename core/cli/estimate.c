@@ -778,7 +778,7 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   loom__estimate_axes_print(out, e);
 }
 
-int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
+int loom_estimate_print_json(FILE *out, const loom_estimate *e, json_t *inter_node) {
   json_t *plugins = json_array(), *bytes = json_object(), *formula = json_object();
   for (int i = 0; i < e->n_plugins; i++) {
     char r[160];
@@ -872,6 +872,8 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e) {
   if (doc)
     json_object_set_new(doc, "comm_bytes_per_step_paper",
                         json_integer((json_int_t)e->comm_bytes_paper));
+  if (doc && inter_node) json_object_set(doc, "inter_node", inter_node);
+  json_decref(inter_node);
   if (!doc) return -1;
   char *s = json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
   json_decref(doc);

@@ -66,6 +66,7 @@
 #ifndef LOOM_CORE_ESTIMATE_H
 #define LOOM_CORE_ESTIMATE_H
 
+#include <jansson.h>
 #include <loom/loom.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -163,8 +164,10 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
                           int world, loom_estimate *e, char *err, size_t errlen);
 
 /* A compact table (human) or one JSON object whose "bytes" keys are the metrics file's
- * mem_peak_bytes keys (params, grads, optim, activations, comm, host, other, total). */
+ * mem_peak_bytes keys (params, grads, optim, activations, comm, host, other, total).
+ * inter_node (NULL: none; the reference is taken) becomes its "inter_node" member
+ * (estimate_nodes.h). */
 void loom_estimate_print(FILE *out, const loom_estimate *e);
-int loom_estimate_print_json(FILE *out, const loom_estimate *e);
+int loom_estimate_print_json(FILE *out, const loom_estimate *e, json_t *inter_node);
 
 #endif

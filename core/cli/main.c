@@ -1,7 +1,8 @@
 /* loom — command line.
  *   loom train CONFIG [--set KEY=VALUE]...    train (under mpirun/srun for several ranks)
  *   loom check CONFIG [--set ...] [--world N] validate all that train checks before step 1
- *   loom estimate CONFIG [--set ...] [--world N] [--json]   per-rank memory and traffic
+ *   loom estimate CONFIG [--set ...] [--world N] [--ranks-per-node K] [--json]
+ *                                                        per-rank memory and traffic
  *   loom compare CONFIG_OR_RUN_DIR... [--np N] [--steps S] [--expect-equal TOL]   A/B runs
  *   loom report RUN_DIR [--out DIR]           one run's table, plots and HTML page
  *   loom export RUN_OR_CKPT --format safetensors|llmc OUT   parameters for HF / llm.c
@@ -22,6 +23,7 @@
 #include "runtime/plugins.h"
 #include "util/test_hooks.h"
 #include "estimate.h"
+#include "estimate_nodes.h"
 #include "train/metrics.h"
 #include "train/preflight.h"
 #include "train/trainer.h"
@@ -37,7 +39,7 @@ static void usage(FILE *out) {
           "       loom check CONFIG [--set KEY=VALUE]... [--world N]\n"
           "                                                validate everything train checks\n"
           "                                                before step 1, without training\n"
-          "       loom estimate CONFIG [--set ...] [--world N] [--json]\n"
+          "       loom estimate CONFIG [--set ...] [--world N] [--ranks-per-node K] [--json]\n"
           "                                                per-rank memory by category and\n"
           "                                                bytes sent per step on N ranks\n"
           "       loom compare CONFIG_OR_RUN_DIR... [--np N] [--steps S] [--expect-equal TOL]\n"
@@ -88,10 +90,13 @@ static int command_help(FILE *out, const char *cmd) {
             "error line; exit status 0 or 1.\n");
   } else if (!strcmp(cmd, "estimate")) {
     fprintf(out,
-            "usage: loom estimate CONFIG [--set KEY=VALUE]... [--world N] [--json]\n"
+            "usage: loom estimate CONFIG [--set KEY=VALUE]... [--world N] [--ranks-per-node K]\n"
+            "                     [--json]\n"
             "Per-rank memory by category (the largest over the N ranks) and the bytes each\n"
-            "rank sends per optimizer step, computed from CONFIG without training. --json\n"
-            "prints the same as one JSON object.\n");
+            "rank sends per optimizer step, computed from CONFIG without training.\n"
+            "--ranks-per-node K: also the bytes per step that cross between nodes of K ranks\n"
+            "(ranks placed by block, as mpirun --map-by slot), per mesh axis. --json prints\n"
+            "the same as one JSON object (\"inter_node\").\n");
   } else if (!strcmp(cmd, "compare")) {
     loom_compare_help(out);
   } else if (!strcmp(cmd, "report")) {
@@ -166,30 +171,43 @@ static int cmd_train(int argc, char **argv) {
   return rc;
 }
 
-/* Split the arguments after CONFIG into --world N, --json (when json is not NULL) and the
- * --set overrides. Returns the number of overrides, or -1 after printing what is wrong. */
-static int parse_args(int argc, char **argv, int *world, int *json, const char **overrides,
-                      int max) {
+/* A count option's value: an integer in [1, 2^20], else -1 after printing what is wrong. */
+static int parse_count(const char *opt, const char *v, const char *what) {
+  char *end;
+  long w = strtol(v, &end, 10);
+  if (*v == '\0' || *end != '\0' || w < 1 || w > 1 << 20) {
+    fprintf(stderr, "loom: %s: expected a number of %s in [1, %d], got '%s'\n", opt, what,
+            1 << 20, v);
+    return -1;
+  }
+  return (int)w;
+}
+
+/* Split the arguments after CONFIG into --world N, --json and --ranks-per-node K (when json
+ * and per_node are not NULL; *per_node 0 without it) and the --set overrides. Returns the
+ * number of overrides, or -1 after printing what is wrong. */
+static int parse_args(int argc, char **argv, int *world, int *json, int *per_node,
+                      const char **overrides, int max) {
   char *rest[2 * 64 + 3];
   int nrest = 0;
   *world = 1;
+  if (per_node) *per_node = 0;
   for (int i = 3; i < argc; i++) {
     const char *v = NULL;
     if (json && !strcmp(argv[i], "--json")) {
       *json = 1;
       continue;
     }
+    const char *rpn = "--ranks-per-node";
+    if (per_node && !strncmp(argv[i], rpn, 16) && (argv[i][16] == '\0' || argv[i][16] == '=')) {
+      const char *k = argv[i][16] == '=' ? argv[i] + 17 : i + 1 < argc ? argv[++i] : "";
+      if ((*per_node = parse_count("--ranks-per-node", k, "ranks")) < 0) return -1;
+      continue;
+    }
     if (!strcmp(argv[i], "--world") && i + 1 < argc) v = argv[++i];
     else if (!strncmp(argv[i], "--world=", 8)) v = argv[i] + 8;
     if (v) {
-      char *end;
-      long w = strtol(v, &end, 10);
-      if (*v == '\0' || *end != '\0' || w < 1 || w > 1 << 20) {
-        fprintf(stderr, "loom: --world: expected a number of ranks in [1, %d], got '%s'\n",
-                1 << 20, v);
-        return -1;
-      }
-      *world = (int)w;
+      if ((*world = parse_count("--world", v, "ranks")) < 0) return -1;
       continue;
     }
     if (nrest == (int)(sizeof rest / sizeof rest[0])) {
@@ -205,7 +223,7 @@ static int parse_args(int argc, char **argv, int *world, int *json, const char *
 static int cmd_check(int argc, char **argv) {
   const char *overrides[64];
   int world;
-  int n = parse_args(argc, argv, &world, NULL, overrides, 64);
+  int n = parse_args(argc, argv, &world, NULL, NULL, overrides, 64);
   if (n < 0) return 2;
   char err[2048], start[1400];
   if (loom_preflight(argv[2], overrides, n, world, start, sizeof start, err, sizeof err) != 0) {
@@ -218,25 +236,29 @@ static int cmd_check(int argc, char **argv) {
   return 0;
 }
 
-/* loom estimate CONFIG [--set ...] [--world N] [--json] */
+/* loom estimate CONFIG [--set ...] [--world N] [--ranks-per-node K] [--json] */
 static int cmd_estimate(int argc, char **argv) {
   const char *overrides[64];
-  int world, json = 0;
-  int n = parse_args(argc, argv, &world, &json, overrides, 64);
+  int world, json = 0, per_node = 0;
+  int n = parse_args(argc, argv, &world, &json, &per_node, overrides, 64);
   if (n < 0) return 2;
   loom_estimate e;
+  loom_estimate_nodes nodes;
   char err[2048];
-  if (loom_estimate_compute(argv[2], overrides, n, world, &e, err, sizeof err) != 0) {
+  if (loom_estimate_compute(argv[2], overrides, n, world, &e, err, sizeof err) != 0 ||
+      (per_node && loom_estimate_nodes_compute(&e, per_node, &nodes, err, sizeof err) != 0)) {
     loom__put_line(stderr, "loom: error: ", err);
     return 1;
   }
   if (json) {
-    if (loom_estimate_print_json(stdout, &e) != 0) {
+    if (loom_estimate_print_json(stdout, &e, per_node ? loom_estimate_nodes_json(&nodes) : NULL) !=
+        0) {
       fprintf(stderr, "loom: error: out of memory\n");
       return 1;
     }
   } else {
     loom_estimate_print(stdout, &e);
+    if (per_node) loom_estimate_nodes_print(stdout, &nodes);
   }
   return 0;
 }

@@ -52,7 +52,7 @@ for dst in zero3 tp2; do
   cp -r "$WORK/ddp2/ckpt/step-00000004" "$WORK/$r/ckpt/"
   printf 'step-00000004' >"$WORK/$r/ckpt/latest"
   case $dst in zero3) mb=4 p=$ZERO3 ;; tp2) mb=8 p=$TP2 ;; esac
-  timeout 300 mpirun -np 2 --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+  timeout 300 "${MPIRUN[@]}" -np 2 --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
     --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
     --set "data.vocab=$WORK/data/vocab.json" $H --set "$BF" --set train.steps=8 \
     --set train.eval_interval=0 --set train.micro_batch_size=$mb --set "parallel=$p" \

@@ -57,7 +57,7 @@ resume_from() { # resume_from NRANKS NAME FROM_RUN [--set ...]: steps 11-20 from
   mkdir -p "$WORK/$name/ckpt"
   cp -r "$WORK/$from/ckpt/step-00000010" "$WORK/$name/ckpt/"
   printf 'step-00000010' >"$WORK/$name/ckpt/latest"
-  timeout 300 mpirun -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+  timeout 300 "${MPIRUN[@]}" -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
     --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
     --set "data.vocab=$WORK/data/vocab.json" --set "logging.metrics=$WORK/$name/metrics.jsonl" \
     --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/$name/ckpt\",\"every\":10}" \

@@ -10,6 +10,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 # keep MPI on loopback/shared memory, quiet about missing fabrics
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+# The launcher run() and expect_refused() start their ranks with. LOOM_BED=ID (a bed of
+# tools/nodes.sh, set by tests/integration/multinode/) runs them across its nodes instead:
+# mpirun in node 1, with the bed's hostfile (2 slots a node, filled in order) and rsh agent,
+# TCP between nodes on the bed's interface only.
+MPIRUN=(mpirun)
+[ -z "${LOOM_BED:-}" ] || MPIRUN=("$LOOM_SRC/tools/nodes.sh" mpirun "$LOOM_BED")
 # After a rank exits non-zero mpirun gives the others odls_base_sigkill_timeout (1 s) between
 # SIGTERM and SIGKILL and ends ~2 s later in all (`mpirun -np 1 false`: 2.06 s; 0.05 s with 0).
 # A run that is meant to be refused (bad options, a corrupt checkpoint) needs no grace period:
@@ -63,14 +69,16 @@ make_data() {
   fi || die "loom-prepare failed"
 }
 
-# run NRANKS NAME [--set ...]: train configs/tiny.json on NRANKS ranks into $WORK/NAME.
+# run NRANKS NAME [--set ...]: train configs/tiny.json on NRANKS ranks into $WORK/NAME, within
+# LOOM_RUN_TIMEOUT seconds (300; bed.sh: 120, below its tests' ctest timeouts, so a hung run
+# ends in die and the script's EXIT trap still tears the bed down).
 # LOOM_TEST_THREADS=N (by hand, to measure tolerances) gives each rank N threads.
 run() {
   local n=$1 name=$2
   shift 2
   rm -rf "$WORK/$name"
   mkdir -p "$WORK/$name"
-  timeout 300 mpirun -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+  timeout "${LOOM_RUN_TIMEOUT:-300}" "${MPIRUN[@]}" -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
     --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
     --set "data.vocab=$WORK/data/vocab.json" \
     --set "logging.metrics=$WORK/$name/metrics.jsonl" --set logging.interval=5 \
@@ -92,7 +100,7 @@ compare() { # compare A B [compare_runs.py options]
 expect_refused() {
   local n=$1 needle=$2
   shift 2
-  if "${REFUSED_RUN[@]}" timeout 120 mpirun -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+  if "${REFUSED_RUN[@]}" timeout 120 "${MPIRUN[@]}" -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
       --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
       --set "data.vocab=$WORK/data/vocab.json" --set checkpoint=null "$@" >"$WORK/fail.log" 2>&1; then
     die "expected a failure containing '$needle'"
