@@ -36,8 +36,9 @@ static int check_fingerprint(loom_trainer *tr, const loom_ckpt_meta *m, loom_sha
   if (strcmp(now, m->data.fingerprint) == 0) return 0;
   snprintf(tr->err, sizeof tr->err, "checkpoint step %d: data.train: %s (%llu tokens) has the "
            "saved shard's name and size but other content: fingerprint %s, the checkpoint "
-           "recorded %s; restore the shard the run was trained on, or start a new checkpoint "
-           "dir", m->step, sh->path, (unsigned long long)sh->n_tokens, now, m->data.fingerprint);
+           "recorded %s; restore the shard the run was trained on, or start a new "
+           "checkpoint dir", m->step, sh->path, (unsigned long long)sh->n_tokens, now,
+           m->data.fingerprint);
   return -1;
 }
 
