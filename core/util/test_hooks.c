@@ -1,6 +1,8 @@
 /* Test and fault hooks, read once (test_hooks.h lists the knobs and the tests that use them). */
 #include "test_hooks.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +20,9 @@ static void parse_fault(const char *f) {
   int rank, step;
   char kind[16] = "";
   if (!f || sscanf(f, "%d:%d:%15s", &rank, &step, kind) != 3) return;
-  g_hooks.fault.kind = strcmp(kind, "exit") == 0 ? LOOM_FAULT_EXIT : LOOM_FAULT_ERROR;
+  g_hooks.fault.kind = strcmp(kind, "exit") == 0   ? LOOM_FAULT_EXIT
+                       : strcmp(kind, "kill") == 0 ? LOOM_FAULT_KILL
+                                                   : LOOM_FAULT_ERROR;
   g_hooks.fault.rank = rank;
   g_hooks.fault.step = step;
   g_hooks.fault.text = keep(f);
@@ -49,6 +53,8 @@ void loom__test_hooks_init(void) {
   if (g_ready) return;
   g_ready = 1;
   parse_fault(getenv("LOOM_FAULT"));
+  const char *once = getenv("LOOM_FAULT_ONCE");
+  g_hooks.fault.once = once && *once ? keep(once) : NULL;
   parse_inject_inf(getenv("LOOM_INJECT_INF"));
   const char *trace = getenv("LOOM_DATA_TRACE");
   g_hooks.data_trace = trace && *trace ? keep(trace) : NULL;
@@ -74,6 +80,11 @@ loom_fault_kind loom__hook_fault(int rank, int step) {
   const loom_test_hooks *h = loom__test_hooks();
   if (h->fault.kind == LOOM_FAULT_NONE || h->fault.rank != rank || h->fault.step != step)
     return LOOM_FAULT_NONE;
+  if (h->fault.once) { /* fired already (the file exists) or cannot tell: no fault */
+    int fd = open(h->fault.once, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return LOOM_FAULT_NONE;
+    close(fd);
+  }
   return h->fault.kind;
 }
 
@@ -85,3 +96,9 @@ int loom__fault_point(const char *name) {
 }
 
 _Noreturn void loom__fault_crash(void) { _exit(3); }
+
+_Noreturn void loom__fault_kill(void) {
+  fflush(NULL); /* the step lines so far reach the log, as a rank's output does until a kill */
+  raise(SIGKILL);
+  _exit(137); /* defensive: SIGKILL cannot be caught or blocked */
+}

@@ -7,9 +7,14 @@
  *
  *   LOOM_FAULT=RANK:STEP:KIND          world rank RANK fails at step STEP: KIND "exit" ends the
  *                                      process at once (_exit(3): no MPI shutdown, like a crash),
- *                                      anything else returns an error "fault injected by
- *                                      LOOM_FAULT=... at step STEP". rank_failure.sh,
- *                                      sdk/conformance/run.sh (faults.rank_error).
+ *                                      "kill" sends it SIGKILL (a rank killed from outside, or
+ *                                      by the OOM killer), anything else returns an error "fault
+ *                                      injected by LOOM_FAULT=... at step STEP". rank_failure.sh,
+ *                                      sdk/conformance/run.sh (faults.rank_error), the
+ *                                      launch tests (tests/integration/launch/).
+ *   LOOM_FAULT_ONCE=FILE               LOOM_FAULT fires only in the process that creates FILE
+ *                                      (O_EXCL): once over all the restarts of a supervised job,
+ *                                      whose later attempts pass the step. launch tests.
  *   LOOM_INJECT_INF=RANK:STEP[,STEP]   world rank RANK adds +inf to the first element of its
  *                                      gradient partition at each listed step (after backward
  *                                      and the sync; a malformed entry ends the list).
@@ -39,6 +44,7 @@ typedef enum loom_fault_kind {
   LOOM_FAULT_NONE = 0,
   LOOM_FAULT_ERROR, /* return an error from the step */
   LOOM_FAULT_EXIT,  /* end the process as a crash would (loom__fault_crash) */
+  LOOM_FAULT_KILL,  /* SIGKILL to itself: a rank killed by a signal */
 } loom_fault_kind;
 
 typedef struct loom_test_hooks {
@@ -46,6 +52,7 @@ typedef struct loom_test_hooks {
     loom_fault_kind kind;  /* NONE: unset or malformed */
     int rank, step;
     const char *text;      /* the variable's value, for the message */
+    const char *once;      /* LOOM_FAULT_ONCE: the marker file, NULL when unset or empty */
   } fault;
   struct {                 /* LOOM_INJECT_INF */
     int armed;             /* 0: unset or malformed */
@@ -68,7 +75,9 @@ const loom_test_hooks *loom__test_hooks(void);
 /* 1 when LOOM_INJECT_INF puts +inf into world rank `rank`'s gradient at `step`. */
 int loom__hook_inject_inf(int rank, int step);
 
-/* The LOOM_FAULT armed for world rank `rank` at `step` (LOOM_FAULT_NONE almost always). */
+/* The LOOM_FAULT armed for world rank `rank` at `step` (LOOM_FAULT_NONE almost always). With
+ * LOOM_FAULT_ONCE=FILE the answer is the fault only if this call creates FILE, else NONE (the
+ * fault fired in an earlier attempt of the job). */
 loom_fault_kind loom__hook_fault(int rank, int step);
 
 /* The host side of loom_host_api_v1.fault_point: a named point in a plugin's work. Ends the
@@ -79,5 +88,8 @@ int loom__fault_point(const char *name);
 /* End the process with status 3 at once: no atexit handlers, no MPI shutdown, buffers not
  * flushed, as a crashed rank would. The only way a fault hook stops a run. */
 _Noreturn void loom__fault_crash(void);
+
+/* SIGKILL to this process (LOOM_FAULT's "kill"): the launcher reports a rank killed by signal 9. */
+_Noreturn void loom__fault_kill(void);
 
 #endif
