@@ -1,5 +1,7 @@
 /* loom — command line.
  *   loom train CONFIG [--set KEY=VALUE]...    train (under mpirun/srun for several ranks)
+ *   loom launch [--np N | --hostfile F] [--max-restarts N] ... CONFIG [--set ...]
+ *                                             train under a supervisor that restarts it
  *   loom check CONFIG [--set ...] [--world N] validate all that train checks before step 1
  *   loom estimate CONFIG [--set ...] [--world N] [--ranks-per-node K] [--json]
  *                                                        per-rank memory and traffic
@@ -17,6 +19,8 @@
 
 #include "config/config.h"
 #include "cli/conformance/conformance.h"
+#include "cli/launch/launch.h"
+#include "cli/launch/launch_opts.h"
 #include "export_cmd.h"
 #include "cli/report/commands.h"
 #include "runtime/loader.h"
@@ -36,6 +40,11 @@
 static void usage(FILE *out) {
   fprintf(out,
           "usage: loom train CONFIG [--set KEY=VALUE]...  train a GPT as CONFIG says\n"
+          "       loom launch [--np N | --hostfile FILE] [--max-restarts N] [--min-nodes M]\n"
+          "                   CONFIG [--set KEY=VALUE]...  train under a supervisor that\n"
+          "                                                restarts it from its newest\n"
+          "                                                checkpoint when a rank or node\n"
+          "                                                fails (loom help launch)\n"
           "       loom check CONFIG [--set KEY=VALUE]... [--world N]\n"
           "                                                validate everything train checks\n"
           "                                                before step 1, without training\n"
@@ -78,8 +87,12 @@ static int command_help(FILE *out, const char *cmd) {
             "Train the GPT that CONFIG (a JSON file, docs/config.md) describes, on one rank or\n"
             "under a launcher: mpirun -np N loom train CONFIG. With a checkpoint plugin the run\n"
             "resumes from its newest checkpoint. Progress goes to stdout, errors to stderr as\n"
-            "one line 'loom[RANK]: error: ...'. Ctrl-C saves a checkpoint and exits 130.\n"
-            "--set KEY=VALUE overrides a config key (see 'loom help').\n");
+            "one line 'loom[RANK]: error: ...'. Ctrl-C, SIGTERM or SIGUSR1 saves a checkpoint\n"
+            "and exits 130. --set KEY=VALUE overrides a config key (see 'loom help').\n"
+            "--restart JSON (written by loom launch) records the run as a restart of a failed\n"
+            "attempt: a 'restart' record in the metrics and TensorBoard.\n");
+  } else if (!strcmp(cmd, "launch")) {
+    loom_launch_help(out);
   } else if (!strcmp(cmd, "check")) {
     fprintf(out,
             "usage: loom check CONFIG [--set KEY=VALUE]... [--world N]\n"
@@ -152,16 +165,43 @@ static int parse_overrides(int argc, char **argv, int first, const char **out, i
   return n;
 }
 
+/* loom train CONFIG [--set KEY=VALUE]... [--restart JSON] (--restart: loom launch's record of
+ * the failed attempt this run restarts, restart_record.h) */
 static int cmd_train(int argc, char **argv) {
+  char *rest[2 * 64 + 3];
+  int nrest = 0;
+  const char *restart_json = NULL;
+  for (int i = 3; i < argc; i++) {
+    if (!strcmp(argv[i], "--restart")) {
+      if (i + 1 == argc) {
+        fprintf(stderr, "loom: --restart needs a value after it (the JSON loom launch writes)\n");
+        return 2;
+      }
+      restart_json = argv[++i];
+      continue;
+    }
+    if (nrest == (int)(sizeof rest / sizeof rest[0])) {
+      fprintf(stderr, "loom: too many arguments\n");
+      return 2;
+    }
+    rest[nrest++] = argv[i];
+  }
+  loom_restart_info restart;
+  char err[1400];
+  if (restart_json && loom_restart_info_parse(restart_json, &restart, err, sizeof err) != 0) {
+    loom__put_line(stderr, "loom: ", err);
+    return 2;
+  }
   const char *overrides[64];
-  int n = parse_overrides(argc, argv, 3, overrides, 64);
+  int n = parse_overrides(nrest, rest, 0, overrides, 64);
   if (n < 0) return 2;
   loom_trainer *tr = calloc(1, sizeof *tr);
   if (!tr) return 1;
   /* a reader of stdout that goes away (`loom train | head`) must not kill the run: writes fail
    * with EPIPE instead, and the progress lines stop (metrics.c, flush_stdout) */
   signal(SIGPIPE, SIG_IGN);
-  if (loom_trainer_init(tr, argv[2], overrides, n) != 0 || loom_trainer_run(tr) != 0 ||
+  if (loom_trainer_init(tr, argv[2], overrides, n, restart_json ? &restart : NULL) != 0 ||
+      loom_trainer_run(tr) != 0 ||
       (!tr->stopped && loom_trainer_sample(tr) != 0))
     loom_trainer_fail(tr, 1); /* prints, takes every rank down, exits */
   loom_metrics_where(tr);
@@ -226,7 +266,8 @@ static int cmd_check(int argc, char **argv) {
   int n = parse_args(argc, argv, &world, NULL, NULL, overrides, 64);
   if (n < 0) return 2;
   char err[2048], start[1400];
-  if (loom_preflight(argv[2], overrides, n, world, start, sizeof start, err, sizeof err) != 0) {
+  if (loom_preflight(argv[2], overrides, n, world, NULL, start, sizeof start, err,
+                     sizeof err) != 0) {
     loom__put_line(stderr, "loom: error: ", err);
     return 1;
   }
@@ -276,8 +317,8 @@ int main(int argc, char **argv) {
       return 0;
     }
     if (command_help(stdout, argv[2]) == 0) return 0;
-    fprintf(stderr, "loom: help: unknown command '%s' (commands: train, check, estimate, "
-            "compare, report, export, plugins, conformance, version)\n", argv[2]);
+    fprintf(stderr, "loom: help: unknown command '%s' (commands: train, launch, check, "
+            "estimate, compare, report, export, plugins, conformance, version)\n", argv[2]);
     return 2;
   }
   if (!strcmp(cmd, "conformance")) return loom_conformance_main(argc, argv);
@@ -286,6 +327,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i - 1], "--set")) continue; /* a value, even if it reads "-h" */
     if (is_help_flag(argv[i]) && command_help(stdout, cmd) == 0) return 0;
   }
+  if (!strcmp(cmd, "launch")) return loom_cmd_launch(argc, argv);
   if (!strcmp(cmd, "compare")) return loom_cmd_compare(argc, argv);
   if (!strcmp(cmd, "report")) return loom_cmd_report(argc, argv);
   if (!strcmp(cmd, "export")) return loom_cmd_export(argc, argv);

@@ -82,6 +82,8 @@ static int progress_is_live(void) {
 
 int loom_metrics_open(loom_trainer *tr) {
   tr->progress_live = progress_is_live();
+  /* a resumed or restarted run continues the job's JSONL: records after its start are gone */
+  int continues = tr->step > 0 || tr->restart.present;
   if (tr->cfg.logging.tensorboard[0]) {
     char e[1024];
     tr->tb = loom_tb_open(tr->cfg.logging.tensorboard, e, sizeof e);
@@ -100,12 +102,13 @@ int loom_metrics_open(loom_trainer *tr) {
     snprintf(tr->err, sizeof tr->err, "%s: logging.metrics: %s", tr->cfg.path, e);
     return -1;
   }
-  if (tr->step > 0 && truncate_after(path, tr->step, e, sizeof e) != 0) {
+  if (continues && truncate_after(path, tr->step, e, sizeof e) != 0) {
     snprintf(tr->err, sizeof tr->err, "%s: logging.metrics: %s", tr->cfg.path, e);
     return -1;
   }
-  /* a resumed run appends, a fresh run starts the file over */
-  tr->metrics = fopen(path, tr->step > 0 ? "a" : "w");
+  /* a resumed run appends, a fresh run starts the file over; a restart from scratch keeps the
+   * job's earlier restart records (step 0) and nothing else */
+  tr->metrics = fopen(path, continues ? "a" : "w");
   if (!tr->metrics) {
     snprintf(tr->err, sizeof tr->err, "%s: logging.metrics: cannot open %s: %s", tr->cfg.path,
              path, strerror(errno));
@@ -233,8 +236,7 @@ static int check_written(loom_trainer *tr) {
   return -1;
 }
 
-/* One record (a JSON object and its newline) to the JSONL file and to TensorBoard. */
-static int emit_record(loom_trainer *tr, const char *rec) {
+int loom__metrics_emit(loom_trainer *tr, const char *rec) {
   if (tr->metrics) {
     fputs(rec, tr->metrics);
     if (check_written(tr) != 0) return -1;
@@ -324,7 +326,7 @@ int loom_metrics_step(loom_trainer *tr, const loom_step_metrics *m) {
     if (c->logging.peak_gflops > 0) fprintf(out, ",\"mfu\":%.6g", mfu);
     fprintf(out, "}\n");
     fclose(out);
-    int rc = emit_record(tr, rec);
+    int rc = loom__metrics_emit(tr, rec);
     free(rec);
     return rc;
   }
@@ -338,7 +340,7 @@ int loom_metrics_eval(loom_trainer *tr, int step, double val_loss) {
   flush_stdout(tr);
   char rec[96];
   snprintf(rec, sizeof rec, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
-  return emit_record(tr, rec);
+  return loom__metrics_emit(tr, rec);
 }
 
 void loom_metrics_end(loom_trainer *tr) {

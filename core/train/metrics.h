@@ -22,7 +22,8 @@ typedef struct loom_step_metrics {
 } loom_step_metrics;
 
 /* rank 0: open logging.metrics (0 or -1 + err); a resumed run first drops the records logged
- * after its checkpoint, so each step appears once. */
+ * after its checkpoint, so each step appears once, and marks its start in TensorBoard (a
+ * SessionLog START at the next step: TensorBoard drops the older files' later events). */
 int loom_metrics_open(loom_trainer *tr);
 void loom_metrics_start(loom_trainer *tr); /* header line */
 /* Log a step / an eval on rank 0. -1 with tr->err when the metrics file cannot be written. */
@@ -35,5 +36,9 @@ void loom_metrics_end(loom_trainer *tr);   /* summary: peak memory per category,
 /* rank 0, the run's last line: where the metrics file and the checkpoints went */
 void loom_metrics_where(loom_trainer *tr);
 void loom_metrics_close(loom_trainer *tr);
+
+/* Rank 0: one record (a JSON object starting {"step":N, and its newline) to the JSONL file and
+ * to TensorBoard (its numbers as scalars). 0, or -1 with tr->err. */
+int loom__metrics_emit(loom_trainer *tr, const char *rec);
 
 #endif

@@ -187,7 +187,8 @@ static int check_init_from(const loom_config *cfg, int resume_step, char *start,
 }
 
 int loom_preflight(const char *config_path, const char *const *overrides, int n_overrides,
-                   int world, char *start, size_t startlen, char *err, size_t errlen) {
+                   int world, loom_preflight_info *info, char *start, size_t startlen,
+                   char *err, size_t errlen) {
   if (startlen) start[0] = '\0';
   if (world < 1) return fail(err, errlen, "--world: expected an integer >= 1, got %d", world);
   loom_config *cfg = calloc(1, sizeof *cfg);
@@ -245,6 +246,13 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
   /* init_from after the checkpoint, as train decides it: only a run that does not resume
    * opens the file (a bad file then fails after create(), as it does in train) */
   if (check_init_from(cfg, resume_step, start, startlen, err, errlen) != 0) goto out;
+  if (info)
+    *info = (loom_preflight_info){.world = world, .dp = rt->mesh.dp, .tp = rt->mesh.tp,
+                                  .pp = rt->mesh.pp,
+                                  .micro_batch_size = cfg->train.micro_batch_size,
+                                  .grad_accum_steps = cfg->train.grad_accum_steps,
+                                  .global_batch_size = cfg->train.global_batch_size,
+                                  .resume_step = resume_step};
   rc = 0;
 out:
   loom_tokenizer_free(&tok);

@@ -33,13 +33,23 @@ int loom__data_open(const loom_config *cfg, int dp, loom_run_data *d, char *err,
                     size_t errlen);
 void loom__data_close(loom_run_data *d);
 
+/* The numbers of the run loom_preflight checked (loom launch's elastic arithmetic). */
+typedef struct loom_preflight_info {
+  int world, dp, tp, pp;    /* the mesh: world = dp x tp x pp */
+  int micro_batch_size;     /* sequences per rank per micro-batch */
+  int grad_accum_steps;     /* micro-batches per optimizer step */
+  int global_batch_size;    /* sequences per optimizer step: micro x accum x dp */
+  int resume_step;          /* the checkpoint train would resume from; 0: a fresh start */
+} loom_preflight_info;
+
 /* Returns 0, or -1 with one line in err (the message train would print, minus its prefix).
  * On success `start` (startlen bytes) says where the run's parameters would come from, as
  * train says it at start-up: "init_from PATH ignored: resuming from the checkpoint of step N
  * (resume wins)", "resuming from the checkpoint of step N", "parameters initialised from PATH
  * (FORMAT)", or "" for the seed's initialisation. init_from's file is opened and checked only
- * when train would open it: a run that resumes ignores it (trainer.c's open_init_from). */
+ * when train would open it: a run that resumes ignores it (trainer.c's open_init_from). `info`, when not NULL, gets the run's numbers on success. */
 int loom_preflight(const char *config_path, const char *const *overrides, int n_overrides,
-                   int world, char *start, size_t startlen, char *err, size_t errlen);
+                   int world, loom_preflight_info *info, char *start, size_t startlen,
+                   char *err, size_t errlen);
 
 #endif

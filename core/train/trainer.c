@@ -28,8 +28,9 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* SIGINT / SIGTERM (Ctrl-C, scancel, a scheduler's preemption): finish the step, agree with
- * the other ranks, save a checkpoint, exit. */
+/* SIGINT / SIGTERM (Ctrl-C, scancel, a scheduler's preemption) / SIGUSR1 (what mpirun forwards
+ * to every rank, remote ones too: loom launch's stop, Slurm's --signal=USR1@SECONDS warning):
+ * finish the step, agree with the other ranks, save a checkpoint, exit. */
 static volatile sig_atomic_t stop_signal = 0;
 static void on_stop_signal(int sig) { stop_signal = sig; }
 
@@ -250,8 +251,9 @@ static int setup_master(loom_trainer *tr) {
 }
 
 int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *const *overrides,
-                      int n_overrides) {
+                      int n_overrides, const loom_restart_info *restart) {
   memset(tr, 0, sizeof *tr);
+  if (restart) tr->restart = *restart;
   loom_config *cfg = &tr->cfg;
   loom_runtime *rt = &tr->rt;
   rt->cfg = cfg;
@@ -413,6 +415,7 @@ static int injected_fault(loom_trainer *tr, int step) {
   loom_fault_kind kind = loom__hook_fault(tr->rt.mesh.world_rank, step);
   if (kind == LOOM_FAULT_NONE) return 0;
   if (kind == LOOM_FAULT_EXIT) loom__fault_crash();
+  if (kind == LOOM_FAULT_KILL) loom__fault_kill();
   return fail(tr, "fault injected by LOOM_FAULT=%s at step %d", loom__test_hooks()->fault.text,
               step);
 }
@@ -829,6 +832,7 @@ int loom_trainer_run(loom_trainer *tr) {
   int start = tr->start_step = tr->step;
   tr->t0 = now_s();
   loom_metrics_start(tr);
+  if (loom_metrics_restart(tr) != 0) return -1;
   int horizon = loom_lr_horizon(steps, cfg->lr_schedule.decay_steps);
   if (start >= steps && rt->mesh.world_rank == 0)
     printf("loom: the checkpoint is at step %d of train.steps = %d: nothing left to train. "
@@ -840,6 +844,7 @@ int loom_trainer_run(loom_trainer *tr) {
     return fail(tr, "cannot start the watchdog thread");
   signal(SIGINT, on_stop_signal);
   signal(SIGTERM, on_stop_signal);
+  signal(SIGUSR1, on_stop_signal);
   for (int step = start + 1; step <= steps; step++) {
     double t = now_s();
     /* the schedule advances on the steps taken only (skipped steps: trainer.h) */

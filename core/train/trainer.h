@@ -10,6 +10,7 @@
 #include "../data/tokenizer.h"
 #include "../runtime/runtime.h"
 #include "../util/rng.h"
+#include "restart_record.h"
 #include "watchdog.h"
 
 typedef struct loom_trainer {
@@ -49,14 +50,17 @@ typedef struct loom_trainer {
   loom_watchdog watchdog;  /* ends the job when no progress is made for train.timeout_s */
   json_t *init_from;       /* init_from's record for checkpoints ({path, format, bytes}), kept
                               across resumes; NULL for a run started from the seed */
+  loom_restart_info restart; /* this run restarts a failed one (loom launch); .present 0 else */
   char err[2048];          /* the message of the first failure */
 } loom_trainer;
 
 /* Build everything (plugins, mesh, device, model, data), resume from the latest checkpoint
- * when the checkpoint plugin says so. Returns 0, or -1 with trainer->err set. On -1 the caller
- * must still call loom_trainer_fail or loom_trainer_free. */
+ * when the checkpoint plugin says so. `restart` (NULL for a plain run) says this run restarts
+ * a failed attempt of a supervised job: its record is written before the first step
+ * (restart_record.h). Returns 0, or -1 with trainer->err set. On -1 the caller must still call
+ * loom_trainer_fail or loom_trainer_free. */
 int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *const *overrides,
-                      int n_overrides);
+                      int n_overrides, const loom_restart_info *restart);
 /* Run the remaining steps (evals, checkpoints, progress). 0 or -1 + err. On SIGINT/SIGTERM
  * every rank stops after the same step, saves a checkpoint, and returns 0 with tr->stopped
  * set. The command then samples (loom_trainer_sample, unless stopped) and says where the

@@ -5,14 +5,16 @@
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/runtime.h"
 #include "util/test_hooks.h"
 #include "support/check_suite.h"
 
 static void clear_env(void) {
-  static const char *vars[] = {"LOOM_FAULT", "LOOM_INJECT_INF", "LOOM_DATA_TRACE",
-                               "LOOM_FAULT_CKPT_BEFORE_LATEST", "LOOM_TEST_HOST_MINOR"};
+  static const char *vars[] = {"LOOM_FAULT", "LOOM_FAULT_ONCE", "LOOM_INJECT_INF",
+                               "LOOM_DATA_TRACE", "LOOM_FAULT_CKPT_BEFORE_LATEST",
+                               "LOOM_TEST_HOST_MINOR"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
 
@@ -54,6 +56,34 @@ START_TEST(fault_rank_step_kind) {
   ck_assert_int_eq(loom__hook_fault(0, 3), LOOM_FAULT_NONE);
   ck_assert_int_eq(loom__hook_fault(1, 2), LOOM_FAULT_NONE);
   ck_assert_str_eq(loom__test_hooks()->fault.text, "1:3:exit");
+}
+END_TEST
+
+START_TEST(fault_kill_kind) {
+  clear_env();
+  setenv("LOOM_FAULT", "2:5:kill", 1);
+  ck_assert_int_eq(loom__hook_fault(2, 5), LOOM_FAULT_KILL);
+  ck_assert_int_eq(loom__hook_fault(2, 4), LOOM_FAULT_NONE);
+}
+END_TEST
+
+/* LOOM_FAULT_ONCE=FILE: the first query that arms the fault creates FILE and fires; every later
+ * one, in this process or another (a restarted job's), finds FILE and does not. */
+START_TEST(fault_once_fires_once) {
+  clear_env();
+  char path[] = "/tmp/loom-check-once-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  unlink(path);
+  setenv("LOOM_FAULT", "1:3:exit", 1);
+  setenv("LOOM_FAULT_ONCE", path, 1);
+  ck_assert_int_eq(loom__hook_fault(0, 3), LOOM_FAULT_NONE); /* another rank: no file made */
+  ck_assert_int_ne(access(path, F_OK), 0);
+  ck_assert_int_eq(loom__hook_fault(1, 3), LOOM_FAULT_EXIT);
+  ck_assert_int_eq(access(path, F_OK), 0);
+  ck_assert_int_eq(loom__hook_fault(1, 3), LOOM_FAULT_NONE);
+  unlink(path);
 }
 END_TEST
 
@@ -127,6 +157,8 @@ int main(void) {
       {"nothing_set_is_nothing_armed", nothing_set_is_nothing_armed},
       {"read_once", read_once},
       {"fault_rank_step_kind", fault_rank_step_kind},
+      {"fault_kill_kind", fault_kill_kind},
+      {"fault_once_fires_once", fault_once_fires_once},
       {"fault_malformed_is_unset", fault_malformed_is_unset},
       {"inject_inf_steps", inject_inf_steps},
       {"inject_inf_rank_never_wraps", inject_inf_rank_never_wraps},

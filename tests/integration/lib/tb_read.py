@@ -217,7 +217,8 @@ def main():
     print(f"ok: {len(files)} file(s), {n_events} events, {checked} scalars over {len(steps)} steps "
           f"(last {last_step}) equal the JSONL's; config text {len(texts['config'])} bytes"
           + (f"; {purged} scalars of steps a restart replaced purged, as TensorBoard does"
-             if purged else ""))
+             if purged else "")
+          + (f"; restart text: {texts['restart']!r}" if "restart" in texts else ""))
 
 
 if __name__ == "__main__":
