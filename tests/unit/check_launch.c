@@ -127,6 +127,22 @@ START_TEST(failure_unknown_uses_the_status) {
 }
 END_TEST
 
+/* mpirun's MPI_Abort summary is not always printed (seen on 2 ranks: "ORTE_ERROR_LOG: Data
+ * unpack would read past end of buffer ... show_help.c"): the first rank's error line names it. */
+START_TEST(failure_summary_lost_names_the_first_error) {
+  const char *out[] = {"loom[0]: error: fault injected by LOOM_FAULT=0:3:error at step 3",
+                       "[vm:19569] [[8335,0],0] ORTE_ERROR_LOG: Data unpack would read past end "
+                       "of buffer in file ../../../orte/util/show_help.c at line 501",
+                       NULL};
+  loom_failure f;
+  feed(&f, out);
+  char d[1024];
+  loom__failure_describe(&f, 1 << 8, d, sizeof d);
+  ck_assert_str_eq(d, "rank 0 failed (the launcher exited with status 1): loom[0]: error: fault "
+                      "injected by LOOM_FAULT=0:3:error at step 3");
+}
+END_TEST
+
 static char g_dir[256];
 static void dir_setup(void) { test_dir_make(g_dir, sizeof g_dir, "check_launch"); }
 static void dir_teardown(void) { test_dir_remove(g_dir); }
@@ -344,6 +360,7 @@ int main(void) {
       {"failure_abort_quotes_the_ranks_line", failure_abort_quotes_the_ranks_line},
       {"failure_lost_node_outranks_ranks", failure_lost_node_outranks_ranks},
       {"failure_unknown_uses_the_status", failure_unknown_uses_the_status},
+      {"failure_summary_lost_names_the_first_error", failure_summary_lost_names_the_first_error},
       {"elastic_keeps_the_global_batch", elastic_keeps_the_global_batch},
       {"launch_command_line", launch_command_line},
       {"restart_info_round_trip", restart_info_round_trip},

@@ -109,7 +109,11 @@ void loom__failure_describe(const loom_failure *f, int launcher_status, char *ou
              f->node[0] ? f->node : "(unnamed)");
     break;
   default:
-    if (WIFSIGNALED(launcher_status))
+    if (f->n_errors) /* mpirun's own summary lost (it is not always printed): the first error */
+      snprintf(what, sizeof what, "rank %d failed (the launcher exited with status %d)",
+               f->errors[0].rank, WIFEXITED(launcher_status) ? WEXITSTATUS(launcher_status)
+                                                             : 128 + WTERMSIG(launcher_status));
+    else if (WIFSIGNALED(launcher_status))
       snprintf(what, sizeof what, "the launcher was killed by signal %d (%s)",
                WTERMSIG(launcher_status), strsignal(WTERMSIG(launcher_status)));
     else

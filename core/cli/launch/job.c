@@ -86,6 +86,21 @@ static void pump_streams(stream *st, loom_failure *f, int timeout_ms) {
     if (p[j].revents) pump(&st[idx[j]], f);
 }
 
+const char *loom__signal_name(int sig) {
+  static char other[24];
+  switch (sig) {
+  case SIGINT: return "SIGINT";
+  case SIGTERM: return "SIGTERM";
+  case SIGHUP: return "SIGHUP";
+  default: snprintf(other, sizeof other, "signal %d", sig); return other;
+  }
+}
+
+/* Up to `rounds` x 20 ms for the streams' last bytes (their writers may be gone or going). */
+static void drain(stream *st, loom_failure *f, int rounds) {
+  for (int i = 0; i < rounds && (st[0].fd >= 0 || st[1].fd >= 0); i++) pump_streams(st, f, 20);
+}
+
 static pid_t start(char *const *argv, int out_fd, int err_fd, char *err, size_t errlen) {
   pid_t pid = fork();
   if (pid < 0) {
@@ -144,7 +159,7 @@ int loom__job_run(char *const *argv, volatile sig_atomic_t *stop, double stop_ti
       res->stop_signal = (int)*stop;
       fprintf(stderr, "loom launch: %s: stopping the job: SIGUSR1 to mpirun, which passes it to "
               "every rank (they save a checkpoint and exit); killed if still running in %g s\n",
-              strsignal((int)*stop), stop_timeout_s);
+              loom__signal_name((int)*stop), stop_timeout_s);
       kill(pid, SIGUSR1);
       escalation = 1;
       next_at = now_s() + stop_timeout_s;
@@ -168,10 +183,10 @@ int loom__job_run(char *const *argv, volatile sig_atomic_t *stop, double stop_ti
     }
   }
   /* what it printed last, then whatever it left behind (a rank whose mpirun died) */
-  for (int i = 0; i < 25 && (st[0].fd >= 0 || st[1].fd >= 0); i++) pump_streams(st, &res->failure, 20);
+  drain(st, &res->failure, 25);
   int left = loom__kill_leftovers();
   if (left > 0) fprintf(stderr, "loom launch: killed %d process(es) the job left behind\n", left);
-  for (int i = 0; i < 50 && (st[0].fd >= 0 || st[1].fd >= 0); i++) pump_streams(st, &res->failure, 20);
+  drain(st, &res->failure, 50);
   for (int i = 0; i < 2; i++)
     if (st[i].fd >= 0) close(st[i].fd);
   res->status = status;

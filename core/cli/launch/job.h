@@ -24,6 +24,9 @@ typedef struct loom_job_result {
   loom_failure failure;  /* what its output said */
 } loom_job_result;
 
+/* "SIGINT", "SIGTERM", "SIGHUP", else "signal N" (a static buffer for the last). */
+const char *loom__signal_name(int sig);
+
 /* Run argv (argv[0] found on PATH) to its end. 0 with *res filled, or -1 with err when it
  * cannot be started (fork, pipes, exec: the child reports exec's failure as status 127). */
 int loom__job_run(char *const *argv, volatile sig_atomic_t *stop, double stop_timeout_s,

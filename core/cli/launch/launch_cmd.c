@@ -117,7 +117,7 @@ static int preflight(launch_state *s, const char *const *sets, int n_sets,
   char err[2048], start[1400];
   if (loom_preflight(s->o.config, sets, n_sets, s->world, info, start, sizeof start, err,
                      sizeof err) != 0) {
-    say("%s: on %d ranks: %s", s->o.config, s->world, err);
+    say("on %d ranks: %s", s->world, err);
     return -1;
   }
   return 0;
@@ -286,7 +286,7 @@ static int supervise(launch_state *s, const char *self) {
     int status = shell_status(res.status);
     if (res.stop_signal) {
       say("stopped by %s after %.1f s (the job's exit status %d); not restarting",
-          strsignal(res.stop_signal), res.seconds, status);
+          loom__signal_name(res.stop_signal), res.seconds, status);
       return 128 + res.stop_signal;
     }
     if (status == 0) {
@@ -302,16 +302,17 @@ static int supervise(launch_state *s, const char *self) {
     loom__failure_describe(&res.failure, res.status, reason, sizeof reason);
     say("attempt %d failed after %.1f s (exit status %d): %s", attempt + 1, res.seconds, status,
         reason);
-    int same = attempt > 0 && loom__failure_same(&res.failure, &previous) &&
-               resume == previous_resume;
+    int same = attempt > 0 && loom__failure_same(&res.failure, &previous);
+    int stuck = attempt > 0 && resume == previous_resume; /* no newer checkpoint in between */
     same_in_a_row = same ? same_in_a_row + 1 : 1;
     previous = res.failure;
     previous_resume = resume;
     if (attempt == s->o.max_restarts) {
       if (same_in_a_row > 1)
-        say("giving up: the job failed the same way %d times in a row, each from the step-%d "
-            "start without saving a newer checkpoint (--max-restarts %d): %s", same_in_a_row,
-            resume, s->o.max_restarts, reason);
+        say("giving up: the job failed the same way %d times in a row (--max-restarts %d)%s: "
+            "%s", same_in_a_row, s->o.max_restarts,
+            stuck ? ", the last two from the same checkpoint, without saving a newer one" : "",
+            reason);
       else
         say("giving up after %d attempts (--max-restarts %d); the last failure: %s",
             attempt + 1, s->o.max_restarts, reason);
@@ -322,7 +323,7 @@ static int supervise(launch_state *s, const char *self) {
     say("restart %d of %d in %g s", attempt + 1, s->o.max_restarts, delay);
     int sig = back_off(delay);
     if (sig) {
-      say("stopped by %s while waiting to restart; not restarting", strsignal(sig));
+      say("stopped by %s while waiting to restart; not restarting", loom__signal_name(sig));
       return 128 + sig;
     }
     int world_before = s->world, accum_before = s->accum;

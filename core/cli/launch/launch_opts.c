@@ -33,7 +33,8 @@ void loom_launch_help(FILE *out) {
           "  --stop-timeout S     Ctrl-C / SIGTERM: the ranks get SIGUSR1 (save a checkpoint,\n"
           "                       exit), and are killed after S seconds (default 120)\n"
           "  --mpirun-arg ARG     one more argument for mpirun (repeatable), before the program\n"
-          "Every restart is a 'restart' record in the metrics and TensorBoard (docs/monitoring.md).\n"
+          "Every restart is a 'restart' record in the metrics and TensorBoard\n"
+          "(docs/monitoring.md).\n"
           "Exit status: 0 when the job finishes; the job's own status when restarts run out or\n"
           "it cannot restart; 128 + the signal when stopped. Docs: docs/multinode.md\n",
           LOOM_LAUNCH_MAX_BACKOFF_S);

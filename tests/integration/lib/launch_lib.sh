@@ -50,7 +50,7 @@ no_rank_left() {
   local p left=""
   for p in /proc/[0-9]*; do
     [ "${p#/proc/}" = "$$" ] && continue
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF "$LOOM train $LOOM_SRC/configs/tiny.json --set data.train=$WORK/" &&
+    tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF "$LOOM train $LOOM_SRC/configs/tiny.json --set data.train=$WORK/" &&
       left="$left ${p#/proc/}"
   done
   [ -z "$left" ] || { ps -o pid,stat,args -p $left; die "processes left behind:$left"; }
