@@ -252,7 +252,8 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
                                   .micro_batch_size = cfg->train.micro_batch_size,
                                   .grad_accum_steps = cfg->train.grad_accum_steps,
                                   .global_batch_size = cfg->train.global_batch_size,
-                                  .resume_step = resume_step};
+                                  .resume_step = resume_step,
+                                  .has_checkpoint = rt->has_checkpoint};
   rc = 0;
 out:
   loom_tokenizer_free(&tok);

@@ -40,6 +40,7 @@ typedef struct loom_preflight_info {
   int grad_accum_steps;     /* micro-batches per optimizer step */
   int global_batch_size;    /* sequences per optimizer step: micro x accum x dp */
   int resume_step;          /* the checkpoint train would resume from; 0: a fresh start */
+  int has_checkpoint;       /* a checkpoint plugin is configured */
 } loom_preflight_info;
 
 /* Returns 0, or -1 with one line in err (the message train would print, minus its prefix).

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli/launch/elastic.h"
 #include "cli/launch/failure.h"
@@ -242,6 +243,15 @@ START_TEST(probe_with_a_fake_agent) {
   ck_assert_str_eq(why[1], "exit status 255: ssh: connect to host down port 22: refused");
   ck_assert_str_eq(why[2], "no answer within 0.5 s");
   ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1); /* every probe reaped */
+  /* this machine answers without the agent (mpirun starts its ranks here without one) */
+  loom_host local[1] = {{.name = "localhost", .slots = 2}};
+  ck_assert_int_eq(loom__probe_hosts("/nonexistent/agent", local, 1, 0.5, alive, why, err,
+                                     sizeof err), 1);
+  ck_assert(alive[0]);
+  char me[256] = "";
+  gethostname(me, sizeof me - 1);
+  ck_assert(loom__host_is_local(me));
+  ck_assert(!loom__host_is_local("surely-not-this-host.example"));
 }
 END_TEST
 

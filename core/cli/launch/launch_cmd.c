@@ -212,6 +212,9 @@ static int first_start(launch_state *s, loom_preflight_info *info) {
     }
   }
   if (preflight(s, s->o.sets, s->o.n_sets, info) != 0) return 1;
+  if (!info->has_checkpoint)
+    say("warning: %s has no checkpoint plugin: a restart starts over from step 0",
+        s->o.config);
   s->accum = info->grad_accum_steps;
   s->plan = (loom_batch_plan){.global_batch_size = info->global_batch_size,
                               .micro_batch_size = info->micro_batch_size,
@@ -263,6 +266,11 @@ static int supervise(launch_state *s, const char *self) {
   loom_failure previous;
   int same_in_a_row = 0, previous_resume = -1;
   for (int attempt = 0;; attempt++) {
+    if (g_stop) { /* came while the nodes or the config were checked: nothing to stop */
+      say("stopped by %s before attempt %d started; not starting it",
+          loom__signal_name((int)g_stop), attempt + 1);
+      return 128 + (int)g_stop;
+    }
     const char *sets[LOOM_LAUNCH_MAX_SETS + 2];
     char store[2][64], np[16];
     int n_sets = attempt_sets(s, sets, store);
@@ -308,11 +316,15 @@ static int supervise(launch_state *s, const char *self) {
     previous = res.failure;
     previous_resume = resume;
     if (attempt == s->o.max_restarts) {
+      char where[160] = "";
+      if (stuck && resume > 0)
+        snprintf(where, sizeof where, ", the last two from the checkpoint of step %d, without "
+                 "saving a newer one", resume);
+      else if (stuck)
+        snprintf(where, sizeof where, ", the last two from step 0, before any checkpoint");
       if (same_in_a_row > 1)
         say("giving up: the job failed the same way %d times in a row (--max-restarts %d)%s: "
-            "%s", same_in_a_row, s->o.max_restarts,
-            stuck ? ", the last two from the same checkpoint, without saving a newer one" : "",
-            reason);
+            "%s", same_in_a_row, s->o.max_restarts, where, reason);
       else
         say("giving up after %d attempts (--max-restarts %d); the last failure: %s",
             attempt + 1, s->o.max_restarts, reason);

@@ -42,6 +42,15 @@ static void first_line(int fd, char *out, size_t outlen) {
   snprintf(out, outlen, "%s", buf);
 }
 
+int loom__host_is_local(const char *name) {
+  if (!strcmp(name, "localhost") || !strcmp(name, "127.0.0.1")) return 1;
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) != 0) return 0;
+  size_t short_len = strcspn(host, "."), n = strcspn(name, ".");
+  return !strcmp(name, host) || (n == short_len && !strncmp(name, host, n) &&
+                                 (name[n] == '\0' || host[n] == '\0'));
+}
+
 int loom__probe_hosts(const char *agent, const loom_host *hosts, int n, double timeout_s,
                       int *alive, char (*why)[128], char *err, size_t errlen) {
   pid_t pid[LOOM_MAX_HOSTS];
@@ -53,6 +62,11 @@ int loom__probe_hosts(const char *agent, const loom_host *hosts, int n, double t
     alive[i] = 0;
     done[i] = 0;
     snprintf(why[i], 128, "not probed");
+    if (loom__host_is_local(hosts[i].name)) {
+      alive[i] = done[i] = 1;
+      snprintf(why[i], 128, "this machine");
+      continue;
+    }
     if (build_argv(agent, hosts[i].name, words, sizeof words, argv) != 0) {
       snprintf(err, errlen, "--rsh: an empty remote shell command");
       return -1;
@@ -79,7 +93,10 @@ int loom__probe_hosts(const char *agent, const loom_host *hosts, int n, double t
   }
   double t0 = now_s();
   int left = 0, answered = 0;
-  for (int i = 0; i < n; i++) left += !done[i];
+  for (int i = 0; i < n; i++) {
+    left += !done[i];
+    answered += alive[i];
+  }
   while (left > 0) {
     for (int i = 0; i < n; i++) {
       if (done[i]) continue;

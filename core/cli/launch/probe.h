@@ -10,7 +10,12 @@
 
 #include "hostfile.h"
 
-/* Probe hosts[0..n). alive[i] = 1 when node i answered; otherwise why[i] (128 bytes each) says
+/* 1 when `name` is this machine ("localhost", "127.0.0.1", or its hostname, short or full):
+ * mpirun starts its ranks there without a remote shell, and so it answers without a probe. */
+int loom__host_is_local(const char *name);
+
+/* Probe hosts[0..n) (this machine's name without a probe: loom__host_is_local). alive[i] = 1
+ * when node i answered; otherwise why[i] (128 bytes each) says
  * how it did not ("timed out after 10 s", "exit status 255: ssh: connect to host ..."). Returns
  * the number that answered, or -1 with err when the agent cannot be started at all. */
 int loom__probe_hosts(const char *agent, const loom_host *hosts, int n, double timeout_s,

@@ -65,16 +65,16 @@ refused() { # refused NAME NEEDLE [supervise's arguments]
   echo "$name refused: $(grep -F "$needle" "$WORK/$name/out.log")"
 }
 refused min_nodes "only 1 of 2 nodes answer, fewer than --min-nodes 2: not restarting" \
-  --hostfile "$WORK/hosts31" --rsh "$RSH" --min-nodes 2 --probe-timeout 1 --backoff 0
+  --hostfile "$WORK/hosts31" --rsh "$RSH" --min-nodes 2 --probe-timeout 2 --backoff 0
 refused batch "3 ranks remain (dp 3 = 3 / (tp 1 x pp 1)), but the global batch of 16 sequences is not a multiple of micro_batch_size 4 x dp 3 = 12" \
-  --hostfile "$WORK/hosts31" --rsh "$RSH" --min-nodes 1 --probe-timeout 1 --backoff 0
+  --hostfile "$WORK/hosts31" --rsh "$RSH" --min-nodes 1 --probe-timeout 2 --backoff 0
 refused tp "3 ranks remain, but tensor-parallel 2 x pipeline 1 = 2 does not divide 3" \
-  --hostfile "$WORK/hosts31" --rsh "$RSH" --min-nodes 1 --probe-timeout 1 --backoff 0 -- \
+  --hostfile "$WORK/hosts31" --rsh "$RSH" --min-nodes 1 --probe-timeout 2 --backoff 0 -- \
   --set 'parallel=[{"plugin":"tensor_parallel","size":2},{"plugin":"ddp"}]'
 
 # 3. a silent node before the start
 touch "$FAKE_RSH_DOWN/nodeB"
-supervise silent --hostfile "$WORK/hosts22" --rsh "$RSH" --min-nodes 1 --probe-timeout 1
+supervise silent --hostfile "$WORK/hosts22" --rsh "$RSH" --min-nodes 1 --probe-timeout 2
 [ "$RC" -eq 1 ] || { cat "$WORK/silent/out.log"; die "silent: exit $RC, expected 1"; }
 grep -q "node nodeB (.*hosts22 line 2) does not answer" "$WORK/silent/out.log" &&
   grep -q "1 of the 2 nodes of .*hosts22 do not answer (above): not starting" "$WORK/silent/out.log" ||

@@ -23,7 +23,7 @@ grep "loom launch:" "$log"
   { cat "$log"; die "expected 3 failed attempts naming rank 1 and status 3"; }
 grep -q "restart 1 of 2 in 0.2 s" "$log" && grep -q "restart 2 of 2 in 0.4 s" "$log" ||
   die "expected back-offs of 0.2 s then 0.4 s"
-grep -q "giving up: the job failed the same way 3 times in a row (--max-restarts 2), the last two from the same checkpoint" "$log" ||
+grep -q "giving up: the job failed the same way 3 times in a row (--max-restarts 2), the last two from the checkpoint of step 2, without saving a newer one: rank 1 exited with status 3" "$log" ||
   die "no give-up message"
 [ "$(grep -c '"restart"' "$WORK/giveup/metrics.jsonl")" -eq 2 ] || die "expected 2 restart records"
 grep -q '"step":2,"restart":{"attempt":2,"resumed_from_step":2' "$WORK/giveup/metrics.jsonl" ||
