@@ -114,6 +114,38 @@ START_TEST(failure_lost_node_outranks_ranks) {
 }
 END_TEST
 
+/* nodeB's daemon and ranks SIGKILLed mid-run (captured, two fake nodes on one machine): mpirun
+ * says it could not start a daemon, a rank on nodeA that its peer on nodeB disconnected. */
+START_TEST(failure_killed_node_from_peer_disconnect) {
+  const char *out[] = {
+      "ORTE was unable to reliably start one or more daemons.",
+      "This usually is caused by:",
+      "An MPI communication peer process has unexpectedly disconnected.  This",
+      "usually indicates a failure in the peer process (e.g., a crash or",
+      "  Local host: vm",
+      "  Local PID:  6729",
+      "  Peer host:  nodeB",
+      NULL};
+  loom_failure f;
+  feed(&f, out);
+  ck_assert_int_eq(f.kind, LOOM_FAILURE_NODE);
+  char d[1024];
+  loom__failure_describe(&f, 9 << 8, d, sizeof d);
+  ck_assert_str_eq(d, "node nodeB was lost (mpirun lost its daemon there)");
+  /* a peer's disconnect alone names the node its process died on; a rank's failure, seen
+   * after it, outranks it (the disconnect is what the other ranks see of that death) */
+  const char *peer[] = {"An MPI communication peer process has unexpectedly disconnected.",
+                        "  Peer host:  nodeB", NULL};
+  feed(&f, peer);
+  loom__failure_describe(&f, 1 << 8, d, sizeof d);
+  ck_assert_str_eq(d, "a process on node nodeB disappeared (an MPI peer there disconnected)");
+  loom__failure_line(&f, "mpirun noticed that process rank 3 with PID 0 on node nodeB exited on "
+                         "signal 11 (Segmentation fault).");
+  ck_assert_int_eq(f.kind, LOOM_FAILURE_SIGNAL);
+  ck_assert_int_eq(f.rank, 3);
+}
+END_TEST
+
 /* Nothing known: the launcher's own status is the reason. */
 START_TEST(failure_unknown_uses_the_status) {
   const char *out[] = {"something else entirely", NULL};
@@ -369,6 +401,7 @@ int main(void) {
       {"failure_signal_names_node_and_rank_line", failure_signal_names_node_and_rank_line},
       {"failure_abort_quotes_the_ranks_line", failure_abort_quotes_the_ranks_line},
       {"failure_lost_node_outranks_ranks", failure_lost_node_outranks_ranks},
+      {"failure_killed_node_from_peer_disconnect", failure_killed_node_from_peer_disconnect},
       {"failure_unknown_uses_the_status", failure_unknown_uses_the_status},
       {"failure_summary_lost_names_the_first_error", failure_summary_lost_names_the_first_error},
       {"elastic_keeps_the_global_batch", elastic_keeps_the_global_batch},

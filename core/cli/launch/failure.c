@@ -12,16 +12,26 @@ void loom__failure_init(loom_failure *f) {
   f->pending_abort_rank = -1;
 }
 
-/* The first failure mpirun names wins, except that a lost node outranks a rank's failure (its
- * ranks and their peers fail because the node went away), and a lost node's name, said on a
- * later line, completes it. */
+/* How much a kind of failure explains: a lost node causes its ranks' failures, a rank's
+ * failure causes its peers' disconnects. */
+static int weight(loom_failure_kind k) {
+  switch (k) {
+  case LOOM_FAILURE_NODE: return 3;
+  case LOOM_FAILURE_EXIT:
+  case LOOM_FAILURE_SIGNAL:
+  case LOOM_FAILURE_ABORT: return 2;
+  case LOOM_FAILURE_PEER: return 1;
+  default: return 0;
+  }
+}
+
+/* The first failure of the heaviest kind wins; a lost node's name, said on a later line,
+ * completes it. */
 static void set_failure(loom_failure *f, loom_failure_kind kind, int rank, int code,
                         const char *node) {
   int naming_lost_node = f->kind == LOOM_FAILURE_NODE && kind == LOOM_FAILURE_NODE &&
                          !f->node[0] && node;
-  if (!naming_lost_node && (f->kind == LOOM_FAILURE_NODE ||
-                            (f->kind != LOOM_FAILURE_UNKNOWN && kind != LOOM_FAILURE_NODE)))
-    return;
+  if (!naming_lost_node && weight(kind) <= weight(f->kind)) return;
   f->kind = kind;
   f->rank = rank;
   f->code = code;
@@ -78,8 +88,24 @@ void loom__failure_line(loom_failure *f, const char *line) {
       set_failure(f, LOOM_FAILURE_NODE, -1, 0, node);
     return;
   }
-  if (strstr(line, "lost communication with a remote daemon"))
+  if (strstr(line, "lost communication with a remote daemon") ||
+      strstr(line, "unable to reliably start one or more daemons") ||
+      strstr(line, "daemon has unexpectedly failed")) {
     set_failure(f, LOOM_FAILURE_NODE, -1, 0, NULL);
+    return;
+  }
+  if (strstr(line, "communication peer process has unexpectedly disconnected")) {
+    f->pending_peer = 1;
+    return;
+  }
+  if (f->pending_peer && (p = strstr(line, "Peer host:"))) {
+    if (sscanf(p, "Peer host: %127s", node) == 1) {
+      if (f->kind == LOOM_FAILURE_NODE && !f->node[0]) /* the daemon lost there, most likely */
+        snprintf(f->node, sizeof f->node, "%s", node);
+      set_failure(f, LOOM_FAILURE_PEER, -1, 0, node);
+    }
+    f->pending_peer = 0;
+  }
 }
 
 /* The error line to quote: the failing rank's own, else the first rank's that printed one. */
@@ -105,8 +131,13 @@ void loom__failure_describe(const loom_failure *f, int launcher_status, char *ou
              f->code);
     break;
   case LOOM_FAILURE_NODE:
-    snprintf(what, sizeof what, "node %s was lost (mpirun lost its daemon there)",
-             f->node[0] ? f->node : "(unnamed)");
+    if (f->node[0]) snprintf(what, sizeof what, "node %s was lost (mpirun lost its daemon "
+                             "there)", f->node);
+    else snprintf(what, sizeof what, "a node was lost (mpirun lost a daemon; it names none)");
+    break;
+  case LOOM_FAILURE_PEER:
+    snprintf(what, sizeof what, "a process on node %s disappeared (an MPI peer there "
+             "disconnected)", f->node);
     break;
   default:
     if (f->n_errors) /* mpirun's own summary lost (it is not always printed): the first error */
@@ -127,5 +158,6 @@ void loom__failure_describe(const loom_failure *f, int launcher_status, char *ou
 
 int loom__failure_same(const loom_failure *a, const loom_failure *b) {
   return a->kind == b->kind && a->rank == b->rank && a->code == b->code &&
-         (a->kind != LOOM_FAILURE_NODE || strcmp(a->node, b->node) == 0);
+         ((a->kind != LOOM_FAILURE_NODE && a->kind != LOOM_FAILURE_PEER) ||
+          strcmp(a->node, b->node) == 0);
 }

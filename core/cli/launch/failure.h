@@ -3,8 +3,11 @@
  * rank, its node, its exit status or signal and the rank's own error line. The launcher's
  * messages it knows are Open MPI 4's (mpirun's "Process name: [[J,1],R] / Exit code: N", "process
  * rank R with PID P on node H exited on signal S (NAME)", "MPI_ABORT was invoked on rank R ...
- * with errorcode N", a lost daemon "on node H") and the ranks' "loom[R]: error: ..." lines;
- * anything else leaves the launcher's exit status as the reason. */
+ * with errorcode N", a lost daemon "on node H" or one that could not be started, a peer that
+ * "unexpectedly disconnected" with its "Peer host: H") and the ranks' "loom[R]: error: ..."
+ * lines; anything else leaves the launcher's exit status as the reason. When several are seen,
+ * a lost node outranks a rank's failure (which it causes), which outranks a disconnected peer
+ * (what the other ranks see of a rank's death). */
 #ifndef LOOM_CLI_LAUNCH_FAILURE_H
 #define LOOM_CLI_LAUNCH_FAILURE_H
 
@@ -15,7 +18,8 @@ typedef enum loom_failure_kind {
   LOOM_FAILURE_EXIT,        /* a rank exited with a non-zero status (code) */
   LOOM_FAILURE_SIGNAL,      /* a rank was killed by a signal (code = the signal) */
   LOOM_FAILURE_ABORT,       /* a rank called MPI_Abort (code = its error code) */
-  LOOM_FAILURE_NODE,        /* the launcher lost a node's daemon (node) */
+  LOOM_FAILURE_NODE,        /* the launcher lost a node's daemon (node, when it says) */
+  LOOM_FAILURE_PEER,        /* only that an MPI peer on `node` disconnected (its process died) */
 } loom_failure_kind;
 
 typedef struct loom_failure {
@@ -26,6 +30,7 @@ typedef struct loom_failure {
   /* parser state */
   int pending_exit_rank;    /* "Process name: [[J,1],R]" seen: R, its "Exit code:" to come */
   int pending_abort_rank;   /* "MPI_ABORT was invoked on rank R": its "with errorcode" to come */
+  int pending_peer;         /* "peer process has unexpectedly disconnected": "Peer host:" next */
   int n_errors;             /* the first "loom[R]: error: ..." line of each of the first 16 */
   struct {                  /* ranks that printed one */
     int rank;
