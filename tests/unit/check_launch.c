@@ -226,6 +226,11 @@ START_TEST(hostfile_refusals) {
   expect_hostfile_refused("a cpus=2\n", "unknown word 'cpus=2'");
   expect_hostfile_refused("a\nb\na slots=2\n", "bad:3: node 'a' is already on line 1");
   expect_hostfile_refused("# nothing\n\n", "names no node");
+  char longline[1400];
+  memset(longline, 'a', sizeof longline - 2);
+  longline[sizeof longline - 2] = '\n';
+  longline[sizeof longline - 1] = '\0';
+  expect_hostfile_refused(longline, "bad:1: a line longer than 1022 characters");
   loom_host h[LOOM_MAX_HOSTS];
   int n;
   char err[512];

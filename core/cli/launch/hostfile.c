@@ -43,6 +43,12 @@ int loom__hostfile_read(const char *path, loom_host *hosts, int *n, char *err, s
   int line = 0, rc = 0;
   while (rc == 0 && fgets(buf, sizeof buf, f)) {
     line++;
+    if (!strchr(buf, '\n') && !feof(f)) { /* never read the rest of a line as a line */
+      snprintf(err, errlen, "%s:%d: a line longer than %zu characters", path, line,
+               sizeof buf - 2);
+      rc = -1;
+      break;
+    }
     char *hash = strchr(buf, '#');
     if (hash) *hash = '\0';
     char *name = buf + strspn(buf, " \t\r\n");

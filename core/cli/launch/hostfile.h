@@ -16,7 +16,7 @@ typedef struct loom_host {
 } loom_host;
 
 /* Read `path` into hosts[0..*n). 0, or -1 with "FILE:LINE: reason" in err: an unreadable
- * file, a line that is not "NAME [slots=N]", slots outside [1, 4096], a node named twice, more
+ * file, a line that is not "NAME [slots=N]" or longer than 1022 characters, slots outside [1, 4096], a node named twice, more
  * than LOOM_MAX_HOSTS nodes, or no node at all. */
 int loom__hostfile_read(const char *path, loom_host *hosts, int *n, char *err, size_t errlen);
 

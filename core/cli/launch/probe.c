@@ -61,6 +61,7 @@ int loom__probe_hosts(const char *agent, const loom_host *hosts, int n, double t
   for (int i = 0; i < n; i++) {
     alive[i] = 0;
     done[i] = 0;
+    errfd[i] = -1;
     snprintf(why[i], 128, "not probed");
     if (loom__host_is_local(hosts[i].name)) {
       alive[i] = done[i] = 1;
