@@ -96,6 +96,13 @@ const char *loom__signal_name(int sig) {
   }
 }
 
+/* Seconds mpirun gets to end the job after the first sign of a failure (a rank's error line, a
+ * death mpirun reported). mpirun ends a job by telling every node's daemon; a node that went
+ * silent (its link cut, powered off) never answers, and mpirun then waits on TCP's timeouts
+ * (minutes) while the job's ranks elsewhere are already gone or stuck: past this grace the
+ * supervisor ends mpirun itself, so the restart comes within grace + the ranks' watchdog. */
+#define FAILURE_GRACE_S 15.0
+
 /* Up to `rounds` x 20 ms for the streams' last bytes (their writers may be gone or going). */
 static void drain(stream *st, loom_failure *f, int rounds) {
   for (int i = 0; i < rounds && (st[0].fd >= 0 || st[1].fd >= 0); i++) pump_streams(st, f, 20);
@@ -153,8 +160,19 @@ int loom__job_run(char *const *argv, volatile sig_atomic_t *stop, double stop_ti
   stream st[2] = {{.fd = out_pipe[0], .out = STDOUT_FILENO},
                   {.fd = err_pipe[0], .out = STDERR_FILENO}};
   int status = 0, exited = 0, escalation = 0; /* 0 none, 1 SIGUSR1 sent, 2 SIGTERM, 3 SIGKILL */
-  double next_at = 0;
+  double next_at = 0, failed_at = 0;
   while (!exited) {
+    const loom_failure *f = &res->failure;
+    if (failed_at == 0 && (f->kind != LOOM_FAILURE_UNKNOWN || f->n_errors > 0))
+      failed_at = now_s();
+    if (escalation == 0 && failed_at > 0 && now_s() - failed_at > FAILURE_GRACE_S) {
+      fprintf(stderr, "loom launch: a rank failed %.0f s ago and mpirun has not ended the job "
+              "(a node that does not answer?): SIGTERM to mpirun, SIGKILL in 5 s\n",
+              FAILURE_GRACE_S);
+      kill(pid, SIGTERM);
+      escalation = 2;
+      next_at = now_s() + 5;
+    }
     if (*stop && escalation == 0) {
       res->stop_signal = (int)*stop;
       fprintf(stderr, "loom launch: %s: stopping the job: SIGUSR1 to mpirun, which passes it to "
