@@ -245,7 +245,7 @@ static int cmd_estimate(int argc, char **argv) {
   loom_estimate e;
   loom_estimate_nodes nodes;
   char err[2048];
-  if (loom_estimate_compute(argv[2], overrides, n, world, &e, err, sizeof err) != 0 ||
+  if (loom_estimate_compute(argv[2], overrides, n, world, per_node, &e, err, sizeof err) != 0 ||
       (per_node && loom_estimate_nodes_compute(&e, per_node, &nodes, err, sizeof err) != 0)) {
     loom__put_line(stderr, "loom: error: ", err);
     return 1;
