@@ -95,8 +95,9 @@ static int command_help(FILE *out, const char *cmd) {
             "Per-rank memory by category (the largest over the N ranks) and the bytes each\n"
             "rank sends per optimizer step, computed from CONFIG without training.\n"
             "--ranks-per-node K: also the bytes per step that cross between nodes of K ranks\n"
-            "(ranks placed by block, as mpirun --map-by slot), per mesh axis. --json prints\n"
-            "the same as one JSON object (\"inter_node\").\n");
+            "(ranks placed by block, as mpirun --map-by slot), per mesh axis; it also resolves\n"
+            "shard_size \"node\" and a hierarchical all-reduce over the launcher's nodes.\n"
+            "--json prints the same as one JSON object (\"inter_node\").\n");
   } else if (!strcmp(cmd, "compare")) {
     loom_compare_help(out);
   } else if (!strcmp(cmd, "report")) {
