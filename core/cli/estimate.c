@@ -388,6 +388,8 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   char ftp[sizeof e->comm_formula], fpp[sizeof e->comm_formula];
   st->dp_comm_bytes = e->axis_dp;
   st->replica_comm_bytes = e->axis_replica;
+  st->node_comm_bytes = e->axis_node;
+  st->cross_comm_bytes = e->axis_cross;
   if (tied) st->tied_comm_bytes = 2 * (2 * N - 1) * 4 * VC / (2 * N);
   st->p2p_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_PP, fpp, sizeof fpp);
   st->tp_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_TP, ftp, sizeof ftp);
@@ -424,14 +426,14 @@ static void storage_plan(loom_estimate *e, const loom_runtime *rt) {
 /* The stand-in host the plugins' estimate slots see: the planned mesh (rank 0 of every axis;
  * describe() sets the pp rank), no communicator, each plugin's options with its file and JSON
  * path, as create() would get them. Labels are freed by loom__plugins_destroy. */
-static int estimate_hosts(loom_runtime *rt, int dp) {
+static int estimate_hosts(loom_runtime *rt, int dp, int dp_shard) {
   loom_mesh *mm = &rt->mesh;
   memset(mm, 0, sizeof *mm);
   mm->dp = dp;
   mm->tp = rt->tp_size > 1 ? rt->tp_size : 1;
   mm->pp = rt->pp_size > 1 ? rt->pp_size : 1;
   mm->world_size = dp * mm->tp * mm->pp;
-  mm->dp_shard = rt->shard_size > 0 ? rt->shard_size : dp;
+  mm->dp_shard = dp_shard > 0 ? dp_shard : dp; /* loom__estimate_mesh's ("node" resolved) */
   mm->dp_replica = dp / mm->dp_shard;
   const loom_config *cfg = rt->cfg;
   for (int i = 0; i < rt->n_parallel; i++) {
@@ -446,8 +448,10 @@ static int estimate_hosts(loom_runtime *rt, int dp) {
 }
 
 int loom_estimate_compute(const char *config_path, const char *const *overrides, int n_overrides,
-                          int world, loom_estimate *e, char *err, size_t errlen) {
+                          int world, int ranks_per_node, loom_estimate *e, char *err,
+                          size_t errlen) {
   memset(e, 0, sizeof *e);
+  e->ranks_per_node = ranks_per_node > 0 ? ranks_per_node : 0;
   if (world < 1) {
     snprintf(err, errlen, "--world: expected an integer >= 1, got %d", world);
     return -1;
@@ -576,7 +580,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   tmp = malloc(sizeof *tmp);
   best = malloc(sizeof *best);
   rep = calloc(LOOM_MAX_PARALLEL, sizeof *rep);
-  if (!tmp || !best || !rep || estimate_hosts(rt, world) != 0) {
+  if (!tmp || !best || !rep || estimate_hosts(rt, world, e->dp_shard) != 0) {
     snprintf(err, errlen, "out of memory");
     goto out;
   }

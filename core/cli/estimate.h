@@ -87,12 +87,17 @@ typedef struct loom_estimate_stage {
   uint64_t dp_comm_bytes, tied_comm_bytes, p2p_comm_bytes, tp_comm_bytes;
   uint64_t replica_comm_bytes; /* hybrid sharding: the host's sum over the replicas (in
                                   comm_bytes; dp_comm_bytes is then the shard group's) */
+  uint64_t node_comm_bytes, cross_comm_bytes; /* a hierarchical all-reduce's split of
+                                  dp_comm_bytes: in the node, across (estimate_axes.c) */
 } loom_estimate_stage;
 
 typedef struct loom_estimate {
   char config[LOOM_PATH_MAX];
   char device[160];      /* device.type, and the plugin file for a device plugin */
   int world;                /* N = data-parallel ranks (the world / (tp * pp)) */
+  int ranks_per_node;       /* --ranks-per-node: the launcher's ranks per node (0 unknown);
+                               resolves shard_size "node" and a hierarchical all-reduce over
+                               the launcher's nodes */
   int dp_shard, dp_replica; /* hybrid sharding ("shard_size"): K x R = N; else N x 1 */
   int hier_node;            /* the comm plugin's hierarchical all-reduce (comm ABI 1.11): the
                                data-parallel ranks per node, 0 flat or not splittable */
@@ -158,10 +163,12 @@ typedef struct loom_estimate {
 } loom_estimate;
 
 /* Load `config_path` with the overrides, open its plugins (roles only: nothing is created) and
- * compute the estimate for `world` ranks. Returns 0, or -1 with one line in err (the same
- * messages `loom check` and `loom train` print for a bad config or plugin). */
+ * compute the estimate for `world` ranks placed `ranks_per_node` to a node by block (0: the
+ * nodes unknown). Returns 0, or -1 with one line in err (the same messages `loom check` and
+ * `loom train` print for a bad config or plugin). */
 int loom_estimate_compute(const char *config_path, const char *const *overrides, int n_overrides,
-                          int world, loom_estimate *e, char *err, size_t errlen);
+                          int world, int ranks_per_node, loom_estimate *e, char *err,
+                          size_t errlen);
 
 /* A compact table (human) or one JSON object whose "bytes" keys are the metrics file's
  * mem_peak_bytes keys (params, grads, optim, activations, comm, host, other, total).

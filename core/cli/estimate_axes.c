@@ -19,22 +19,38 @@
 
 int loom__estimate_mesh(loom_runtime *rt, loom_estimate *e, char *err, size_t errlen) {
   const loom_config *cfg = rt->cfg;
-  const int N = e->world;
+  const int N = e->world, rpn = e->ranks_per_node;
+  const char *at = rt->shard_size ? cfg->parallel[rt->shard_owner].json_path : "";
   int K = N;
   if (rt->shard_size == LOOM_SHARD_NODE) {
-    snprintf(err, errlen, "%s: %s.shard_size: \"node\" is the launcher's ranks per node, known "
-             "when the job starts: estimate with the number (--set '%s.shard_size=K')",
-             cfg->path, cfg->parallel[rt->shard_owner].json_path,
-             cfg->parallel[rt->shard_owner].json_path);
-    return -1;
+    if (!rpn) {
+      snprintf(err, errlen, "%s: %s.shard_size: \"node\" is the launcher's ranks per node, "
+               "known when the job starts: estimate with --ranks-per-node K (or "
+               "--set '%s.shard_size=K')", cfg->path, at, at);
+      return -1;
+    }
+    if (rpn % e->tp != 0) { /* the trainer's message (runtime/mesh.c) */
+      snprintf(err, errlen, "%s: %s.shard_size: \"node\": %d ranks per node is not a multiple "
+               "of the tensor-parallel size %d", cfg->path, at, rpn, e->tp);
+      return -1;
+    }
   }
-  if (rt->shard_size > 0) {
-    K = rt->shard_size;
+  if (rt->shard_size) {
+    K = rt->shard_size == LOOM_SHARD_NODE ? rpn / e->tp : rt->shard_size;
     if (N % K != 0) {
-      snprintf(err, errlen, "%s: %s.shard_size: %d does not divide the data-parallel size %d "
+      snprintf(err, errlen, "%s: %s.shard_size: %s%d does not divide the data-parallel size %d "
                "(--world %d / tp %d / pp %d): the data-parallel ranks form shard groups of "
-               "shard_size ranks", cfg->path, cfg->parallel[rt->shard_owner].json_path, K, N,
-               N * e->tp * e->pp, e->tp, e->pp);
+               "shard_size ranks", cfg->path, at, rt->shard_size == LOOM_SHARD_NODE ?
+               "\"node\" (ranks per node / tp) = " : "", K, N, N * e->tp * e->pp, e->tp, e->pp);
+      return -1;
+    }
+    /* as the trainer refuses it on the launcher's nodes (runtime/mesh.c): a shard group must
+     * not straddle a node boundary part-way */
+    const int k = rpn && rpn % e->tp == 0 ? rpn / e->tp : 0;
+    if (k && k % K != 0 && K % k != 0) {
+      snprintf(err, errlen, "%s: %s.shard_size: %d neither divides the %d data-parallel ranks "
+               "of a node (--ranks-per-node %d / tp %d) nor is a multiple of them: shard groups "
+               "would straddle the nodes", cfg->path, at, K, k, rpn, e->tp);
       return -1;
     }
   }
@@ -42,6 +58,7 @@ int loom__estimate_mesh(loom_runtime *rt, loom_estimate *e, char *err, size_t er
   e->dp_replica = N / K;
   int node = 0;
   if (loom__comm_all_reduce_nodes(rt, &node, err, errlen) != 0) return -1;
+  if (node < 0) node = rpn; /* over the launcher's nodes: --ranks-per-node's, else unknown */
   /* dp ranks per node: nodes of `node` consecutive world ranks hold node / tp of one stage's
    * data-parallel group when they tile it (tp innermost, pp outermost) */
   int k = node > 0 && node % e->tp == 0 ? node / e->tp : 0;

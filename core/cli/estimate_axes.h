@@ -10,10 +10,12 @@
 #include "estimate.h"
 
 /* The data-parallel group's layout for e->world ranks: hybrid sharding from the host key
- * "shard_size" (K must divide N; "node" is refused: it is the launcher's, known at start-up),
- * and the comm plugin's hierarchical all-reduce (comm ABI 1.11: nodes of K consecutive world
- * ranks, i.e. K / tp data-parallel ranks; the launcher's nodes are unknown here: not split).
- * Returns 0 or -1 with a one-line message. */
+ * "shard_size" (K must divide N; "node" is the launcher's ranks per node / tp, so it needs
+ * e->ranks_per_node, else it is refused; with e->ranks_per_node a K that straddles the nodes is
+ * refused as the trainer refuses it), and the comm plugin's hierarchical all-reduce (comm ABI
+ * 1.11: nodes of K consecutive world ranks, i.e. K / tp data-parallel ranks; the launcher's
+ * nodes are e->ranks_per_node's, not split when unknown). Returns 0 or -1 with a one-line
+ * message. */
 int loom__estimate_mesh(loom_runtime *rt, loom_estimate *e, char *err, size_t errlen);
 
 /* Split the data-parallel plugin's bytes per step `dp` (its formula `f`) into the axes and

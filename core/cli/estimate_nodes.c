@@ -21,8 +21,29 @@ typedef struct axis_desc {
 static int tp_of(const loom_estimate *e) { return e->tp > 1 ? e->tp : 1; }
 static int pp_of(const loom_estimate *e) { return e->pp > 1 ? e->pp : 1; }
 
-static int dp_color(const loom_estimate *e, coords c) { return c.pp * tp_of(e) + c.tp; }
+/* The data-parallel group splits (estimate_axes.c): hybrid sharding's shard groups of K
+ * consecutive dp ranks and replica groups of the R ranks K apart; a hierarchical all-reduce's
+ * in-node groups of k consecutive dp ranks and across-node groups of the ranks k apart. The
+ * plain "dp" row stands for neither. */
+static int hybrid(const loom_estimate *e) { return e->dp_replica > 1; }
+static int hier(const loom_estimate *e) { return e->axis_node || e->axis_cross; }
+static int dp_group(const loom_estimate *e, coords c) { return c.pp * tp_of(e) + c.tp; }
+static int dp_color(const loom_estimate *e, coords c) {
+  return hybrid(e) || hier(e) ? -1 : dp_group(e, c);
+}
 static int dp_key(const loom_estimate *e, coords c) { (void)e; return c.dp; }
+static int shard_color(const loom_estimate *e, coords c) {
+  return hybrid(e) && !hier(e) ? dp_group(e, c) * e->world + c.dp / e->dp_shard : -1;
+}
+static int replica_color(const loom_estimate *e, coords c) {
+  return hybrid(e) ? dp_group(e, c) * e->world + c.dp % e->dp_shard : -1;
+}
+static int node_color(const loom_estimate *e, coords c) {
+  return hier(e) ? dp_group(e, c) * e->world + c.dp / e->hier_node : -1;
+}
+static int cross_color(const loom_estimate *e, coords c) {
+  return hier(e) ? dp_group(e, c) * e->world + c.dp % e->hier_node : -1;
+}
 static int tp_color(const loom_estimate *e, coords c) { return c.pp * e->world + c.dp; }
 static int tp_key(const loom_estimate *e, coords c) { (void)e; return c.tp; }
 static int pp_color(const loom_estimate *e, coords c) { return c.dp * tp_of(e) + c.tp; }
@@ -34,12 +55,20 @@ static int tied_color(const loom_estimate *e, coords c) {
 static int tied_key(const loom_estimate *e, coords c) { return c.pp * e->world + c.dp; }
 
 static uint64_t dp_bytes(const loom_estimate_stage *st) { return st->dp_comm_bytes; }
+static uint64_t replica_bytes(const loom_estimate_stage *st) { return st->replica_comm_bytes; }
+static uint64_t node_bytes(const loom_estimate_stage *st) { return st->node_comm_bytes; }
+static uint64_t cross_bytes(const loom_estimate_stage *st) { return st->cross_comm_bytes; }
 static uint64_t tp_bytes(const loom_estimate_stage *st) { return st->tp_comm_bytes; }
 static uint64_t p2p_bytes(const loom_estimate_stage *st) { return st->p2p_comm_bytes; }
 static uint64_t tied_bytes(const loom_estimate_stage *st) { return st->tied_comm_bytes; }
 
+/* The names are `loom estimate --json`'s comm_axes keys for the data-parallel splits. */
 static const axis_desc axes[] = {
   {"dp", dp_color, dp_key, 0, dp_bytes},
+  {"dp_shard", shard_color, dp_key, 0, dp_bytes},
+  {"dp_replica", replica_color, dp_key, 0, replica_bytes},
+  {"dp_node", node_color, dp_key, 0, node_bytes},
+  {"dp_cross", cross_color, dp_key, 0, cross_bytes},
   {"tp", tp_color, tp_key, 0, tp_bytes},
   {"pp p2p", pp_color, pp_key, 1, p2p_bytes},
   {"tied wte", tied_color, tied_key, 0, tied_bytes},

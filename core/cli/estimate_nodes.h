@@ -7,7 +7,10 @@
  *
  * Per mesh axis a and rank r, with B_a(r) the bytes r sends per step over a (the plugins'
  * estimate reports for that axis on r's pipeline stage: loom_estimate_stage's dp, tp, p2p and
- * tied_wte figures) and peers_a(r) the ranks it sends them to:
+ * tied_wte figures; under hybrid sharding dp is its shard group's and dp_replica the host's sum
+ * over the replicas, under a hierarchical all-reduce dp_node and dp_cross split the dp bytes:
+ * estimate_axes.c) and peers_a(r) the ranks it sends them to (the members of r's group on the
+ * axis, as the trainer's mesh and mpi.so's node split make them, placed by block):
  *   inter-node bytes = sum over a, r of  B_a(r) * |peers_a(r) on another node| / |peers_a(r)|
  * Exact when r sends each peer the same share: mpi.so's own collectives (mpi_owner.c: the sum
  * all_reduce, reduce_scatter and all_gather send every other member 1/n of the buffer per phase,
@@ -32,7 +35,8 @@
 
 /* One axis's traffic per step, summed over every rank of the world. */
 typedef struct loom_nodes_axis {
-  char name[24];        /* "dp", "tp", "pp p2p", "tied wte" */
+  char name[24];        /* "dp" (or "dp_shard" + "dp_replica", or "dp_node" + "dp_cross"),
+                           "tp", "pp p2p", "tied wte" */
   uint64_t bytes;       /* every rank's sends over the axis */
   uint64_t inter_node;  /* of them, the bytes that cross to another node */
 } loom_nodes_axis;

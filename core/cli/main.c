@@ -108,8 +108,9 @@ static int command_help(FILE *out, const char *cmd) {
             "Per-rank memory by category (the largest over the N ranks) and the bytes each\n"
             "rank sends per optimizer step, computed from CONFIG without training.\n"
             "--ranks-per-node K: also the bytes per step that cross between nodes of K ranks\n"
-            "(ranks placed by block, as mpirun --map-by slot), per mesh axis. --json prints\n"
-            "the same as one JSON object (\"inter_node\").\n");
+            "(ranks placed by block, as mpirun --map-by slot), per mesh axis; it also resolves\n"
+            "shard_size \"node\" and a hierarchical all-reduce over the launcher's nodes.\n"
+            "--json prints the same as one JSON object (\"inter_node\").\n");
   } else if (!strcmp(cmd, "compare")) {
     loom_compare_help(out);
   } else if (!strcmp(cmd, "report")) {
@@ -286,7 +287,7 @@ static int cmd_estimate(int argc, char **argv) {
   loom_estimate e;
   loom_estimate_nodes nodes;
   char err[2048];
-  if (loom_estimate_compute(argv[2], overrides, n, world, &e, err, sizeof err) != 0 ||
+  if (loom_estimate_compute(argv[2], overrides, n, world, per_node, &e, err, sizeof err) != 0 ||
       (per_node && loom_estimate_nodes_compute(&e, per_node, &nodes, err, sizeof err) != 0)) {
     loom__put_line(stderr, "loom: error: ", err);
     return 1;

@@ -49,28 +49,35 @@ int loom__comm_check_options(loom_runtime *rt, char *err, size_t errlen) {
 /* The shard size K of hybrid sharding (rt->shard_size: a number, or "node" = the ranks per
  * node / tp, from the launcher), checked on every rank alike: every rank fails with the same
  * message, so none is left waiting. "node" needs every node to hold the same number of ranks,
- * consecutive world ranks (mpirun's default --map-by slot), agreed over the world. */
+ * consecutive world ranks (mpirun's default --map-by slot), agreed over the world. A number K
+ * must not make a shard group straddle a node boundary part-way (K divides the node's k
+ * data-parallel ranks, or k divides K): such a group would send its every collective across
+ * the nodes while its neighbours stay inside, hybrid sharding's saving lost unnoticed. */
 static int shard_size_of(loom_runtime *rt, int *K, char *err, size_t errlen) {
   loom_mesh *m = &rt->mesh;
   *K = m->dp;
   if (!rt->shard_size) return 0;
   const loom_config *cfg = rt->cfg;
   const char *at = cfg->parallel[rt->shard_owner].json_path;
+  const int node = rt->shard_size == LOOM_SHARD_NODE;
   int k = rt->shard_size;
-  if (k == LOOM_SHARD_NODE) {
-    int lr, ls;
-    const char *src;
-    loom__local_rank(rt, &lr, &ls, &src);
-    /* min and max of the local size, and whether every rank sits at world_rank % local_size */
-    int32_t v[4] = {ls, -ls, lr == m->world_rank % ls ? 1 : 0, 0};
-    const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
-    if (m->world_size > 1 &&
-        c->all_reduce(rt->comm_ctx, m->axis[LOOM_AXIS_WORLD], v, 3, LOOM_I32, LOOM_OP_MIN,
-                      NULL) != LOOM_OK) {
-      snprintf(err, errlen, "plugin '%s': agreeing on the ranks per node: %s", cfg->comm.name,
-               rt->comm_host.error);
-      return -1;
-    }
+  int lr, ls;
+  const char *src;
+  loom__local_rank(rt, &lr, &ls, &src);
+  /* min and max of the local size, whether every rank sits at world_rank % local_size, and
+   * whether an explicit K fits every rank's node (its dp ranks per node ls / tp) */
+  const int kn = ls % m->tp == 0 ? ls / m->tp : 0;
+  const int fits = node || (kn && (kn % k == 0 || k % kn == 0));
+  int32_t v[4] = {ls, -ls, lr == m->world_rank % ls ? 1 : 0, fits};
+  const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
+  if (m->world_size > 1 &&
+      c->all_reduce(rt->comm_ctx, m->axis[LOOM_AXIS_WORLD], v, 4, LOOM_I32, LOOM_OP_MIN,
+                    NULL) != LOOM_OK) {
+    snprintf(err, errlen, "plugin '%s': agreeing on the ranks per node: %s", cfg->comm.name,
+             rt->comm_host.error);
+    return -1;
+  }
+  if (node) {
     if (v[0] != -v[1]) {
       snprintf(err, errlen, "%s: %s.shard_size: \"node\" needs the same number of ranks on "
                "every node, but the nodes hold between %d and %d ranks (from %s): give a number "
@@ -93,8 +100,16 @@ static int shard_size_of(loom_runtime *rt, int *K, char *err, size_t errlen) {
   if (k < 1 || m->dp % k != 0) {
     snprintf(err, errlen, "%s: %s.shard_size: %s%d does not divide the data-parallel size %d "
              "(world %d / tp %d / pp %d): the data-parallel ranks form shard groups of "
-             "shard_size ranks", cfg->path, at, rt->shard_size == LOOM_SHARD_NODE ?
-             "\"node\" (ranks per node / tp) = " : "", k, m->dp, m->world_size, m->tp, m->pp);
+             "shard_size ranks", cfg->path, at, node ? "\"node\" (ranks per node / tp) = " : "",
+             k, m->dp, m->world_size, m->tp, m->pp);
+    return -1;
+  }
+  /* nodes of consecutive ranks only: elsewhere the groups' placement is the launcher's */
+  if (!v[3] && v[2]) {
+    snprintf(err, errlen, "%s: %s.shard_size: %d neither divides the %d data-parallel ranks of "
+             "a node (%d ranks per node from %s / tp %d) nor is a multiple of them: shard "
+             "groups would straddle the nodes (give a divisor of %d, or \"node\")", cfg->path,
+             at, k, kn, ls, src, m->tp, kn);
     return -1;
   }
   *K = k;

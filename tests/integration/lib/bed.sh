@@ -43,7 +43,7 @@ on_host() {
   MPIRUN=("${saved[@]}")
 }
 
-bed_tx() { "$NODES" bytes "$BED_ID" | awk '{ s += $2 } END { print s }'; }
+bed_tx() { "$NODES" bytes "$BED_ID" | awk '{ s += $2 } END { printf "%.0f\n", s }'; }
 
 bed_step_bytes() {
   local s1=$1 s2=$2 np=$3 name=$4

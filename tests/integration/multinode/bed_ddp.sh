@@ -8,6 +8,10 @@
 #   - the bytes that cross between the nodes per step (the veth counters, two runs of 5 and 25
 #     steps differenced: start-up and the last evaluation and checkpoint cancel) match
 #     `loom estimate --ranks-per-node 2` within the framing tolerance (lib/bed.sh);
+#   - hybrid ZeRO-3 with shard_size "node" (K = 2 from the bed's real nodes: shard in the node,
+#     replicate across) likewise, against the one-host run of shard_size 2 (the same groups;
+#     on one host "node" would be all 4): equal within the tolerances, and its bytes across
+#     the nodes the estimate's dp_replica alone (0.34 of plain ZeRO-3's);
 #   - a hostfile naming a node the bed does not have is refused at once, naming it, with no
 #     process left in either node (bed_bad_host, in the full run, adds killed and cut nodes);
 #   - `loom estimate --ranks-per-node 3` on 4 ranks is refused, naming both numbers.
@@ -22,6 +26,13 @@ est=$(estimate_inter_node 4 --set "$DDP") || die "loom estimate --ranks-per-node
 check_step_bytes "ddp 2x2" "$measured" "$est" 4
 on_host run 4 host --set train.steps=25 --set train.eval_interval=100000 --set "$DDP"
 compare bed_s25 host
+HYB='parallel=[{"plugin":"zero3","shard_size":"node"}]'
+measured=$(bed_step_bytes 5 25 4 hyb --set "$HYB") || die "hybrid zero3 bed runs failed"
+est=$(estimate_inter_node 4 --set "$HYB") || die "loom estimate --ranks-per-node failed (hybrid)"
+check_step_bytes "hybrid zero3 (shard_size node) 2x2" "$measured" "$est" 4
+on_host run 4 hyb_host --set train.steps=25 --set train.eval_interval=100000 \
+  --set 'parallel=[{"plugin":"zero3","shard_size":2}]'
+compare hyb_s25 hyb_host
 n3=$("$NODES" host "$BED_ID" 3)
 printf '%s slots=2\n%s slots=2\n' "$("$NODES" host "$BED_ID" 1)" "$n3" >"$WORK/missing.hosts"
 LOOM_NODES_HOSTFILE=$WORK/missing.hosts expect_refused 4 "node '$n3' does not exist" \
@@ -35,4 +46,5 @@ if "$LOOM" estimate "$LOOM_SRC/configs/tiny.json" --world 4 --ranks-per-node 3 >
 fi
 grep -q "ranks-per-node 3: the world of 4 ranks" "$WORK/rpn.log" || { cat "$WORK/rpn.log"; die "no message naming --ranks-per-node 3"; }
 echo "refused: $(cat "$WORK/rpn.log")"
-echo "ok: ddp across 2 nodes x 2 ranks equals the one-host run; inter-node bytes match the estimate"
+echo "ok: ddp and hybrid zero3 across 2 nodes x 2 ranks equal the one-host runs;" \
+  "inter-node bytes match the estimate"
