@@ -366,10 +366,19 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   }
   /* a padded vocabulary's logits mask (gpt.c: Vp floats, -inf on the padded columns), once,
    * on the stage that holds the head */
-  const uint64_t Vp = (uint64_t)gpt_vocab_rows(&m->cfg);
+  const uint64_t Vp = (uint64_t)gpt_vocab_rows(&m->cfg), Vl = (uint64_t)gpt_vocab_local(&m->cfg);
   if (Vp > (uint64_t)m->cfg.vocab_size && m->last_unit == e->n_layer + 1) {
-    e->bytes[LOOM_MEM_OTHER] += 4 * Vp;
-    append(e->formula[LOOM_MEM_OTHER], 64, " + 4Vp logits mask");
+    e->bytes[LOOM_MEM_OTHER] += 4 * Vl; /* the rank's columns under vocab_parallel */
+    append(e->formula[LOOM_MEM_OTHER], 64, Vl < Vp ? " + 4Vp/tp logits mask" : " + 4Vp logits mask");
+  }
+  /* vocabulary parallel (gpt.c vp_ensure): local ids 4BT, a zero wpe / zero ids 4max(TmaxC, BT),
+   * the split embedding backward's junk 4TmaxC, the row statistics 3*8BT */
+  const int vp = m->cfg.vocab_parallel && e->tp > 1;
+  const uint64_t BT = (uint64_t)e->micro_batch * e->seq_len,
+                 TC = (uint64_t)m->cfg.max_seq_len * C;
+  if (vp) {
+    e->bytes[LOOM_MEM_OTHER] += 4 * BT + 4 * (TC > BT ? TC : BT) + 4 * TC + 24 * BT;
+    append(e->formula[LOOM_MEM_OTHER], 64, " + vp 32BT+8TC");
   }
   const int tied = P > 1 && (s == 0 || s == last);
   if (tied) { /* the tied wte's gradient buffer of the sum (trainer.c: emb_buf) */
@@ -393,6 +402,12 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   if (tied) st->tied_comm_bytes = 2 * (2 * N - 1) * 4 * VC / (2 * N);
   st->p2p_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_PP, fpp, sizeof fpp);
   st->tp_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_TP, ftp, sizeof ftp);
+  if (vp) { /* per micro-step: the embedding's sum and d(ln_f)'s (B*T*C fp32 each), the row
+             * max (B*T fp64) and the row sum and target logit (2*B*T fp64), ring 2(tp-1)/tp */
+    const uint64_t T = (uint64_t)e->tp, A = (uint64_t)e->accum;
+    st->tp_comm_bytes += A * 2 * (T - 1) * (2 * 4 * BT * C + 3 * 8 * BT) / T;
+    append(ftp, sizeof ftp, ftp[0] ? " + vp 2(t-1)/t(8BTC+24BT)" : "vp 2(t-1)/t(8BTC+24BT)");
+  }
   e->tp_comm_bytes = st->tp_comm_bytes;
   uint64_t extra = st->tied_comm_bytes + st->p2p_comm_bytes + st->tp_comm_bytes;
   e->comm_bytes += extra;

@@ -1,4 +1,5 @@
 #!/bin/bash
+# ctest: labels=integration
 # Vocabulary-parallel embedding and cross-entropy (tensor_parallel's "vocab_parallel",
 # Megatron-LM, Shoeybi et al. 2019, §3): wte (tied with the head) split over the padded
 # vocabulary, each rank's (B*T, Vp/tp) logit slice, the loss from the all-reduced row max, sum
