@@ -28,8 +28,15 @@ for r in "${names[@]}"; do
   echo "== $r vs ref"
   compare "$r" ref
 done
-grep -q '"split_dim": *0' "$WORK/vp2/ckpt/step-00000010/manifest.json" ||
-  grep -q 'wte' "$WORK/vp2/ckpt/step-00000010/manifest.json" || die "no wte in the vp2 checkpoint"
+# wte saved as 2 row slices (split_dim 0) of its global (Vp, C) shape
+/usr/bin/python3 - "$WORK/vp2/ckpt/step-00000010/manifest.json" <<'PY' || die "wte is not saved as tp 2 row slices"
+import json, sys
+man = json.load(open(sys.argv[1]))
+w = [c for sh in man["shards"] for c in sh["chunks"] if c["name"] == "params/wte"]
+assert sorted(c["split_index"] for c in w) == [0, 1], w
+assert all(c["split_size"] == 2 and c["split_dim"] == 0 for c in w), w
+print("wte: 2 row slices in the checkpoint")
+PY
 resume_from() { # resume_from SRC DST NRANKS MICRO PLUGINS
   mkdir -p "$WORK/$2/ckpt"
   cp -r "$WORK/$1/ckpt/step-00000010" "$WORK/$2/ckpt/"
