@@ -371,14 +371,14 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
     e->bytes[LOOM_MEM_OTHER] += 4 * Vl; /* the rank's columns under vocab_parallel */
     append(e->formula[LOOM_MEM_OTHER], 64, Vl < Vp ? " + 4Vp/tp logits mask" : " + 4Vp logits mask");
   }
-  /* vocabulary parallel (gpt.c vp_ensure): local ids 4BT, a zero wpe / zero ids 4max(TmaxC, BT),
-   * the split embedding backward's junk 4TmaxC, the row statistics 3*8BT */
+  /* vocabulary parallel (gpt.c vp_ensure): local ids and target columns 8BT, a zero wpe / zero ids 4max(TmaxC, BT),
+   * the split embedding backward's junk 4TmaxC, the row statistics' all-reduce buffer 2*8BT */
   const int vp = m->cfg.vocab_parallel && e->tp > 1;
   const uint64_t BT = (uint64_t)e->micro_batch * e->seq_len,
                  TC = (uint64_t)m->cfg.max_seq_len * C;
   if (vp) {
-    e->bytes[LOOM_MEM_OTHER] += 4 * BT + 4 * (TC > BT ? TC : BT) + 4 * TC + 24 * BT;
-    append(e->formula[LOOM_MEM_OTHER], 64, " + vp 32BT+8TC");
+    e->bytes[LOOM_MEM_OTHER] += 8 * BT + 4 * (TC > BT ? TC : BT) + 4 * TC + 16 * BT;
+    append(e->formula[LOOM_MEM_OTHER], 64, " + vp 24BT+4TC+4max(TC,BT)");
   }
   const int tied = P > 1 && (s == 0 || s == last);
   if (tied) { /* the tied wte's gradient buffer of the sum (trainer.c: emb_buf) */

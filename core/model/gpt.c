@@ -25,7 +25,6 @@
 #include <loom/host_v1.h>
 
 #include "../util/rng.h"
-#include "gpt_vocab.h"
 
 /* ---- the parameter table: the one list of (role, name, shape, init) ---- */
 
@@ -977,7 +976,7 @@ static void head_crossentropy_chunked(gpt_model *m, int dlogits, float dloss, in
   }
 }
 
-/* ---- vocabulary parallel (gpt_config.vocab_parallel; gpt_vocab.c has the formulas) ---- */
+/* ---- vocabulary parallel (gpt_config.vocab_parallel, Megatron-LM §3) ---- */
 
 /* The tp all-reduce the vocabulary-parallel parts need (gpt_hooks.tp_reduce). */
 static int vp_reduce(const gpt_hooks *h, void *buf, size_t n, loom_dtype dt, loom_red_op op) {
@@ -991,7 +990,7 @@ static int vp_first(const gpt_model *m) { return m->cfg.tp_rank * gpt_vocab_loca
 /* Buffers for N = B*T rows (gpt_model.vp_*), grown when N grows. */
 static int vp_ensure(gpt_model *m, size_t N) {
   if (N <= m->vp_rows && m->vp_ids) return LOOM_OK;
-  const size_t TC = (size_t)m->cfg.max_seq_len * m->cfg.n_embd, Vl = gpt_vocab_local(&m->cfg);
+  const size_t TC = (size_t)m->cfg.max_seq_len * m->cfg.n_embd;
   const size_t zn = TC > N ? TC : N; /* a zero wpe, and N zero ids */
   loom__dev_free(m->dev, m->vp_ids);
   loom__dev_free(m->dev, m->vp_zero);
@@ -1001,18 +1000,20 @@ static int vp_ensure(gpt_model *m, size_t N) {
   free(m->vp_in_host);
   free(m->vp_tg_host);
   free(m->vp_stats);
+  free(m->vp_host_mx);
   m->vp_rows = 0;
-  m->vp_ids = loom__dev_alloc(m->dev, N * sizeof(int32_t), LOOM_MEM_OTHER);
+  m->vp_ids = loom__dev_alloc(m->dev, 2 * N * sizeof(int32_t), LOOM_MEM_OTHER); /* + targets */
   m->vp_zero = loom__dev_alloc(m->dev, zn * sizeof(float), LOOM_MEM_OTHER);
   m->vp_junk = loom__dev_alloc(m->dev, TC * sizeof(float), LOOM_MEM_OTHER);
-  m->vp_red = loom__dev_alloc(m->dev, 3 * N * sizeof(double), LOOM_MEM_OTHER);
-  m->vp_host_floats = Vl > 65536 ? Vl : 65536; /* whole rows of the slice at a time */
+  m->vp_red = loom__dev_alloc(m->dev, 2 * N * sizeof(double), LOOM_MEM_OTHER);
+  m->vp_host_floats = N; /* a value per row */
   m->vp_host = malloc(m->vp_host_floats * sizeof(float));
   m->vp_in_host = malloc(N * sizeof(int32_t));
   m->vp_tg_host = malloc(N * sizeof(int32_t));
   m->vp_stats = malloc(3 * N * sizeof(double));
-  if (!m->vp_ids || !m->vp_zero || !m->vp_junk || !m->vp_red || !m->vp_host || !m->vp_in_host ||
-      !m->vp_tg_host || !m->vp_stats)
+  m->vp_host_mx = malloc(N * sizeof(double));
+  if (!m->vp_host_mx || !m->vp_ids || !m->vp_zero || !m->vp_junk || !m->vp_red ||
+      !m->vp_host || !m->vp_in_host || !m->vp_tg_host || !m->vp_stats)
     return LOOM_NOMEM;
   OPS->memset_zero(CTX, m->vp_zero, zn * sizeof(float));
   m->vp_rows = N;
@@ -1032,6 +1033,9 @@ static void vp_set_ids(gpt_model *m, const int32_t *in, const int32_t *tg, size_
   OPS->from_host(CTX, m->vp_ids, loc, N * sizeof(int32_t));
   for (size_t i = 0; i < N; i++)
     loc[i] = tg && tg[i] >= v0 && tg[i] < v0 + Vl ? tg[i] - v0 : -1;
+  int32_t *col = (int32_t *)m->vp_host; /* the fused classifier's targets: column 0 if not ours */
+  for (size_t i = 0; i < N; i++) col[i] = loc[i] >= 0 ? loc[i] : 0;
+  OPS->from_host(CTX, m->vp_ids + N, col, N * sizeof(int32_t));
 }
 
 /* Zero the rows (C floats each) of x whose input id another rank holds. */
@@ -1077,41 +1081,53 @@ static void vp_embed_backward(gpt_model *m, int u) {
                         B, T, C);
 }
 
-/* The vocabulary-parallel cross-entropy over this rank's (N, Vl) logit slice (fp32 buffers
- * under tp): losses on every rank, and with write_d the slice's dlogits in place. The slice
- * passes through the host a chunk of whole rows at a time (vp_host). */
-static int vp_crossentropy(gpt_model *m, const gpt_hooks *h, int write_d, float dloss) {
+/* The vocabulary-parallel cross-entropy with the device's fused classifier over the slice (one
+ * pass, its exp): run on the slice with column c_r (the target if this rank owns it, else 0) it
+ * gives the slice's log-sum-exp lse_r = loss_r + l[r, c_r] and, in place, the slice's softmax
+ * p_l (minus 1 at c_r). The global LSE_r = logsumexp over the ranks of lse_r (max all-reduced,
+ * then sum of exp(lse_r - M)); loss = LSE_r - l_t (l_t from its owner, all-reduced with the
+ * sum); dlogits = p_l * exp(lse_r - LSE_r) * dloss per row (OPS->scale), the c_r element set
+ * to that product minus dloss on the owner. Rows whose slice is all padding cannot occur
+ * (check_config: Vp - V < Vp/tp). */
+static int vp_crossentropy_fused(gpt_model *m, const gpt_hooks *h, int write_d, float dloss) {
   gpt_acts *a = m->acts;
   const int N = m->B * m->T, V = gpt_vocab_local(&m->cfg);
-  const int R = (int)(m->vp_host_floats / (size_t)V);
-  double *mx = m->vp_stats, *sum = mx + N, *lt = sum + N;
+  double *lse = m->vp_host_mx, *mx = m->vp_stats, *sum = mx + N, *lt = sum + N;
   const int32_t *tl = m->vp_tg_host;
-  for (int r = 0; r < N; r += R) {
-    const int n = N - r < R ? N - r : R;
-    OPS->to_host(CTX, m->vp_host, a->logits + (size_t)r * V, (size_t)n * V * sizeof(float));
-    gpt_vp_row_max(m->vp_host, n, V, mx + r);
+  float *xc = m->vp_host; /* l[r, c_r] before the in-place kernel */
+  for (int r = 0; r < N; r++)
+    OPS->to_host(CTX, xc + r, a->logits + (size_t)r * V + (tl[r] >= 0 ? tl[r] : 0),
+                 sizeof(float));
+  /* fp32 buffers under tp (no acts16 table): the device's fp32 kernel */
+  OPS->crossentropy_fused(CTX, a->losses, write_d ? a->logits : NULL, a->logits, m->vp_ids + N,
+                          1.0f, N, V);
+  OPS->to_host(CTX, a->losses_host, a->losses, (size_t)N * sizeof(float));
+  for (int r = 0; r < N; r++) {
+    lse[r] = (double)a->losses_host[r] + xc[r];
+    lt[r] = tl[r] >= 0 ? xc[r] : 0.0;
   }
-  OPS->from_host(CTX, m->vp_red, mx, (size_t)N * sizeof(double));
+  OPS->from_host(CTX, m->vp_red, lse, (size_t)N * sizeof(double));
   int rc = vp_reduce(h, m->vp_red, (size_t)N, LOOM_F64, LOOM_OP_MAX);
   if (rc != LOOM_OK) return rc;
   OPS->to_host(CTX, mx, m->vp_red, (size_t)N * sizeof(double));
-  for (int r = 0; r < N; r += R) {
-    const int n = N - r < R ? N - r : R;
-    OPS->to_host(CTX, m->vp_host, a->logits + (size_t)r * V, (size_t)n * V * sizeof(float));
-    gpt_vp_row_sums(m->vp_host, n, V, mx + r, tl + r, sum + r, lt + r);
-  }
+  for (int r = 0; r < N; r++) sum[r] = exp(lse[r] - mx[r]);
   OPS->from_host(CTX, m->vp_red, sum, 2 * (size_t)N * sizeof(double)); /* sum, lt adjacent */
   if ((rc = vp_reduce(h, m->vp_red, 2 * (size_t)N, LOOM_F64, LOOM_OP_SUM)) != LOOM_OK) return rc;
   OPS->to_host(CTX, sum, m->vp_red, 2 * (size_t)N * sizeof(double));
-  for (int i = 0; i < N; i++) a->losses_host[i] = gpt_vp_row_loss(sum[i], lt[i], mx[i]);
+  for (int r = 0; r < N; r++) {
+    const double LSE = mx[r] + log(sum[r]);
+    a->losses_host[r] = (float)(LSE - lt[r]);
+    sum[r] = LSE; /* kept for the scale below */
+  }
   OPS->from_host(CTX, a->losses, a->losses_host, (size_t)N * sizeof(float));
   if (!write_d) return LOOM_OK;
-  for (int r = 0; r < N; r += R) {
-    const int n = N - r < R ? N - r : R;
-    float *dst = a->logits + (size_t)r * V;
-    OPS->to_host(CTX, m->vp_host, dst, (size_t)n * V * sizeof(float));
-    gpt_vp_row_dlogits(m->vp_host, n, V, mx + r, sum + r, tl + r, dloss);
-    OPS->from_host(CTX, dst, m->vp_host, (size_t)n * V * sizeof(float));
+  for (int r = 0; r < N; r++) {
+    const float alpha = (float)exp(lse[r] - sum[r]) * dloss;
+    float *row = a->logits + (size_t)r * V, *dc = row + (tl[r] >= 0 ? tl[r] : 0), v;
+    OPS->scale(CTX, row, alpha, (size_t)V);
+    OPS->to_host(CTX, &v, dc, sizeof v); /* (p_l - 1) * alpha */
+    v = (v + alpha) - (tl[r] >= 0 ? dloss : 0.0f);
+    OPS->from_host(CTX, dc, &v, sizeof v);
   }
   return LOOM_OK;
 }
@@ -1137,7 +1153,7 @@ static int head_forward(gpt_model *m, int u, const gpt_hooks *h) {
   const int train = m->train_dloss != 0.0f;
   int rc = LOOM_OK;
   if (cfg_vp(&m->cfg))
-    rc = vp_crossentropy(m, h, train, m->train_dloss); /* losses_host set */
+    rc = vp_crossentropy_fused(m, h, train, m->train_dloss); /* losses_host set */
   else if (has_fused_classifier(m))
     k_crossentropy_fused(m, a->losses, train ? a->logits : NULL, a->logits, m->train_dloss, N,
                          V); /* NULL: the loss only */
@@ -1196,7 +1212,7 @@ static int head_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
     }
   } else {
     if (cfg_vp(&m->cfg)) {
-      int rc = vp_crossentropy(m, h, 1, dloss);
+      int rc = vp_crossentropy_fused(m, h, 1, dloss);
       if (rc != LOOM_OK) return rc;
     } else if (has_fused_classifier(m))
       k_crossentropy_fused(m, a->losses, dlogits, a->logits, dloss, N, V); /* in place */
@@ -1382,6 +1398,15 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
                gpt_vocab_rows(c), c->vocab_size, c->padded_vocab_size, cfg_tp(c), cfg_tp(c));
     return LOOM_INVALID_CONFIG;
   }
+  if (c->vocab_parallel && cfg_tp(c) > 1 &&
+      gpt_vocab_rows(c) - c->vocab_size >= gpt_vocab_rows(c) / cfg_tp(c)) {
+    if (err)
+      snprintf(err, errlen, "model: vocab_parallel: tp rank %d's %d rows of wte would all be "
+               "padding (vocab_size %d padded to %d over %d ranks): pad less",
+               cfg_tp(c) - 1, gpt_vocab_rows(c) / cfg_tp(c), c->vocab_size, gpt_vocab_rows(c),
+               cfg_tp(c));
+    return LOOM_INVALID_CONFIG;
+  }
   if (c->vocab_parallel && cfg_tp(c) > 1 && (c->pp_first > 0 || c->pp_end > 0)) {
     if (err)
       snprintf(err, errlen, "model: vocab_parallel with pipeline stages (units [%d, %d]) is not "
@@ -1472,6 +1497,15 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
                dev->ops->hdr.name, dev->ops->hdr.abi_major, dev->ops->hdr.abi_minor,
                dev->ops->attention_forward_lse && dev->ops->attention_backward_lse
                    ? " in its acts16 table" : "");
+    free(a16);
+    return LOOM_UNSUPPORTED;
+  }
+  /* vocabulary parallel runs the slice through the fused classifier (vp_crossentropy_fused) */
+  if (cfg_vp(cfg) && dev && !dev->ops->crossentropy_fused) {
+    if (err)
+      snprintf(err, errlen, "device '%s' (ABI %d.%d) has no crossentropy_fused (ABI 1.4): "
+               "tensor_parallel's vocab_parallel needs it", dev->ops->hdr.name,
+               dev->ops->hdr.abi_major, dev->ops->hdr.abi_minor);
     free(a16);
     return LOOM_UNSUPPORTED;
   }
@@ -1623,6 +1657,7 @@ void gpt_free(gpt_model *m) {
   free(m->vp_in_host);
   free(m->vp_tg_host);
   free(m->vp_stats);
+  free(m->vp_host_mx);
   memset(m, 0, sizeof *m);
 }
 

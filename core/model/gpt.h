@@ -256,7 +256,7 @@ typedef struct gpt_model {
   /* vocabulary parallel (gpt_config.vocab_parallel; NULL/0 otherwise): vp_ids the rank's local
    * ids (B,T) int32, vp_zero max_seq_len*C zero floats (a zero wpe and a zero id row), vp_junk
    * max_seq_len*C floats the split embedding backward's unused outputs go to, vp_red
-   * 3*vp_rows fp64 of device memory for the row statistics' all-reduces (LOOM_MEM_OTHER);
+   * 2*vp_rows fp64 of device memory for the row statistics' all-reduces (LOOM_MEM_OTHER);
    * vp_host the host's staging (rows of the logit slice and the statistics) */
   int32_t *vp_ids;
   float *vp_zero, *vp_junk;
@@ -266,6 +266,7 @@ typedef struct gpt_model {
   size_t vp_host_floats;
   int32_t *vp_in_host, *vp_tg_host; /* host copies of the last forward's ids and targets */
   double *vp_stats;                 /* host: 3*vp_rows row statistics (max, sum, target) */
+  double *vp_host_mx;               /* host: vp_rows maxima of the rank's own slice */
 } gpt_model;
 
 /* Check `cfg` and build the parameter table; allocate parameters and gradients on `dev`.
