@@ -23,6 +23,20 @@ run 2 vp2_pad $H --set train.micro_batch_size=8 --set model.vocab_size=256 \
   --set model.padded_vocab_size=384 --set "parallel=[$VP]"
 echo "== vp2_pad vs ref_pad"
 compare vp2_pad ref_pad
+# Sampling reads whole rows: each tp rank's slice is gathered. After the same
+# 20 steps, temperature 1 over the whole vocabulary (top_k 0), the same seed: the same 24 tokens
+# as the single rank's (a rank sampling from its slice alone would feed the ranks different
+# windows, and the all-reduced activations would differ).
+run 1 ref_s $H --set train.micro_batch_size=8 --set 'parallel=[]' --set sample.tokens=24 \
+  --set sample.top_k=0
+run 2 vp2_s $H --set train.micro_batch_size=8 --set "parallel=[$VP]" --set sample.tokens=24 \
+  --set sample.top_k=0
+sed -n '/loom: sample/,$p' "$WORK/ref_s/out.log" | head -3 >"$WORK/ref_s/sample.txt"
+sed -n '/loom: sample/,$p' "$WORK/vp2_s/out.log" | head -3 >"$WORK/vp2_s/sample.txt"
+[ -s "$WORK/ref_s/sample.txt" ] || die "the reference printed no sample"
+cmp -s "$WORK/ref_s/sample.txt" "$WORK/vp2_s/sample.txt" ||
+  { diff "$WORK/ref_s/sample.txt" "$WORK/vp2_s/sample.txt"; die "vp2 sampled other tokens"; }
+echo "sample: the same tokens as the single rank"
 # Refusals, before training, with the numbers.
 expect_refused 2 'vocab_parallel: the padded vocabulary (257 rows, vocab_size 256, padded_vocab_size 257) must be divisible by the tensor-parallel size (2)' \
   $H --set model.padded_vocab_size=257 --set "parallel=[$VP]"
