@@ -570,6 +570,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   /* as the trainer: the whole model without tp takes them (gpt_config.acts_typed) */
   e->acts16 = dev_acts16 && e->dtype != LOOM_F32 && e->tp == 1 && e->pp == 1;
   e->ckpt_policy = full.ckpt_policy;
+  e->vocab_parallel = full.vocab_parallel && e->tp > 1;
   e->ckpt_every = full.ckpt_every;
   char me[512];
   if (gpt_init_ex(&m, &full, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, me, sizeof me) !=
@@ -703,10 +704,15 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
           e->world * tp * pp, e->world, tp, pp);
   if (tp > 1)
     fprintf(out, "tensor parallel: Psi below is per tp rank (heads and MLP units split %d ways; "
-            "embeddings, LayerNorms replicated); f/g traffic (4 x L%s%s) x 2(tp-1)/tp x B*T*C*4 x "
-            "accum = %llu bytes per step, included in the communication below\n", tp,
+            "%s); f/g traffic (4 x L%s%s) x 2(tp-1)/tp x B*T*C*4 x accum%s = %llu bytes per "
+            "step, included in the communication below\n", tp,
+            e->vocab_parallel ? "wte and the logits split over the vocabulary (vocab_parallel), "
+                                "wpe and LayerNorms replicated"
+                              : "embeddings, LayerNorms replicated",
             e->pp > 1 ? " (the stage's blocks)" : "",
-            e->ckpt_policy == GPT_CKPT_FULL ? " + 1 per recomputed block" : "", (unsigned long long)e->tp_comm_bytes);
+            e->ckpt_policy == GPT_CKPT_FULL ? " + 1 per recomputed block" : "",
+            e->vocab_parallel ? " + vocab_parallel 2(tp-1)/tp x (8*B*T*C + 24*B*T) x accum" : "",
+            (unsigned long long)e->tp_comm_bytes);
   if (e->note[0]) fprintf(out, "%s\n", e->note);
   fprintf(out, "model: Psi = %llu parameters (n_layer %d, n_head %d, n_embd %d, vocab %d, "
           "context %d); per rank: micro-batch %d x %d tokens, accum %d\n",
@@ -880,6 +886,7 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e, json_t *inter_no
     json_object_set_new(doc, "stages", stages);
     json_object_set_new(doc, "tp", json_integer(e->tp > 1 ? e->tp : 1));
     json_object_set_new(doc, "tp_comm_bytes", json_integer((json_int_t)e->tp_comm_bytes));
+    json_object_set_new(doc, "vocab_parallel", json_boolean(e->vocab_parallel));
     json_object_set_new(
         doc, "activation_checkpointing",
         json_pack("{s:s, s:i, s:I, s:{s:I, s:I, s:I}}", "policy", policy_name(e->ckpt_policy),
