@@ -402,7 +402,8 @@ void gpt_set_train_dloss(gpt_model *m, float dloss);
 /* Copy row `row` (0 <= row < B*T) of the last forward's logits to host memory: its first V
  * floats (the real vocabulary; a padded vocabulary's -inf columns are left out).
  * After a forward with targets under gpt_set_train_dloss, or after any backward, the buffer holds
- * dlogits instead (the model keeps no second (B,T,V) buffer). */
+ * dlogits instead (the model keeps no second (B,T,V) buffer). Under vocabulary parallel: this
+ * rank's slice at its columns and zeros elsewhere (gpt_logits_row_gather sums them). */
 void gpt_logits_row(const gpt_model *m, int row, float *host_out);
 
 /* gpt_logits_row under vocabulary parallel: every tp rank calls it in lockstep; each puts its

@@ -40,6 +40,10 @@ echo "sample: the same tokens as the single rank"
 # Refusals, before training, with the numbers.
 expect_refused 2 'vocab_parallel: the padded vocabulary (257 rows, vocab_size 256, padded_vocab_size 257) must be divisible by the tensor-parallel size (2)' \
   $H --set model.padded_vocab_size=257 --set "parallel=[$VP]"
+expect_refused 2 "tp rank 1's 256 rows of wte would all be padding (vocab_size 256 padded to 512 over 2 ranks)" \
+  $H --set model.padded_vocab_size=512 --set "parallel=[$VP]"
+expect_refused 4 'vocab_parallel with pipeline stages' $H \
+  --set "parallel=[$VP,{\"plugin\":\"pipeline\",\"size\":2,\"schedule\":\"gpipe\"}]"
 expect_refused 2 'vocab_parallel: expected true or false' $H \
   --set 'parallel=[{"plugin":"tensor_parallel","size":2,"vocab_parallel":1}]'
 echo "equivalence_vocab_parallel: PASS"
