@@ -369,9 +369,11 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   const uint64_t Vp = (uint64_t)gpt_vocab_rows(&m->cfg), Vl = (uint64_t)gpt_vocab_local(&m->cfg);
   if (Vp > (uint64_t)m->cfg.vocab_size && m->last_unit == e->n_layer + 1) {
     e->bytes[LOOM_MEM_OTHER] += 4 * Vl; /* the rank's columns under vocab_parallel */
-    append(e->formula[LOOM_MEM_OTHER], 64, Vl < Vp ? " + 4Vp/tp logits mask" : " + 4Vp logits mask");
+    append(e->formula[LOOM_MEM_OTHER], 64,
+           Vl < Vp ? " + 4Vp/tp logits mask" : " + 4Vp logits mask");
   }
-  /* vocabulary parallel (gpt.c vp_ensure): local ids and target columns 8BT, a zero wpe / zero ids 4max(TmaxC, BT),
+  /* vocabulary parallel (gpt.c vp_ensure): local ids and target columns 8BT, a zero wpe /
+   * zero ids 4max(TmaxC, BT),
    * the split embedding backward's junk 4TmaxC, the row statistics' all-reduce buffer 2*8BT */
   const int vp = m->cfg.vocab_parallel && e->tp > 1;
   const uint64_t BT = (uint64_t)e->micro_batch * e->seq_len,

@@ -1061,7 +1061,8 @@ static int vp_embed_forward(gpt_model *m, int u, const gpt_hooks *h) {
   vp_zero_rows(m, enc, C);
   int rc = vp_reduce(h, enc, N * C, LOOM_F32, LOOM_OP_SUM);
   if (rc != LOOM_OK) return rc;
-  for (int b = 0; b < B; b++) OPS->residual_forward(CTX, enc + b * TC, enc + b * TC, W(GPT_WPE), TC);
+  for (int b = 0; b < B; b++)
+    OPS->residual_forward(CTX, enc + b * TC, enc + b * TC, W(GPT_WPE), TC);
   return LOOM_OK;
 }
 
