@@ -366,10 +366,21 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   }
   /* a padded vocabulary's logits mask (gpt.c: Vp floats, -inf on the padded columns), once,
    * on the stage that holds the head */
-  const uint64_t Vp = (uint64_t)gpt_vocab_rows(&m->cfg);
+  const uint64_t Vp = (uint64_t)gpt_vocab_rows(&m->cfg), Vl = (uint64_t)gpt_vocab_local(&m->cfg);
   if (Vp > (uint64_t)m->cfg.vocab_size && m->last_unit == e->n_layer + 1) {
-    e->bytes[LOOM_MEM_OTHER] += 4 * Vp;
-    append(e->formula[LOOM_MEM_OTHER], 64, " + 4Vp logits mask");
+    e->bytes[LOOM_MEM_OTHER] += 4 * Vl; /* the rank's columns under vocab_parallel */
+    append(e->formula[LOOM_MEM_OTHER], 64,
+           Vl < Vp ? " + 4Vp/tp logits mask" : " + 4Vp logits mask");
+  }
+  /* vocabulary parallel (gpt.c vp_ensure): local ids and target columns 8BT, a zero wpe /
+   * zero ids 4max(TmaxC, BT),
+   * the split embedding backward's junk 4TmaxC, the row statistics' all-reduce buffer 2*8BT */
+  const int vp = m->cfg.vocab_parallel && e->tp > 1;
+  const uint64_t BT = (uint64_t)e->micro_batch * e->seq_len,
+                 TC = (uint64_t)m->cfg.max_seq_len * C;
+  if (vp) {
+    e->bytes[LOOM_MEM_OTHER] += 8 * BT + 4 * (TC > BT ? TC : BT) + 4 * TC + 16 * BT;
+    append(e->formula[LOOM_MEM_OTHER], 64, " + vp 24BT+4TC+4max(TC,BT)");
   }
   const int tied = P > 1 && (s == 0 || s == last);
   if (tied) { /* the tied wte's gradient buffer of the sum (trainer.c: emb_buf) */
@@ -393,6 +404,12 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   if (tied) st->tied_comm_bytes = 2 * (2 * N - 1) * 4 * VC / (2 * N);
   st->p2p_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_PP, fpp, sizeof fpp);
   st->tp_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_TP, ftp, sizeof ftp);
+  if (vp) { /* per micro-step: the embedding's sum and d(ln_f)'s (B*T*C fp32 each), the row
+             * max (B*T fp64) and the row sum and target logit (2*B*T fp64), ring 2(tp-1)/tp */
+    const uint64_t T = (uint64_t)e->tp, A = (uint64_t)e->accum;
+    st->tp_comm_bytes += A * 2 * (T - 1) * (2 * 4 * BT * C + 3 * 8 * BT) / T;
+    append(ftp, sizeof ftp, ftp[0] ? " + vp 2(t-1)/t(8BTC+24BT)" : "vp 2(t-1)/t(8BTC+24BT)");
+  }
   e->tp_comm_bytes = st->tp_comm_bytes;
   uint64_t extra = st->tied_comm_bytes + st->p2p_comm_bytes + st->tp_comm_bytes;
   e->comm_bytes += extra;
@@ -543,7 +560,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
                      .padded_vocab_size = cfg->model.padded_vocab_size,
                      .max_seq_len = cfg->model.context_length, .n_layer = cfg->model.n_layer,
                      .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
-                     .tp_size = e->tp, .tp_rank = 0,
+                     .tp_size = e->tp, .tp_rank = 0, .vocab_parallel = rt->tp_vocab,
                      .ckpt_policy = cfg->activation_checkpointing.policy,
                      .ckpt_every = cfg->activation_checkpointing.every,
                      .dtype = (int)e->dtype, .param_dtype = (int)e->param_dtype,
@@ -555,6 +572,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   /* as the trainer: the whole model without tp takes them (gpt_config.acts_typed) */
   e->acts16 = dev_acts16 && e->dtype != LOOM_F32 && e->tp == 1 && e->pp == 1;
   e->ckpt_policy = full.ckpt_policy;
+  e->vocab_parallel = full.vocab_parallel && e->tp > 1;
   e->ckpt_every = full.ckpt_every;
   char me[512];
   if (gpt_init_ex(&m, &full, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, me, sizeof me) !=
@@ -688,10 +706,15 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
           e->world * tp * pp, e->world, tp, pp);
   if (tp > 1)
     fprintf(out, "tensor parallel: Psi below is per tp rank (heads and MLP units split %d ways; "
-            "embeddings, LayerNorms replicated); f/g traffic (4 x L%s%s) x 2(tp-1)/tp x B*T*C*4 x "
-            "accum = %llu bytes per step, included in the communication below\n", tp,
+            "%s); f/g traffic (4 x L%s%s) x 2(tp-1)/tp x B*T*C*4 x accum%s = %llu bytes per "
+            "step, included in the communication below\n", tp,
+            e->vocab_parallel ? "wte and the logits split over the vocabulary (vocab_parallel), "
+                                "wpe and LayerNorms replicated"
+                              : "embeddings, LayerNorms replicated",
             e->pp > 1 ? " (the stage's blocks)" : "",
-            e->ckpt_policy == GPT_CKPT_FULL ? " + 1 per recomputed block" : "", (unsigned long long)e->tp_comm_bytes);
+            e->ckpt_policy == GPT_CKPT_FULL ? " + 1 per recomputed block" : "",
+            e->vocab_parallel ? " + vocab_parallel 2(tp-1)/tp x (8*B*T*C + 24*B*T) x accum" : "",
+            (unsigned long long)e->tp_comm_bytes);
   if (e->note[0]) fprintf(out, "%s\n", e->note);
   fprintf(out, "model: Psi = %llu parameters (n_layer %d, n_head %d, n_embd %d, vocab %d, "
           "context %d); per rank: micro-batch %d x %d tokens, accum %d\n",
@@ -865,6 +888,7 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e, json_t *inter_no
     json_object_set_new(doc, "stages", stages);
     json_object_set_new(doc, "tp", json_integer(e->tp > 1 ? e->tp : 1));
     json_object_set_new(doc, "tp_comm_bytes", json_integer((json_int_t)e->tp_comm_bytes));
+    json_object_set_new(doc, "vocab_parallel", json_boolean(e->vocab_parallel));
     json_object_set_new(
         doc, "activation_checkpointing",
         json_pack("{s:s, s:i, s:I, s:{s:I, s:I, s:I}}", "policy", policy_name(e->ckpt_policy),

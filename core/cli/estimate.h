@@ -114,6 +114,7 @@ typedef struct loom_estimate {
   uint64_t psi_model;       /* the whole model's parameters (per tp rank) */
   int tp;                   /* tensor-parallel size (1 without tensor_parallel) */
   uint64_t tp_comm_bytes;   /* Megatron's f/g all-reduces per step per rank */
+  int vocab_parallel;       /* tensor_parallel's vocab_parallel: wte and the logits split */
   int n_plugins;
   struct { char name[64]; uint64_t caps; } plugins[LOOM_MAX_PARALLEL];
   /* roles found among the plugins */

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include <loom/half_v1.h>
+#include <loom/host_v1.h>
 
 #include "../util/rng.h"
 
@@ -83,6 +84,8 @@ static void role_split(gpt_param_role role, int *dim, int *parts) {
 }
 
 static int cfg_tp(const gpt_config *c) { return c->tp_size > 1 ? c->tp_size : 1; }
+/* 1 under vocabulary parallel (gpt_config.vocab_parallel with tp > 1) */
+static int cfg_vp(const gpt_config *c) { return c->vocab_parallel && cfg_tp(c) > 1; }
 
 /* The pipeline stage of a config: units [first, last], and how many blocks it holds. */
 static int cfg_last(const gpt_config *c) { return c->pp_end > 0 ? c->pp_end - 1 : c->n_layer + 1; }
@@ -268,7 +271,7 @@ static size_t block_scratch_layout(block_scratch *s, float *base, const gpt_conf
 static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, int T) {
   /* a pipeline stage holds its blocks' activations only, the head's only on the last stage */
   size_t N = (size_t)B * T, C = (size_t)c->n_embd, L = (size_t)cfg_blocks(c);
-  size_t V = cfg_has_head(c) ? (size_t)gpt_vocab_rows(c) : 0, off = 0;
+  size_t V = cfg_has_head(c) ? (size_t)gpt_vocab_local(c) : 0, off = 0; /* logit columns */
   /* tensor parallel: qkv, attention and the MLP hidden layer hold this rank's part only */
   size_t Cl = C / (size_t)cfg_tp(c), NHl = (size_t)(c->n_head / cfg_tp(c));
   size_t Lf, La; /* blocks that keep their tensors, their attention probabilities (or lse) */
@@ -279,6 +282,8 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
    * fp32 row of probs (a device without the fused classifier computes them a chunk of rows at
    * a time, head_crossentropy_chunked) -- no (B,T,V) buffer besides the logits */
   if (V && round16(V) > scratch) scratch = round16(V);
+  /* vocabulary parallel: the embedding's backward masks a copy of dres here (N*C) */
+  if (V && cfg_vp(c) && round16(N * C) > scratch) scratch = round16(N * C);
   /* 16-bit saved values: a block's forward computes in fp32 in this (then free) scratch,
    * block_forward16_views: ln1 / atty / ln2, qkv / fch, fch_gelu, residual2 */
   size_t fwd16 = 2 * round16(N * C) + 2 * round16(N * 4 * Cl);
@@ -971,13 +976,170 @@ static void head_crossentropy_chunked(gpt_model *m, int dlogits, float dloss, in
   }
 }
 
+/* ---- vocabulary parallel (gpt_config.vocab_parallel, Megatron-LM §3) ---- */
+
+/* The tp all-reduce the vocabulary-parallel parts need (gpt_hooks.tp_reduce). */
+static int vp_reduce(const gpt_hooks *h, void *buf, size_t n, loom_dtype dt, loom_red_op op) {
+  if (!h || !h->tp_reduce) return LOOM_INVALID_USAGE; /* a caller without the tp comm */
+  return h->tp_reduce(h->ud, buf, n, (int)dt, (int)op);
+}
+
+/* First global vocabulary row this rank holds. */
+static int vp_first(const gpt_model *m) { return m->cfg.tp_rank * gpt_vocab_local(&m->cfg); }
+
+/* Buffers for N = B*T rows (gpt_model.vp_*), grown when N grows. */
+static int vp_ensure(gpt_model *m, size_t N) {
+  if (N <= m->vp_rows && m->vp_ids) return LOOM_OK;
+  const size_t TC = (size_t)m->cfg.max_seq_len * m->cfg.n_embd;
+  const size_t zn = TC > N ? TC : N; /* a zero wpe, and N zero ids */
+  loom__dev_free(m->dev, m->vp_ids);
+  loom__dev_free(m->dev, m->vp_zero);
+  loom__dev_free(m->dev, m->vp_junk);
+  loom__dev_free(m->dev, m->vp_red);
+  free(m->vp_host);
+  free(m->vp_in_host);
+  free(m->vp_tg_host);
+  free(m->vp_stats);
+  free(m->vp_host_mx);
+  m->vp_rows = 0;
+  m->vp_ids = loom__dev_alloc(m->dev, 2 * N * sizeof(int32_t), LOOM_MEM_OTHER); /* + targets */
+  m->vp_zero = loom__dev_alloc(m->dev, zn * sizeof(float), LOOM_MEM_OTHER);
+  m->vp_junk = loom__dev_alloc(m->dev, TC * sizeof(float), LOOM_MEM_OTHER);
+  m->vp_red = loom__dev_alloc(m->dev, 2 * N * sizeof(double), LOOM_MEM_OTHER);
+  m->vp_host_floats = N; /* a value per row */
+  m->vp_host = malloc(m->vp_host_floats * sizeof(float));
+  m->vp_in_host = malloc(N * sizeof(int32_t));
+  m->vp_tg_host = malloc(N * sizeof(int32_t));
+  m->vp_stats = malloc(3 * N * sizeof(double));
+  m->vp_host_mx = malloc(N * sizeof(double));
+  if (!m->vp_host_mx || !m->vp_ids || !m->vp_zero || !m->vp_junk || !m->vp_red ||
+      !m->vp_host || !m->vp_in_host || !m->vp_tg_host || !m->vp_stats)
+    return LOOM_NOMEM;
+  OPS->memset_zero(CTX, m->vp_zero, zn * sizeof(float));
+  m->vp_rows = N;
+  return LOOM_OK;
+}
+
+/* The forward's ids as the split lookup needs them: local ids (clamped to 0 outside the rank's
+ * rows, which vp_zero_rows then clears) on the device, the global ids and the targets' local
+ * columns (-1: another rank's) on the host. */
+static void vp_set_ids(gpt_model *m, const int32_t *in, const int32_t *tg, size_t N) {
+  const int v0 = vp_first(m), Vl = gpt_vocab_local(&m->cfg);
+  int32_t *loc = m->vp_tg_host; /* staging for the device ids, then the targets */
+  for (size_t i = 0; i < N; i++) {
+    m->vp_in_host[i] = in[i];
+    loc[i] = in[i] >= v0 && in[i] < v0 + Vl ? in[i] - v0 : 0;
+  }
+  OPS->from_host(CTX, m->vp_ids, loc, N * sizeof(int32_t));
+  for (size_t i = 0; i < N; i++)
+    loc[i] = tg && tg[i] >= v0 && tg[i] < v0 + Vl ? tg[i] - v0 : -1;
+  int32_t *col = (int32_t *)m->vp_host; /* the fused classifier's targets: column 0 if not ours */
+  for (size_t i = 0; i < N; i++) col[i] = loc[i] >= 0 ? loc[i] : 0;
+  OPS->from_host(CTX, m->vp_ids + N, col, N * sizeof(int32_t));
+}
+
+/* Zero the rows (C floats each) of x whose input id another rank holds. */
+static void vp_zero_rows(gpt_model *m, float *x, int C) {
+  const int v0 = vp_first(m), Vl = gpt_vocab_local(&m->cfg);
+  const size_t N = (size_t)m->B * m->T;
+  for (size_t i = 0; i < N;) {
+    if (m->vp_in_host[i] >= v0 && m->vp_in_host[i] < v0 + Vl) { i++; continue; }
+    size_t j = i;
+    while (j < N && !(m->vp_in_host[j] >= v0 && m->vp_in_host[j] < v0 + Vl)) j++;
+    OPS->memset_zero(CTX, x + i * C, (j - i) * C * sizeof(float));
+    i = j;
+  }
+}
+
+/* VocabParallelEmbedding: encoded = sum over tp of (wte slice's row or 0) + wpe[t], the same
+ * value as the whole table's lookup (x + 0 is exact, wpe added after the sum). */
+static int vp_embed_forward(gpt_model *m, int u, const gpt_hooks *h) {
+  const int B = m->B, T = m->T, C = m->cfg.n_embd;
+  const size_t N = (size_t)B * T, TC = (size_t)T * C;
+  float *enc = m->acts->encoded;
+  OPS->encoder_forward(CTX, enc, m->vp_ids, W(GPT_WTE), m->vp_zero, B, T, C);
+  vp_zero_rows(m, enc, C);
+  int rc = vp_reduce(h, enc, N * C, LOOM_F32, LOOM_OP_SUM);
+  if (rc != LOOM_OK) return rc;
+  for (int b = 0; b < B; b++)
+    OPS->residual_forward(CTX, enc + b * TC, enc + b * TC, W(GPT_WPE), TC);
+  return LOOM_OK;
+}
+
+/* Its backward: dres is whole on every rank; the slice's rows get the rows of their ids
+ * (the others' zeroed, added to local row 0 as 0), wpe the whole dres. Two calls of the
+ * encoder's backward, each one's other output going to vp_junk. */
+static void vp_embed_backward(gpt_model *m, int u) {
+  const int B = m->B, T = m->T, C = m->cfg.n_embd;
+  const size_t NC = (size_t)B * T * C, TC = (size_t)m->cfg.max_seq_len * C;
+  float *d = m->acts->dscratch; /* >= N*C floats (acts_layout's block scratch) */
+  OPS->copy(CTX, d, m->acts->dres, NC * sizeof(float));
+  vp_zero_rows(m, d, C);
+  OPS->memset_zero(CTX, m->vp_junk, TC * sizeof(float));
+  OPS->encoder_backward(CTX, G(GPT_WTE), m->vp_junk, d, m->vp_ids, B, T, C);
+  OPS->memset_zero(CTX, m->vp_junk, TC * sizeof(float));
+  OPS->encoder_backward(CTX, m->vp_junk, G(GPT_WPE), m->acts->dres, (const int32_t *)m->vp_zero,
+                        B, T, C);
+}
+
+/* The vocabulary-parallel cross-entropy with the device's fused classifier over the slice (one
+ * pass, its exp): run on the slice with column c_r (the target if this rank owns it, else 0) it
+ * gives the slice's log-sum-exp lse_r = loss_r + l[r, c_r] and, in place, the slice's softmax
+ * p_l (minus 1 at c_r). The global LSE_r = logsumexp over the ranks of lse_r (max all-reduced,
+ * then sum of exp(lse_r - M)); loss = LSE_r - l_t (l_t from its owner, all-reduced with the
+ * sum); dlogits = p_l * exp(lse_r - LSE_r) * dloss per row (OPS->scale), the c_r element set
+ * to that product minus dloss on the owner. Rows whose slice is all padding cannot occur
+ * (check_config: Vp - V < Vp/tp). */
+static int vp_crossentropy_fused(gpt_model *m, const gpt_hooks *h, int write_d, float dloss) {
+  gpt_acts *a = m->acts;
+  const int N = m->B * m->T, V = gpt_vocab_local(&m->cfg);
+  double *lse = m->vp_host_mx, *mx = m->vp_stats, *sum = mx + N, *lt = sum + N;
+  const int32_t *tl = m->vp_tg_host;
+  float *xc = m->vp_host; /* l[r, c_r] before the in-place kernel */
+  for (int r = 0; r < N; r++)
+    OPS->to_host(CTX, xc + r, a->logits + (size_t)r * V + (tl[r] >= 0 ? tl[r] : 0),
+                 sizeof(float));
+  /* fp32 buffers under tp (no acts16 table): the device's fp32 kernel */
+  OPS->crossentropy_fused(CTX, a->losses, write_d ? a->logits : NULL, a->logits, m->vp_ids + N,
+                          1.0f, N, V);
+  OPS->to_host(CTX, a->losses_host, a->losses, (size_t)N * sizeof(float));
+  for (int r = 0; r < N; r++) {
+    lse[r] = (double)a->losses_host[r] + xc[r];
+    lt[r] = tl[r] >= 0 ? xc[r] : 0.0;
+  }
+  OPS->from_host(CTX, m->vp_red, lse, (size_t)N * sizeof(double));
+  int rc = vp_reduce(h, m->vp_red, (size_t)N, LOOM_F64, LOOM_OP_MAX);
+  if (rc != LOOM_OK) return rc;
+  OPS->to_host(CTX, mx, m->vp_red, (size_t)N * sizeof(double));
+  for (int r = 0; r < N; r++) sum[r] = exp(lse[r] - mx[r]);
+  OPS->from_host(CTX, m->vp_red, sum, 2 * (size_t)N * sizeof(double)); /* sum, lt adjacent */
+  if ((rc = vp_reduce(h, m->vp_red, 2 * (size_t)N, LOOM_F64, LOOM_OP_SUM)) != LOOM_OK) return rc;
+  OPS->to_host(CTX, sum, m->vp_red, 2 * (size_t)N * sizeof(double));
+  for (int r = 0; r < N; r++) {
+    const double LSE = mx[r] + log(sum[r]);
+    a->losses_host[r] = (float)(LSE - lt[r]);
+    sum[r] = LSE; /* kept for the scale below */
+  }
+  OPS->from_host(CTX, a->losses, a->losses_host, (size_t)N * sizeof(float));
+  if (!write_d) return LOOM_OK;
+  for (int r = 0; r < N; r++) {
+    const float alpha = (float)exp(lse[r] - sum[r]) * dloss;
+    float *row = a->logits + (size_t)r * V, *dc = row + (tl[r] >= 0 ? tl[r] : 0), v;
+    OPS->scale(CTX, row, alpha, (size_t)V);
+    OPS->to_host(CTX, &v, dc, sizeof v); /* (p_l - 1) * alpha */
+    v = (v + alpha) - (tl[r] >= 0 ? dloss : 0.0f);
+    OPS->from_host(CTX, dc, &v, sizeof v);
+  }
+  return LOOM_OK;
+}
+
 /* ln_f, the tied logits and the loss. A training forward (gpt_set_train_dloss: dloss known
  * before the forward) also writes dlogits in place over the logits, so the (B,T,V) buffer is
  * written once by the GEMM and read once by backward's two GEMMs, and no probs buffer exists
  * (llm.c's fused_classifier). */
-static int head_forward(gpt_model *m, int u) {
+static int head_forward(gpt_model *m, int u, const gpt_hooks *h) {
   gpt_acts *a = m->acts;
-  const int N = m->B * m->T, C = m->cfg.n_embd, V = gpt_vocab_rows(&m->cfg);
+  const int N = m->B * m->T, C = m->cfg.n_embd, V = gpt_vocab_local(&m->cfg);
   const size_t NV = (size_t)N * V;
   const gpt_param *wte = gpt_head_wte(m); /* tied: the head reads unit 0's wte (or its copy) */
   k_layernorm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(m, m->cfg.n_layer),
@@ -990,7 +1152,10 @@ static int head_forward(gpt_model *m, int u) {
   a->dlogits_ready = 0;
   if (!m->has_targets) return LOOM_OK;
   const int train = m->train_dloss != 0.0f;
-  if (has_fused_classifier(m))
+  int rc = LOOM_OK;
+  if (cfg_vp(&m->cfg))
+    rc = vp_crossentropy_fused(m, h, train, m->train_dloss); /* losses_host set */
+  else if (has_fused_classifier(m))
     k_crossentropy_fused(m, a->losses, train ? a->logits : NULL, a->logits, m->train_dloss, N,
                          V); /* NULL: the loss only */
   else
@@ -1000,7 +1165,8 @@ static int head_forward(gpt_model *m, int u) {
     a->dlogits_ready = 1;
     a->dlogits_dloss = m->train_dloss;
   }
-  OPS->to_host(CTX, a->losses_host, a->losses, (size_t)N * sizeof(float));
+  if (rc != LOOM_OK) return rc;
+  if (!cfg_vp(&m->cfg)) OPS->to_host(CTX, a->losses_host, a->losses, (size_t)N * sizeof(float));
   double sum = 0.0;
   for (int i = 0; i < N; i++) sum += a->losses_host[i];
   m->mean_loss = (float)(sum / N);
@@ -1031,9 +1197,9 @@ static void dlogits_rescale(gpt_model *m, float *x, float alpha, size_t n) {
  * the tied head and ln_f's backward. After a loss-only forward they overwrite the logits here
  * (gpt_logits_row then returns dlogits, as after a training forward): no (B,T,V) buffer besides
  * the logits, the head's share of the activations (issue 20's 55 % target). */
-static void head_backward(gpt_model *m, int u, float dloss) {
+static int head_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
   gpt_acts *a = m->acts;
-  const int N = m->B * m->T, C = m->cfg.n_embd, V = gpt_vocab_rows(&m->cfg);
+  const int N = m->B * m->T, C = m->cfg.n_embd, V = gpt_vocab_local(&m->cfg);
   const size_t NC = (size_t)N * C, NV = (size_t)N * V;
   const gpt_param *wte = gpt_head_wte(m);
   float *dlogits = a->logits; /* (B,T,V) */
@@ -1046,7 +1212,10 @@ static void head_backward(gpt_model *m, int u, float dloss) {
       a->dlogits_dloss = dloss;
     }
   } else {
-    if (has_fused_classifier(m))
+    if (cfg_vp(&m->cfg)) {
+      int rc = vp_crossentropy_fused(m, h, 1, dloss);
+      if (rc != LOOM_OK) return rc;
+    } else if (has_fused_classifier(m))
       k_crossentropy_fused(m, a->losses, dlogits, a->logits, dloss, N, V); /* in place */
     else
       head_crossentropy_chunked(m, 1, dloss, N, V);
@@ -1056,16 +1225,27 @@ static void head_backward(gpt_model *m, int u, float dloss) {
   }
   act_zero(m, a->dln, NC);
   mm_backward(m, a->dln, wte->gacc, NULL, dlogits, a->lnf, wte, N, C, V);
+  if (cfg_vp(&m->cfg)) { /* the slices' partial d(ln_f output): Megatron's f before the head */
+    int rc = vp_reduce(h, a->dln, NC, LOOM_F32, LOOM_OP_SUM);
+    if (rc != LOOM_OK) return rc;
+  }
   store16(m, a->dln, NC);
   act_zero(m, a->dres, NC);
   k_layernorm_backward(m, a->dres, G(GPT_LNF_W), G(GPT_LNF_B), a->dln,
                        block_input(m, m->cfg.n_layer), W(GPT_LNF_W), a->lnf_mean, a->lnf_rstd,
                        N, C);
   store16(m, a->dres, NC);
+  return LOOM_OK;
 }
 
 static int unit_forward(gpt_model *m, int u, const gpt_hooks *h) {
   unit_weights(m, u);
+  if (u == 0 && cfg_vp(&m->cfg)) {
+    int rc = vp_embed_forward(m, u, h);
+    if (rc != LOOM_OK) return rc;
+    store16(m, m->acts->encoded, (size_t)m->B * m->T * m->cfg.n_embd);
+    return LOOM_OK;
+  }
   if (u == 0) {
     if (A16)
       A16->encoder_forward(CTX, m->acts->encoded, m->inputs, W(GPT_WTE), W(GPT_WPE), m->B, m->T,
@@ -1077,13 +1257,15 @@ static int unit_forward(gpt_model *m, int u, const gpt_hooks *h) {
     return LOOM_OK;
   }
   if (u <= m->cfg.n_layer) return block_forward(m, u, h, 0);
-  return head_forward(m, u);
+  return head_forward(m, u, h);
 }
 
 static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
   unit_weights(m, u);
   unit_grads(m, u);
-  if (u == 0) {
+  if (u == 0 && cfg_vp(&m->cfg)) {
+    vp_embed_backward(m, u);
+  } else if (u == 0) {
     if (A16)
       A16->encoder_backward(CTX, G(GPT_WTE), G(GPT_WPE), m->acts->dres, m->inputs, m->B, m->T,
                             m->cfg.n_embd);
@@ -1094,7 +1276,8 @@ static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
     int rc = block_backward(m, u, h);
     if (rc != LOOM_OK) return rc;
   } else {
-    head_backward(m, u, dloss);
+    int rc = head_backward(m, u, dloss, h);
+    if (rc != LOOM_OK) return rc;
   }
   unit_grads_done(m, u);
   return LOOM_OK;
@@ -1208,6 +1391,30 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
                "(%d): each rank computes n_head/tp heads", c->n_head, cfg_tp(c));
     return LOOM_INVALID_CONFIG;
   }
+  if (c->vocab_parallel && cfg_tp(c) > 1 && gpt_vocab_rows(c) % cfg_tp(c) != 0) {
+    if (err)
+      snprintf(err, errlen, "model: vocab_parallel: the padded vocabulary (%d rows, "
+               "vocab_size %d, padded_vocab_size %d) must be divisible by the tensor-parallel "
+               "size (%d): each rank holds Vp/tp rows of wte; pad it to a multiple of %d",
+               gpt_vocab_rows(c), c->vocab_size, c->padded_vocab_size, cfg_tp(c), cfg_tp(c));
+    return LOOM_INVALID_CONFIG;
+  }
+  if (c->vocab_parallel && cfg_tp(c) > 1 &&
+      gpt_vocab_rows(c) - c->vocab_size >= gpt_vocab_rows(c) / cfg_tp(c)) {
+    if (err)
+      snprintf(err, errlen, "model: vocab_parallel: tp rank %d's %d rows of wte would all be "
+               "padding (vocab_size %d padded to %d over %d ranks): pad less",
+               cfg_tp(c) - 1, gpt_vocab_rows(c) / cfg_tp(c), c->vocab_size, gpt_vocab_rows(c),
+               cfg_tp(c));
+    return LOOM_INVALID_CONFIG;
+  }
+  if (c->vocab_parallel && cfg_tp(c) > 1 && (c->pp_first > 0 || c->pp_end > 0)) {
+    if (err)
+      snprintf(err, errlen, "model: vocab_parallel with pipeline stages (units [%d, %d]) is not "
+               "supported: the split wte would need its tied copy split on the last stage too",
+               c->pp_first, cfg_last(c));
+    return LOOM_INVALID_CONFIG;
+  }
   if (c->pp_first < 0 || c->pp_first > cfg_last(c) || cfg_last(c) > c->n_layer + 1) {
     if (err)
       snprintf(err, errlen, "model: pipeline stage units [%d, %d] are outside [0, %d]",
@@ -1294,6 +1501,15 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
     free(a16);
     return LOOM_UNSUPPORTED;
   }
+  /* vocabulary parallel runs the slice through the fused classifier (vp_crossentropy_fused) */
+  if (cfg_vp(cfg) && dev && !dev->ops->crossentropy_fused) {
+    if (err)
+      snprintf(err, errlen, "device '%s' (ABI %d.%d) has no crossentropy_fused (ABI 1.4): "
+               "tensor_parallel's vocab_parallel needs it", dev->ops->hdr.name,
+               dev->ops->hdr.abi_major, dev->ops->hdr.abi_minor);
+    free(a16);
+    return LOOM_UNSUPPORTED;
+  }
   m->cfg = *cfg;
   m->cfg.tp_size = cfg_tp(cfg);
   m->cfg.pp_end = cfg_last(cfg) + 1;
@@ -1329,6 +1545,7 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
       p->shape[0] = dim_value(cfg, s->rows);
       p->shape[1] = s->cols == D_NONE ? 0 : dim_value(cfg, s->cols);
       role_split(role, &p->split_dim, &p->split_parts);
+      if (role == GPT_WTE && cfg_vp(&m->cfg)) p->split_dim = 0; /* Vp/tp rows per rank */
       p->lshape[0] = p->shape[0];
       p->lshape[1] = p->shape[1];
       if (p->split_dim >= 0) p->lshape[p->split_dim] /= m->cfg.tp_size;
@@ -1372,16 +1589,18 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
     m->wwork = loom__dev_alloc(dev, m->wwork_floats * sizeof(float), gpt_work_category(m));
     if (!m->wwork) goto nomem;
   }
-  const int V = m->cfg.vocab_size, Vp = gpt_vocab_rows(&m->cfg);
+  /* under vocabulary parallel the rank's columns [v0, v0 + Vl) of the mask */
+  const int V = m->cfg.vocab_size, Vp = gpt_vocab_rows(&m->cfg), Vl = gpt_vocab_local(&m->cfg);
   if (Vp > V && dev && cfg_has_head(&m->cfg)) {
-    m->logits_mask = loom__dev_alloc(dev, (size_t)Vp * sizeof(float), LOOM_MEM_OTHER);
-    float *mask = malloc((size_t)Vp * sizeof(float));
+    const int v0 = cfg_vp(&m->cfg) ? m->cfg.tp_rank * Vl : 0;
+    m->logits_mask = loom__dev_alloc(dev, (size_t)Vl * sizeof(float), LOOM_MEM_OTHER);
+    float *mask = malloc((size_t)Vl * sizeof(float));
     if (!m->logits_mask || !mask) {
       free(mask);
       goto nomem;
     }
-    for (int i = 0; i < Vp; i++) mask[i] = i < V ? 0.0f : -INFINITY;
-    OPS->from_host(CTX, m->logits_mask, mask, (size_t)Vp * sizeof(float));
+    for (int i = 0; i < Vl; i++) mask[i] = v0 + i < V ? 0.0f : -INFINITY;
+    OPS->from_host(CTX, m->logits_mask, mask, (size_t)Vl * sizeof(float));
     free(mask);
   }
   if (grads16(m) && dev) {
@@ -1423,6 +1642,10 @@ void gpt_free(gpt_model *m) {
     loom__dev_free(m->dev, m->recompute);
     loom__dev_free(m->dev, m->wwork);
     loom__dev_free(m->dev, m->logits_mask);
+    loom__dev_free(m->dev, m->vp_ids);
+    loom__dev_free(m->dev, m->vp_zero);
+    loom__dev_free(m->dev, m->vp_junk);
+    loom__dev_free(m->dev, m->vp_red);
     loom__dev_free(m->dev, m->gwork);
     loom__dev_free(m->dev, m->gstage);
     loom__dev_free(m->dev, m->grads_memory);
@@ -1431,6 +1654,11 @@ void gpt_free(gpt_model *m) {
   free(m->params);
   free(m->unit_offset);
   free((void *)m->a16);
+  free(m->vp_host);
+  free(m->vp_in_host);
+  free(m->vp_tg_host);
+  free(m->vp_stats);
+  free(m->vp_host_mx);
   memset(m, 0, sizeof *m);
 }
 
@@ -1665,6 +1893,10 @@ int gpt_stage_forward(gpt_model *m, int slot, const int32_t *inputs_host,
   m->mean_loss = -1.0f;
   OPS->from_host(CTX, m->inputs, inputs_host, N * sizeof(int32_t));
   if (targets_host) OPS->from_host(CTX, m->targets, targets_host, N * sizeof(int32_t));
+  if (cfg_vp(&m->cfg)) {
+    if ((rc = vp_ensure(m, N)) != LOOM_OK) return rc;
+    vp_set_ids(m, inputs_host, targets_host, N);
+  }
 
   for (int u = m->first_unit; u <= m->last_unit; u++) {
     if (hooks && hooks->pre_forward && (rc = hooks->pre_forward(hooks->ud, u)) != 0) return rc;
@@ -1711,6 +1943,14 @@ void gpt_logits_row(const gpt_model *m, int row, float *host_out) {
   assert(m->acts && row >= 0 && row < m->B * m->T);
   if (!m->acts || row < 0 || row >= m->B * m->T) return; /* defensive: misuse in release */
   const size_t V = (size_t)m->cfg.vocab_size, Vp = (size_t)gpt_vocab_rows(&m->cfg);
+  if (cfg_vp(&m->cfg)) { /* this rank's slice at its columns, zeros elsewhere (fp32 under tp) */
+    const size_t Vl = (size_t)gpt_vocab_local(&m->cfg), v0 = (size_t)vp_first(m);
+    memset(host_out, 0, V * sizeof(float));
+    if (v0 < V)
+      OPS->to_host(CTX, host_out + v0, m->acts->logits + (size_t)row * Vl,
+                   (v0 + Vl < V ? Vl : V - v0) * sizeof(float));
+    return;
+  }
   if (!m->a16) {
     OPS->to_host(CTX, host_out, m->acts->logits + (size_t)row * Vp, V * sizeof(float));
     return;
@@ -1725,4 +1965,17 @@ void gpt_logits_row(const gpt_model *m, int row, float *host_out) {
       host_out[k + i] =
           m->cfg.dtype == LOOM_BF16 ? loom_bf16_to_f32(h16[i]) : loom_f16_to_f32(h16[i]);
   }
+}
+
+int gpt_logits_row_gather(gpt_model *m, int row, float *host_out, const gpt_hooks *hooks) {
+  gpt_logits_row(m, row, host_out);
+  if (!cfg_vp(&m->cfg)) return LOOM_OK;
+  const size_t V = (size_t)m->cfg.vocab_size;
+  float *d = loom__dev_alloc(m->dev, V * sizeof(float), LOOM_MEM_OTHER);
+  if (!d) return LOOM_NOMEM;
+  OPS->from_host(CTX, d, host_out, V * sizeof(float));
+  int rc = vp_reduce(hooks, d, V, LOOM_F32, LOOM_OP_SUM); /* x + 0 exact: the gather */
+  if (rc == LOOM_OK) OPS->to_host(CTX, host_out, d, V * sizeof(float));
+  loom__dev_free(m->dev, d);
+  return rc;
 }

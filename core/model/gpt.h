@@ -103,6 +103,15 @@ typedef struct gpt_config {
    * 4asb/t bytes per block (fp32 lse) come in. gpt_init_ex refuses it on a device without the
    * kernels (gpt_device_has_attn_lse); 0: the materialised kernels, on every device. */
   int attn_lse;
+  /* Vocabulary parallel (Megatron-LM, Shoeybi et al. 2019, §3; tensor_parallel's
+   * "vocab_parallel"), with tp_size > 1: wte (tied with the LM head) split over the padded
+   * vocabulary, rank r holding rows [r*Vp/tp, (r+1)*Vp/tp) (Vp % tp == 0). The embedding looks
+   * up the ids in its range (zeros elsewhere) and sums over tp (gpt_hooks.tp_reduce); the head
+   * computes only its (B*T, Vp/tp) logit slice, and the cross-entropy comes from the slices:
+   * the row max all-reduced (MAX), the row's sum of exponentials and the target's logit (from
+   * its owner) all-reduced (SUM); backward: the slice's softmax minus the one-hot on the owner.
+   * No rank holds (B*T, Vp) logits. One pipeline stage only (pp_first/pp_end 0). */
+  int vocab_parallel;
 } gpt_config;
 
 /* Activation checkpointing policies (Chen et al. 2016; Korthikanti et al. 2022, §5):
@@ -177,6 +186,10 @@ typedef struct gpt_hooks {
    *     of the output over tp, backward identity.
    * Called only when tp_size > 1. */
   int (*region)(void *ud, int which, int backward, float *buf, size_t n);
+  /* Vocabulary parallel (gpt_config.vocab_parallel): all-reduce n elements of `dtype`
+   * (LOOM_F32 or LOOM_F64) of device memory over the tp ranks in place, `op` a loom_red_op
+   * (LOOM_OP_SUM, LOOM_OP_MAX). Required then (the model fails the pass without it). */
+  int (*tp_reduce)(void *ud, void *buf, size_t n, int dtype, int op);
 } gpt_hooks;
 
 #define GPT_REGION_F 0
@@ -240,6 +253,20 @@ typedef struct gpt_model {
   /* the device's 16-bit activation kernels when the model runs them (gpt_config.acts_typed): a
    * host copy of its acts16 table, owned (freed by gpt_free); NULL otherwise */
   const loom_device_acts16_v1 *a16;
+  /* vocabulary parallel (gpt_config.vocab_parallel; NULL/0 otherwise): vp_ids the rank's local
+   * ids (B,T) int32, vp_zero max_seq_len*C zero floats (a zero wpe and a zero id row), vp_junk
+   * max_seq_len*C floats the split embedding backward's unused outputs go to, vp_red
+   * 2*vp_rows fp64 of device memory for the row statistics' all-reduces (LOOM_MEM_OTHER);
+   * vp_host the host's staging (rows of the logit slice and the statistics) */
+  int32_t *vp_ids;
+  float *vp_zero, *vp_junk;
+  double *vp_red;
+  size_t vp_rows;
+  float *vp_host;
+  size_t vp_host_floats;
+  int32_t *vp_in_host, *vp_tg_host; /* host copies of the last forward's ids and targets */
+  double *vp_stats;                 /* host: 3*vp_rows row statistics (max, sum, target) */
+  double *vp_host_mx;               /* host: vp_rows maxima of the rank's own slice */
 } gpt_model;
 
 /* Check `cfg` and build the parameter table; allocate parameters and gradients on `dev`.
@@ -375,7 +402,19 @@ void gpt_set_train_dloss(gpt_model *m, float dloss);
 /* Copy row `row` (0 <= row < B*T) of the last forward's logits to host memory: its first V
  * floats (the real vocabulary; a padded vocabulary's -inf columns are left out).
  * After a forward with targets under gpt_set_train_dloss, or after any backward, the buffer holds
- * dlogits instead (the model keeps no second (B,T,V) buffer). */
+ * dlogits instead (the model keeps no second (B,T,V) buffer). Under vocabulary parallel: this
+ * rank's slice at its columns and zeros elsewhere (gpt_logits_row_gather sums them). */
 void gpt_logits_row(const gpt_model *m, int row, float *host_out);
+
+/* gpt_logits_row under vocabulary parallel: every tp rank calls it in lockstep; each puts its
+ * slice of the row into a zeroed (Vp) row, hooks->tp_reduce sums them (the gather), and every
+ * rank gets the whole row's first V floats. Without vocabulary parallel: gpt_logits_row.
+ * LOOM_OK, LOOM_NOMEM, or the hook's error. */
+int gpt_logits_row_gather(gpt_model *m, int row, float *host_out, const gpt_hooks *hooks);
+
+/* Rows of wte (and logit columns) this rank holds: Vp/tp under vocabulary parallel, else Vp. */
+static inline int gpt_vocab_local(const gpt_config *c) {
+  return c->vocab_parallel && c->tp_size > 1 ? gpt_vocab_rows(c) / c->tp_size : gpt_vocab_rows(c);
+}
 
 #endif

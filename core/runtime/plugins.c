@@ -112,6 +112,19 @@ static int read_axis_size(loom_runtime *rt, int i, uint64_t caps, char *err, siz
   }
   rt->tp_size = tp;
   json_object_del(pc->options, "size"); /* the plugin sees its own options only */
+  /* "vocab_parallel" (host-level too: the model's layout, gpt_config.vocab_parallel): wte and
+   * the head split over the padded vocabulary (Megatron's VocabParallelEmbedding and parallel
+   * cross-entropy); gpt_init refuses a Vp not divisible by tp, naming the values */
+  json_t *vp = json_object_get(pc->options, "vocab_parallel");
+  if (vp) {
+    if (!json_is_boolean(vp)) {
+      snprintf(err, errlen, "%s: %s.vocab_parallel: expected true or false", cfg->path,
+               pc->json_path);
+      return -1;
+    }
+    rt->tp_vocab = json_is_true(vp);
+    json_object_del(pc->options, "vocab_parallel");
+  }
   return 0;
 }
 

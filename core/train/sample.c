@@ -101,7 +101,15 @@ int loom_trainer_sample(loom_trainer *tr) {
       break;
     }
     /* the logits live on the last pipeline stage: every rank samples from the same row */
-    if (rt->mesh.pp_rank == rt->mesh.pp - 1) gpt_logits_row(&rt->model, w - 1, logits);
+    if (rt->tp_vocab && rt->mesh.tp > 1) { /* each tp rank holds a slice: gather the row */
+      gpt_hooks hooks = loom__forward_hooks(tr);
+      if (gpt_logits_row_gather(&rt->model, w - 1, logits, &hooks) != LOOM_OK) {
+        rc = -1;
+        break;
+      }
+    } else if (rt->mesh.pp_rank == rt->mesh.pp - 1) {
+      gpt_logits_row(&rt->model, w - 1, logits);
+    }
     if (rt->mesh.pp > 1 &&
         loom__ctl_broadcast(rt, rt->mesh.axis[LOOM_AXIS_PP], logits,
                                          (size_t)V, LOOM_F32, rt->mesh.pp - 1) != LOOM_OK) {

@@ -88,10 +88,25 @@ static int hook_region(void *ud, int which, int backward, float *buf, size_t n) 
   return 0;
 }
 
+/* Vocabulary parallel's all-reduces over tp (gpt_hooks.tp_reduce): the host's own traffic,
+ * counted in the communication statistics as the strategy's. */
+static int hook_tp_reduce(void *ud, void *buf, size_t n, int dtype, int op) {
+  loom_trainer *tr = ud;
+  loom_runtime *rt = &tr->rt;
+  if (loom__host_api()->all_reduce(&tr->core_host, rt->mesh.axis[LOOM_AXIS_TP], buf, n,
+                                   (loom_dtype)dtype, (loom_red_op)op, NULL) != LOOM_OK) {
+    if (device_caused(tr)) return -1;
+    fail(tr, "vocab_parallel: all-reduce of %zu elements over the %d tp ranks failed: %s", n,
+         rt->mesh.tp, tr->core_host.error);
+    return -1;
+  }
+  return 0;
+}
+
 static gpt_hooks make_hooks(loom_trainer *tr) {
   gpt_hooks h = {.ud = tr, .pre_forward = hook_pre_forward, .post_forward = hook_post_forward,
                  .pre_backward = hook_pre_backward, .post_backward = hook_post_backward,
-                 .region = hook_region};
+                 .region = hook_region, .tp_reduce = hook_tp_reduce};
   return h;
 }
 
@@ -288,7 +303,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                    .max_seq_len = cfg->model.context_length,
                    .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
                    .n_embd = cfg->model.n_embd, .tp_size = rt->mesh.tp,
-                   .tp_rank = rt->mesh.tp_rank,
+                   .tp_rank = rt->mesh.tp_rank, .vocab_parallel = rt->tp_vocab,
                    .ckpt_policy = cfg->activation_checkpointing.policy,
                    .ckpt_every = cfg->activation_checkpointing.every,
                    .dtype = (int)rt->compute_dtype, .param_dtype = (int)rt->plan.v.param_dtype,

@@ -5,7 +5,11 @@
  * holds n_head/tp heads of attn.qkv (column-parallel: its heads' q, k and v rows) and the
  * matching input columns of attn.proj (row-parallel), and 4C/tp hidden units of mlp.fc
  * (column-parallel) and mlp.proj (row-parallel). Embeddings, LayerNorms and the row-parallel
- * biases are replicated (the bias is added by tp rank 0 only).
+ * biases are replicated (the bias is added by tp rank 0 only), unless the entry's host-level
+ * key "vocab_parallel" is true: then the host splits wte (tied with the head) over the padded
+ * vocabulary and runs the embedding's sum and the cross-entropy's row statistics over the tp
+ * communicator itself (core/model/gpt.c, docs/parallelism.md); this plugin sees only that wte
+ * is one more split tensor.
  *
  * The plugin's part is the communication at Megatron's two conjugate operators, which the host
  * calls through `region` inside every block:

