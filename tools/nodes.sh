@@ -171,6 +171,19 @@ up() {
   echo "bed $id: $n nodes $(node_host "$id" 1)..$(node_host "$id" "$n") on $(subnet "$id")"
 }
 
+# SIGKILL every process in network namespace $1 (a node's holder, orted, ranks), a few rounds:
+# a fork racing one round is caught by the next
+kill_ns() {
+  local pids
+  for _ in 1 2 3; do
+    pids=$(ip netns pids "$1" 2>/dev/null)
+    [ -n "$pids" ] || break
+    # shellcheck disable=SC2086
+    kill -9 $pids 2>/dev/null
+    sleep 0.05
+  done
+}
+
 down() {
   local id=$1 k ns
   check_id "$id"
@@ -178,15 +191,7 @@ down() {
   for k in $(seq 1 $n); do
     ns=$(node_ns "$id" "$k")
     [ -e "/run/netns/$ns" ] || continue
-    # every process in the node (the holder, orted, ranks); twice: a fork racing the first
-    local pids
-    for _ in 1 2 3; do
-      pids=$(ip netns pids "$ns" 2>/dev/null)
-      [ -n "$pids" ] || break
-      # shellcheck disable=SC2086
-      kill -9 $pids 2>/dev/null
-      sleep 0.05
-    done
+    kill_ns "$ns"
     ip netns del "$ns" 2>/dev/null
   done
   ip netns del "$(bridge_ns "$id")" 2>/dev/null
@@ -315,14 +320,7 @@ node_kill() {
     ip -n "$(bridge_ns "$id")" link set "n$k" down
     touch "$RUN_DIR/$id/n$k.cut"
   fi
-  local pids
-  for _ in 1 2 3; do
-    pids=$(ip netns pids "$ns" 2>/dev/null)
-    [ -n "$pids" ] || break
-    # shellcheck disable=SC2086
-    kill -9 $pids 2>/dev/null
-    sleep 0.05
-  done
+  kill_ns "$ns"
   echo "bed $id: node $k killed${cut:+ (link cut)}"
 }
 
