@@ -73,7 +73,12 @@ check_refused "node_size: 3 does not divide the world size 4" --world 4 \
   --set 'comm={"plugin":"mpi","hierarchical":true,"node_size":3}'
 train_refused 4 "node_size: 3 does not divide the world size 4" -- \
   --set 'comm={"plugin":"mpi","hierarchical":true,"node_size":3}'
-train_refused 6 "a communicator of 3 ranks lies unevenly on the nodes (2 on the node of world rank 0, 1 on the node of world rank 3)" -- \
+# dp groups {0,2,4} and {1,3,5} on nodes {0,1,2},{3,4,5}: both are uneven, each names its own
+# counts, and which group's ranks print before mpirun stops the job is a race.
+train_refused 6 "a communicator of 3 ranks lies unevenly on the nodes (" -- \
   --set 'parallel=[{"plugin":"tensor_parallel","size":2},{"plugin":"ddp"}]' \
   --set 'comm={"plugin":"mpi","hierarchical":true,"node_size":3}'
+counts='(2 on the node of world rank 0, 1|1 on the node of world rank 0, 2)'
+grep -qE "unevenly on the nodes \\($counts on the node of world rank 3\\)" "$WORK/fail.log" \
+  || { cat "$WORK/fail.log"; die "uneven communicator: counts not named"; }
 echo "hybrid_refused: every bad input refused before training, naming the value"
