@@ -534,6 +534,8 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
     snprintf(e->plugins[i].name, sizeof e->plugins[i].name, "%s", cfg->parallel[i].name);
     e->plugins[i].caps = rt->parallel[i].u.hdr.caps;
   }
+  /* the batch before the storage plan: a DeepSpeed file's rule may derive grad_accum_steps */
+  if (loom_config_check_batch(cfg, world, err, errlen) != 0) goto out;
   /* the storage plan the host will follow (storage_plan.c), for `world` data-parallel ranks:
    * the dtypes of the flat buffers, and whether the gradient sync only sums (predivided) */
   loom__storage_plan(rt, e->dtype, world, &rt->plan);
@@ -546,7 +548,6 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
              world);
     goto out;
   }
-  if (loom_config_check_batch(cfg, world, err, errlen) != 0) goto out;
   e->n_layer = cfg->model.n_layer;
   e->n_head = cfg->model.n_head;
   e->n_embd = cfg->model.n_embd;

@@ -64,6 +64,10 @@ static void usage(FILE *out) {
           "       loom version\n"
           "       loom help [COMMAND]                      this text, or one command's\n"
           "\n"
+          "--deepspeed FILE (train, check, estimate) reads a DeepSpeed config\n"
+          "  (ds_config.json) for the parallel, precision, optimizer, batch and clipping\n"
+          "  settings; `loom check CONFIG --deepspeed FILE` shows its mapping key by key\n"
+          "  (docs/config.md, \"DeepSpeed configs\"). Same as --set deepspeed=FILE.\n"
           "--set KEY=VALUE overrides one config key (repeatable, applied in order):\n"
           "  KEY is a dotted path into the config: train.steps, optimizer.lr,\n"
           "      parallel[0].plugin (arrays by index; missing objects are created)\n"
@@ -95,12 +99,14 @@ static int command_help(FILE *out, const char *cmd) {
     loom_launch_help(out);
   } else if (!strcmp(cmd, "check")) {
     fprintf(out,
-            "usage: loom check CONFIG [--set KEY=VALUE]... [--world N]\n"
+            "usage: loom check CONFIG [--set KEY=VALUE]... [--world N] [--deepspeed FILE]\n"
             "Validate CONFIG as 'loom train' would before its first step, without training:\n"
             "every key, the plugins (loaded and created with their options), the data files\n"
             "(shards and vocabulary opened and checked), the batch arithmetic and the\n"
             "parallel layout on N ranks (--world N, default 1). Prints 'CONFIG: ok' or one\n"
-            "error line; exit status 0 or 1.\n");
+            "error line; exit status 0 or 1. With a DeepSpeed file (--deepspeed FILE or the\n"
+            "config's \"deepspeed\" key) it first prints one line per key of that file: what\n"
+            "it maps to in loom's schema, accepted with a note, or refused and why.\n");
   } else if (!strcmp(cmd, "estimate")) {
     fprintf(out,
             "usage: loom estimate CONFIG [--set KEY=VALUE]... [--world N] [--ranks-per-node K]\n"
@@ -138,13 +144,41 @@ static int command_help(FILE *out, const char *cmd) {
 
 static int is_help_flag(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
 
-/* Collect --set overrides (and --set=...); returns the count or -1 on a bad argument. */
+/* `--deepspeed FILE` is the override deepspeed="FILE" (FILE as a JSON string, whatever it
+ * reads like): the config's "deepspeed" key, applied in order with the --set ones. */
+static const char *deepspeed_override(const char *file) {
+  static char buf[2 * LOOM_PATH_MAX + 16];
+  json_t *s = json_string(file);
+  char *q = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
+  json_decref(s);
+  if (!q || strlen(q) + 12 > sizeof buf) {
+    free(q);
+    fprintf(stderr, "loom: --deepspeed: expected a file name of valid UTF-8, < %d bytes\n",
+            LOOM_PATH_MAX);
+    return NULL;
+  }
+  snprintf(buf, sizeof buf, "deepspeed=%s", q);
+  free(q);
+  return buf;
+}
+
+/* Collect --set overrides (and --set=...) and --deepspeed FILE; returns the count or -1 on a
+ * bad argument. */
 static int parse_overrides(int argc, char **argv, int first, const char **out, int max) {
   int n = 0;
   for (int i = first; i < argc; i++) {
     const char *v = NULL;
     if (!strcmp(argv[i], "--set") && i + 1 < argc) v = argv[++i];
     else if (!strncmp(argv[i], "--set=", 6)) v = argv[i] + 6;
+    else if (!strcmp(argv[i], "--deepspeed") && i + 1 < argc) {
+      if (!(v = deepspeed_override(argv[++i]))) return -1;
+    } else if (!strncmp(argv[i], "--deepspeed=", 12)) {
+      if (!(v = deepspeed_override(argv[i] + 12))) return -1;
+    } else if (!strcmp(argv[i], "--deepspeed")) {
+      fprintf(stderr, "loom: --deepspeed needs a value after it (a DeepSpeed config file, "
+              "ds_config.json)\n");
+      return -1;
+    }
     else if (!strcmp(argv[i], "--world") && i + 1 < argc) { /* only train gets here so */
       fprintf(stderr, "loom: --world is for loom check and estimate; train runs on the ranks "
               "its launcher starts (mpirun -np N loom train CONFIG)\n");
@@ -267,6 +301,8 @@ static int cmd_check(int argc, char **argv) {
   int n = parse_args(argc, argv, &world, NULL, NULL, overrides, 64);
   if (n < 0) return 2;
   char err[2048], start[1400];
+  /* the DeepSpeed file's mapping, key by key, before the verdict (refused keys included) */
+  loom_config_deepspeed_report(stdout, argv[2], overrides, n);
   if (loom_preflight(argv[2], overrides, n, world, NULL, start, sizeof start, err,
                      sizeof err) != 0) {
     loom__put_line(stderr, "loom: error: ", err);
@@ -325,7 +361,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "conformance")) return loom_conformance_main(argc, argv);
   /* `loom train --help`, `loom check CONFIG -h`: help, never a config file named --help */
   for (int i = 2; i < argc; i++) {
-    if (!strcmp(argv[i - 1], "--set")) continue; /* a value, even if it reads "-h" */
+    if (!strcmp(argv[i - 1], "--set") || !strcmp(argv[i - 1], "--deepspeed"))
+      continue; /* a value, even if it reads "-h" */
     if (is_help_flag(argv[i]) && command_help(stdout, cmd) == 0) return 0;
   }
   if (!strcmp(cmd, "launch")) return loom_cmd_launch(argc, argv);

@@ -15,6 +15,7 @@
 #include "config_internal.h"
 #include "model/gpt.h"
 #include "util/input_file.h"
+#include "util/one_line.h"
 #include "../util/fs_util.h"
 
 #define PARSE_FLAGS JSON_REJECT_DUPLICATES
@@ -647,6 +648,11 @@ static int finish(loom_config *cfg, const char *file, json_t *root, const char *
     if (apply_override(root, overrides[i], err, errlen)) goto fail;
   }
   normalize_parallel(root);
+  /* a DeepSpeed file is read into loom's sections first: everything below checks the result
+   * as it checks a loom config of its own */
+  if (json_object_get(root, "deepspeed") &&
+      loom__deepspeed_apply(root, file, &cfg->deepspeed, err, errlen))
+    goto fail;
   loom_options top = {.file = file, .obj = root};
   if (loom_opt_check_keys(&top, top_keys, err, errlen) || load_model(&c) ||
       load_activation_checkpointing(&c) || load_data(&c) ||
@@ -722,6 +728,7 @@ void loom_config_free(loom_config *cfg) {
   json_decref(cfg->checkpoint.options);
   for (int i = 0; i < LOOM_MAX_PARALLEL; i++) json_decref(cfg->parallel[i].options);
   json_decref(cfg->root);
+  json_decref(cfg->deepspeed.report);
   memset(cfg, 0, sizeof *cfg);
 }
 
@@ -730,6 +737,24 @@ int loom_config_check_batch(loom_config *cfg, int dp_size, char *err, size_t err
   if (dp_size < 1)
     return loom__opt_error(&o, "global_batch_size", err, errlen,
                            "data-parallel size must be >= 1, got %d", dp_size);
+  if (cfg->deepspeed.path[0]) {
+    long long tb = cfg->train.global_batch_size, mb = cfg->train.micro_batch_size,
+              ga = cfg->train.grad_accum_steps;
+    if (loom__deepspeed_batch(cfg->deepspeed.path, cfg->deepspeed.given, dp_size, &tb, &mb, &ga,
+                              err, errlen))
+      return -1;
+    if (tb > INT_MAX || ga > LOOM_MAX_COUNT || mb > LOOM_MAX_COUNT ||
+        mb * cfg->train.seq_len > INT_MAX)
+      return loom__opt_error(&o, "micro_batch_size", err, errlen,
+                             "%lld x seq_len %d (from %s's batch rule: train_batch_size %lld, "
+                             "gradient_accumulation_steps %lld) is more than %d tokens per "
+                             "micro-batch or a count above 2^30",
+                             mb, cfg->train.seq_len, cfg->deepspeed.path, tb, ga, INT_MAX);
+    cfg->train.global_batch_size = (int)tb;
+    cfg->train.micro_batch_size = (int)mb;
+    cfg->train.grad_accum_steps = (int)ga;
+    return 0;
+  }
   int b = cfg->train.micro_batch_size, a = cfg->train.grad_accum_steps;
   long long want = (long long)b * a * dp_size;
   if (want > INT_MAX)
@@ -747,4 +772,32 @@ int loom_config_check_batch(loom_config *cfg, int dp_size, char *err, size_t err
                            "%d (= %lld)",
                            cfg->train.global_batch_size, b, a, dp_size, want);
   return 0;
+}
+
+int loom_config_deepspeed_report(FILE *out, const char *path, const char *const *overrides,
+                                 int n_overrides) {
+  char err[1024];
+  size_t len;
+  char *text = path ? loom__read_regular(path, CONFIG_MAX_BYTES, &len, err, sizeof err) : NULL;
+  if (!text) return 0;
+  json_t *root = json_loadb(text, len, PARSE_FLAGS, NULL);
+  free(text);
+  int n = 0;
+  for (int i = 0; json_is_object(root) && overrides && i < n_overrides; i++) {
+    normalize_parallel(root);
+    if (apply_override(root, overrides[i], err, sizeof err)) goto out;
+  }
+  normalize_parallel(root);
+  if (!json_is_object(root) || !json_object_get(root, "deepspeed")) goto out;
+  loom_deepspeed ds = {0};
+  loom__deepspeed_apply(root, path, &ds, err, sizeof err); /* the load reports its error */
+  size_t i;
+  json_t *line;
+  json_array_foreach(ds.report, i, line) loom__put_line(out, "loom: deepspeed: ",
+                                                        json_string_value(line));
+  n = (int)json_array_size(ds.report);
+  json_decref(ds.report);
+out:
+  json_decref(root);
+  return n;
 }

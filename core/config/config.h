@@ -9,7 +9,10 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
+
+#include "deepspeed.h"
 
 #define LOOM_MAX_PARALLEL 8
 #define LOOM_PATH_MAX 512
@@ -128,6 +131,9 @@ typedef struct loom_config {
     char format[16];          /* "safetensors" (Hugging Face GPT-2 names) or "llmc" (llm.c's
                                  model file); "" in the file = from path's extension */
   } init_from;                /* ignored when the run resumes from a checkpoint */
+
+  loom_deepspeed deepspeed;   /* "deepspeed": the DeepSpeed file read into the sections above
+                                 (deepspeed.h); its path "" when the config names none */
 } loom_config;
 
 /* Read and validate `path` into cfg (which need not be initialised; a loaded one must be
@@ -142,11 +148,20 @@ int loom_config_load_string(loom_config *cfg, const char *name, const char *json
                             const char *const *overrides, int n_overrides, char *err,
                             size_t errlen);
 
+/* When CONFIG (after the overrides) names a DeepSpeed file: print the mapping, one line a key
+ * ("loom: deepspeed: FILE: PATH = VALUE: mapped -> ...", accepted or refused), to out, whether
+ * or not the file is refused (the load then says why). Returns the number of lines, 0 when
+ * CONFIG names none or cannot be read (loom_config_load reports that). */
+int loom_config_deepspeed_report(FILE *out, const char *path, const char *const *overrides,
+                                 int n_overrides);
+
 /* Release what loom_config_load allocated. Safe on a zeroed struct. */
 void loom_config_free(loom_config *cfg);
 
 /* Check global batch = micro_batch_size * grad_accum_steps * dp_size when global_batch_size is
- * set (else set it). Returns 0, or -1 with a message showing the numbers. */
+ * set (else set it). Returns 0, or -1 with a message showing the numbers. Under a DeepSpeed
+ * file (cfg->deepspeed.path), DeepSpeed's rule instead: of the three numbers either file gives,
+ * any two derive the third (loom__deepspeed_batch), and the micro-batch is checked again. */
 int loom_config_check_batch(loom_config *cfg, int dp_size, char *err, size_t errlen);
 
 /* ---- plugin options: typed getters that report errors with the config file and JSON path ----

@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "../runtime/placement.h"
 #include "../runtime/plugins.h"
 #include "../runtime/pp_split.h"
+#include "util/one_line.h"
 #include "util/test_hooks.h"
 #include "lr_schedule.h"
 #include "metrics.h"
@@ -265,6 +267,25 @@ static int setup_master(loom_trainer *tr) {
   return 0;
 }
 
+/* A DeepSpeed file's mapping in one line, then its accepted keys' notes (what it does not
+ * apply, and why); `loom check --deepspeed` prints every key. */
+static void deepspeed_summary(const loom_config *cfg, int dp) {
+  const loom_deepspeed *ds = &cfg->deepspeed;
+  if (!ds->path[0]) return;
+  printf("loom: deepspeed %s: %d keys mapped, %d accepted, %d DeepSpeed defaults (loom check "
+         "CONFIG --deepspeed %s lists each); train_batch_size %d = micro %d x accumulation %d "
+         "x dp %d\n", ds->path, ds->n_mapped, ds->n_accepted, ds->n_defaults, ds->path,
+         cfg->train.global_batch_size, cfg->train.micro_batch_size,
+         cfg->train.grad_accum_steps, dp);
+  size_t i;
+  json_t *line;
+  json_array_foreach(ds->report, i, line) {
+    const char *l = json_string_value(line);
+    if (strstr(l, ": accepted: ")) loom__put_line(stdout, "loom: deepspeed: ", l);
+  }
+  fflush(stdout); /* before the ranks' own lines, as the start-up lines are */
+}
+
 int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *const *overrides,
                       int n_overrides, const loom_restart_info *restart) {
   memset(tr, 0, sizeof *tr);
@@ -283,6 +304,10 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   if (loom__mesh_init(rt, rt->tp_size, rt->pp_size, e, sizeof e) != 0) return fail(tr, "%s", e);
   loom__host_init(&tr->core_host, rt, "core", cfg->path, "", NULL);
   if (check_same_config(tr) != 0) return -1;
+  /* the batch first: under a DeepSpeed file it derives grad_accum_steps, which the storage plan
+   * and the plugins' create read */
+  if (loom_config_check_batch(cfg, rt->mesh.dp, e, sizeof e) != 0) return fail(tr, "%s", e);
+  if (rt->mesh.world_rank == 0) deepspeed_summary(cfg, rt->mesh.dp);
   if (rt->mesh.dp > 1 && rt->grad_sync_owner < 0)
     return fail(tr, "%s: parallel: %d data-parallel ranks but no plugin owns gradient sync: "
                 "the replicas would drift apart (add {\"plugin\": \"ddp\"})", cfg->path,
@@ -292,7 +317,6 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   if (loom__device_open(rt, cfg->device.threads, e, sizeof e) != 0) return fail(tr, "%s", e);
   if (loom__plugins_create(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
 
-  if (loom_config_check_batch(cfg, rt->mesh.dp, e, sizeof e) != 0) return fail(tr, "%s", e);
   tr->B = cfg->train.micro_batch_size;
   tr->T = cfg->train.seq_len;
   tr->accum = cfg->train.grad_accum_steps;
