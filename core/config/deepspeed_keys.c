@@ -417,13 +417,16 @@ static const ds_key KEYS[] = {
     {"zero_optimization.stage3_gather_fp16_weights_on_model_save", T_BOOL, h_zero_note,
      "`loom export` writes the whole model from a checkpoint", 0, 0, 0},
     {"zero_optimization.mics_shard_size", T_ANY, h_mics, 0, 0, 0, 0},
-    {"zero_optimization.mics_hierarchical_params_gather", T_BOOL, h_only, "false",
+    {"zero_optimization.mics_hierarchical_params_gather", T_BOOL, h_only, "false: one-step "
+     "gather, as loom's",
      "loom gathers parameters in one step", "false", 0},
     {"zero_optimization.zero_hpz_partition_size", T_POS, h_only, "1: no secondary partition",
      "ZeRO++'s hierarchical partitioning is not built", "1", 0},
-    {"zero_optimization.zero_quantized_weights", T_BOOL, h_only, "false", "ZeRO++'s quantized "
+    {"zero_optimization.zero_quantized_weights", T_BOOL, h_only, "false: full-precision "
+     "weights", "ZeRO++'s quantized "
      "weights are not built", "false", 0},
-    {"zero_optimization.zero_quantized_gradients", T_BOOL, h_only, "false", "ZeRO++'s "
+    {"zero_optimization.zero_quantized_gradients", T_BOOL, h_only, "false: full-precision "
+     "gradients", "ZeRO++'s "
      "quantized gradients are not built", "false", 0},
     {"zero_optimization.cpu_offload", T_BOOL, h_refuse, 0, "DeepSpeed's deprecated form: write "
      "offload_optimizer {\"device\": \"cpu\"}", 0, 0},
@@ -458,7 +461,7 @@ static const ds_key KEYS[] = {
      "Adam with L2 regularisation is not built", "true", 0},
     {"optimizer.params.bias_correction", T_BOOL, h_only, "true: loom's AdamW corrects the "
      "moments' bias", "loom's AdamW always corrects", "true", 0},
-    {"optimizer.params.amsgrad", T_BOOL, h_only, "false", "AMSGrad is not built", "false", 0},
+    {"optimizer.params.amsgrad", T_BOOL, h_only, "false: Adam's own second moment", "AMSGrad is not built", "false", 0},
     {"optimizer.params.torch_adam", T_BOOL, h_note, "which implementation DeepSpeed picks; the "
      "same arithmetic", 0, 0, 0},
     {"optimizer.legacy_fusion", T_BOOL, h_note, NOTE_PERF, 0, 0, 0},
@@ -517,17 +520,22 @@ void loom__ds_walk(ds_ctx *c, const char *prefix, json_t *v) {
       k->fn(c, k, path, val);
       continue;
     }
-    /* the keys loom knows at this level, for the message */
-    char known[512] = "";
+    /* the keys loom knows at this level, for the message, when they fit on the line */
+    char known[256] = "";
     size_t n = 0, plen = strlen(prefix);
-    for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0] && n + 40 < sizeof known; i++) {
+    int fits = 1;
+    for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0] && fits; i++) {
       const char *p = KEYS[i].path;
       if (plen && (strncmp(p, prefix, plen) || p[plen] != '.')) continue;
       const char *rest = plen ? p + plen + 1 : p;
       if (strchr(rest, '.')) continue;
       n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", n ? ", " : "", rest);
+      fits = n < sizeof known - 1;
     }
-    loom__ds_line(c, path, NULL, "refused: unknown key (not in DeepSpeed's config reference as "
-                  "loom reads it; known here: %s%s)", known, n + 40 >= sizeof known ? ", ..." : "");
+    if (fits && n)
+      loom__ds_line(c, path, NULL, "refused: unknown key (expected one of: %s)", known);
+    else
+      loom__ds_line(c, path, NULL, "refused: unknown key (docs/config.md, \"DeepSpeed "
+                    "configs\", lists the keys loom reads)");
   }
 }
