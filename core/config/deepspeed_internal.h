@@ -10,7 +10,7 @@ typedef struct ds_ctx {
   int cpu_device;       /* the loom config's device is the built-in CPU one */
   loom_deepspeed *ds;   /* report and counts */
   int n_refused;
-  char first_refused[768]; /* the first refused line, the load's error */
+  char first_refused[900]; /* the first refused line, the load's error */
   /* the keys that decide the others' fate, read before the walk */
   int stage;            /* zero_optimization.stage, 0 when absent (DeepSpeed's default) */
   int has_zero;         /* the file has a zero_optimization section */

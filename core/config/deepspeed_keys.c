@@ -32,7 +32,7 @@ struct ds_key {
 /* ---- lines ------------------------------------------------------------------------------- */
 
 void loom__ds_line(ds_ctx *c, const char *path, const json_t *v, const char *fmt, ...) {
-  char msg[512], got[96] = "", line[768];
+  char msg[640], got[96] = "", line[900];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -520,22 +520,19 @@ void loom__ds_walk(ds_ctx *c, const char *prefix, json_t *v) {
       k->fn(c, k, path, val);
       continue;
     }
-    /* the keys loom knows at this level, for the message, when they fit on the line */
-    char known[256] = "";
+    /* the keys loom knows at this level, for the message: as many as fit */
+    char known[360] = "";
     size_t n = 0, plen = strlen(prefix);
-    int fits = 1;
-    for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0] && fits; i++) {
+    int cut = 0;
+    for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0] && !cut; i++) {
       const char *p = KEYS[i].path;
       if (plen && (strncmp(p, prefix, plen) || p[plen] != '.')) continue;
       const char *rest = plen ? p + plen + 1 : p;
       if (strchr(rest, '.')) continue;
-      n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", n ? ", " : "", rest);
-      fits = n < sizeof known - 1;
+      if (n + strlen(rest) + 2 >= sizeof known) cut = 1;
+      else n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", n ? ", " : "", rest);
     }
-    if (fits && n)
-      loom__ds_line(c, path, NULL, "refused: unknown key (expected one of: %s)", known);
-    else
-      loom__ds_line(c, path, NULL, "refused: unknown key (docs/config.md, \"DeepSpeed "
-                    "configs\", lists the keys loom reads)");
+    loom__ds_line(c, path, NULL, "refused: unknown key (expected one of: %s%s)", known,
+                  cut ? ", ...: docs/config.md, \"DeepSpeed configs\", lists them all" : "");
   }
 }
