@@ -465,11 +465,76 @@ static int load_optimizer(ctx *c) {
   return 0;
 }
 
+/* lr_schedule.type "WarmupLR" | "WarmupDecayLR" | "WarmupCosineLR": DeepSpeed's parameters,
+ * names and defaults (deepspeed/runtime/lr_schedules.py); loom's own keys are refused beside
+ * them, and each parameter outside its scheduler. */
+static int load_lr_deepspeed(ctx *c, loom_options *o, int type) {
+  static const char *const loom_keys[] = {"warmup_steps", "decay", "min_lr", "decay_steps", NULL};
+  static const char *const names[] = {"", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+  loom_config *cfg = c->cfg;
+  loom_lr_ds *d = &cfg->lr_schedule.ds;
+  for (int i = 0; loom_keys[i]; i++)
+    if (json_object_get(o->obj, loom_keys[i]))
+      return loom__opt_error(o, loom_keys[i], c->err, c->errlen, "loom's schedule key, not one "
+                             "of %s's (warmup_num_steps, warmup_type, ...)", names[type]);
+  int cosine = type == LOOM_LR_WARMUP_COSINE;
+  static const char *const lr_keys[] = {"warmup_min_lr", "warmup_max_lr"};
+  static const char *const ratio_keys[] = {"warmup_min_ratio", "cos_min_ratio"};
+  for (int i = 0; i < 2; i++) {
+    const char *k = cosine ? lr_keys[i] : ratio_keys[i];
+    if (json_object_get(o->obj, k))
+      return loom__opt_error(o, k, c->err, c->errlen, "not a parameter of %s", names[type]);
+  }
+  if (type == LOOM_LR_WARMUP && json_object_get(o->obj, "total_num_steps"))
+    return loom__opt_error(o, "total_num_steps", c->err, c->errlen, "not a parameter of "
+                           "WarmupLR (WarmupDecayLR and WarmupCosineLR have it)");
+  if (type != LOOM_LR_WARMUP && !json_object_get(o->obj, "total_num_steps"))
+    return loom__opt_error(o, "total_num_steps", c->err, c->errlen, "required by %s (the step "
+                           "its decay ends at)", names[type]);
+  d->type = type;
+  const char *wt;
+  if (get_int(c, o, "warmup_num_steps", 1000, 0, LOOM_MAX_COUNT, &d->warmup_num_steps) ||
+      get_int(c, o, "total_num_steps", 0, 1, LOOM_MAX_COUNT, &d->total_num_steps) ||
+      loom_opt_string(o, "warmup_type", "log", &wt, c->err, c->errlen) ||
+      get_num(c, o, "warmup_min_lr", 0.0, 0, 0, INFINITY, 0, &d->warmup_min_lr) ||
+      get_num(c, o, "warmup_max_lr", 0.001, 0, 0, INFINITY, 0, &d->warmup_max_lr) ||
+      get_num(c, o, "warmup_min_ratio", 0.0, 0, 0, 1, 0, &d->warmup_min_ratio) ||
+      get_num(c, o, "cos_min_ratio", 0.0001, 0, 0, 1, 0, &d->cos_min_ratio))
+    return -1;
+  if (strcmp(wt, "log") != 0 && strcmp(wt, "linear") != 0)
+    return bad_choice(c, o, "warmup_type", "\"log\" or \"linear\"");
+  d->log_warmup = !strcmp(wt, "log");
+  int w = d->warmup_num_steps < 2 ? 2 : d->warmup_num_steps; /* DeepSpeed's max(2, .) */
+  if (cosine && d->total_num_steps == w) /* DeepSpeed divides by total - warmup there */
+    return loom__opt_error(o, "total_num_steps", c->err, c->errlen, "expected != warmup_num_steps"
+                           " (%d): WarmupCosineLR's cosine divides by their difference", w);
+  /* loom's own fields, unused, at the values that describe no schedule of their own */
+  cfg->lr_schedule.warmup_steps = 0;
+  snprintf(cfg->lr_schedule.decay, sizeof cfg->lr_schedule.decay, "constant");
+  cfg->lr_schedule.min_lr = cfg->optimizer.lr;
+  return 0;
+}
+
 static int load_lr_schedule(ctx *c) {
-  static const char *const keys[] = {"warmup_steps", "decay", "min_lr", "decay_steps", NULL};
+  static const char *const keys[] = {"warmup_steps", "decay", "min_lr", "decay_steps", "type",
+                                     "warmup_num_steps", "warmup_type", "total_num_steps",
+                                     "warmup_min_lr", "warmup_max_lr", "warmup_min_ratio",
+                                     "cos_min_ratio", NULL};
+  static const char *const types[] = {"loom", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
   loom_options o;
   if (section(c, "lr_schedule", keys, &o)) return -1;
   loom_config *cfg = c->cfg;
+  const char *type;
+  if (loom_opt_string(&o, "type", "loom", &type, c->err, c->errlen)) return -1;
+  for (int t = 1; t < 4; t++)
+    if (!strcmp(type, types[t])) return load_lr_deepspeed(c, &o, t);
+  if (strcmp(type, "loom") != 0)
+    return bad_choice(c, &o, "type", "\"loom\" (default), or DeepSpeed's \"WarmupLR\", "
+                      "\"WarmupDecayLR\", \"WarmupCosineLR\"");
+  for (int i = 5; keys[i]; i++)
+    if (json_object_get(o.obj, keys[i]))
+      return loom__opt_error(&o, keys[i], c->err, c->errlen, "a parameter of DeepSpeed's "
+                             "schedulers: set lr_schedule.type (\"WarmupLR\", ...) with it");
   if (get_int(c, &o, "warmup_steps", 0, 0, INT_MAX, &cfg->lr_schedule.warmup_steps)) return -1;
   if (cfg->lr_schedule.warmup_steps > cfg->train.steps)
     return loom__opt_error(&o, "warmup_steps", c->err, c->errlen,

@@ -41,6 +41,25 @@ typedef enum {
   LOOM_ATTN_MATERIALIZED = 2
 } loom_attention_impl;
 
+/* "lr_schedule": {"type": "WarmupLR" | "WarmupDecayLR" | "WarmupCosineLR", ...}: DeepSpeed's
+ * schedulers with their parameters' names and defaults (deepspeed/runtime/lr_schedules.py;
+ * loom_lr_ds_at in train/lr_schedule.h computes them). */
+typedef enum {
+  LOOM_LR_LOOM = 0,       /* "loom" (default): warm-up, then cosine or constant (above) */
+  LOOM_LR_WARMUP = 1,     /* WarmupLR: warmup_min_lr -> warmup_max_lr, then constant */
+  LOOM_LR_WARMUP_DECAY = 2, /* WarmupDecayLR: then linear to 0 at total_num_steps */
+  LOOM_LR_WARMUP_COSINE = 3 /* WarmupCosineLR: ratios of optimizer.lr, cosine to cos_min_ratio */
+} loom_lr_type;
+
+typedef struct loom_lr_ds {
+  int type;             /* loom_lr_type */
+  int log_warmup;       /* warmup_type "log" (DeepSpeed's default, 1) or "linear" (0) */
+  int warmup_num_steps; /* default 1000 (DeepSpeed uses max(2, this)) */
+  int total_num_steps;  /* WarmupDecayLR, WarmupCosineLR: required */
+  double warmup_min_lr, warmup_max_lr; /* WarmupLR, WarmupDecayLR: defaults 0, 0.001 */
+  double warmup_min_ratio, cos_min_ratio; /* WarmupCosineLR: defaults 0, 0.0001 */
+} loom_lr_ds;
+
 typedef struct loom_config {
   char path[LOOM_PATH_MAX]; /* the file it was read from */
   json_t *root;             /* the whole document after overrides (owned) */
@@ -96,6 +115,8 @@ typedef struct loom_config {
     int decay_steps;    /* the cosine's horizon: it reaches min_lr at this step and stays
                            there; 0 (default) = train.steps. Set it to extend a finished run
                            without stretching the cosine (the lr continues at min_lr). */
+    loom_lr_ds ds;      /* lr_schedule.type: one of DeepSpeed's schedulers instead (above
+                           then: warmup 0, "constant", min_lr = lr, unused) */
   } lr_schedule;
 
   struct {

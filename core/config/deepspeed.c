@@ -35,7 +35,12 @@ static void read_deciders(ds_ctx *c, json_t *ds) {
   c->offload_pin = -1;
   c->has_optimizer = json_object_get(ds, "optimizer") != NULL;
   c->has_clip = json_object_get(ds, "gradient_clipping") != NULL;
-  c->has_sched = json_object_get(ds, "scheduler") != NULL;
+  static const char *const sched[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+  json_t *st = at(ds, "scheduler", "type");
+  c->sched_type = st ? -1 : 0;
+  for (int i = 0; i < 3 && json_is_string(st); i++)
+    if (!strcmp(json_string_value(st), sched[i])) c->sched_type = i + 1;
+  c->has_sched = c->sched_type != 0; /* DeepSpeed runs no scheduler without a type */
 }
 
 /* Numbers equal by value (1 and 1.0), objects and arrays member by member. */

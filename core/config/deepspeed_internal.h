@@ -18,6 +18,7 @@ typedef struct ds_ctx {
   int offload_opt;      /* zero_optimization.offload_optimizer.device is "cpu" */
   int offload_pin;      /* its pin_memory: -1 absent, else 0/1 */
   int has_optimizer, has_clip, has_sched;
+  int sched_type;       /* scheduler.type as a loom_lr_type; -1 one loom lacks, 0 absent */
   /* what the keys map to, in loom's schema */
   json_t *hard;         /* {"train": {...}, "optimizer": {...}, "lr_schedule": {...}, ...} */
   json_t *zero;         /* options of parallel[0] (the ZeRO stage's plugin) */

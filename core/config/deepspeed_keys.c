@@ -316,20 +316,39 @@ static void h_weight_decay(ds_ctx *c, const ds_key *k, const char *path, json_t 
                   "run (0 maps)");
 }
 
-static void h_scheduler(ds_ctx *c, const ds_key *k, const char *path, json_t *v) {
-  (void)k;
-  loom__ds_line(c, path, v, "refused: loom's lr_schedule (linear warm-up from 0 reaching lr at "
-                "step warmup_steps, then cosine or constant) has no form of DeepSpeed's "
-                "schedulers, which start at warmup_min_lr on step 1 (and warm up "
-                "logarithmically by default): leave \"scheduler\" out and set lr_schedule in "
-                "the loom config");
+static const char *const SCHEDULERS[] = {"", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+
+static void h_sched_type(ds_ctx *c, const ds_key *k, const char *path, json_t *v) {
+  if (!type_ok(c, k, path, v)) return;
+  if (c->sched_type > 0)
+    mapped(c, path, v, "lr_schedule.type", json_string(SCHEDULERS[c->sched_type]));
+  else
+    loom__ds_line(c, path, v, "refused: loom has DeepSpeed's WarmupLR, WarmupDecayLR and "
+                  "WarmupCosineLR; %s is not built", json_string_value(v));
 }
 
-#define Z012 7
+/* A scheduler parameter of the schedulers in k->stages (bit t = loom_lr_type t). */
+static void h_sched(ds_ctx *c, const ds_key *k, const char *path, json_t *v) {
+  if (c->sched_type > 0 && !(k->stages >> c->sched_type & 1)) {
+    loom__ds_line(c, path, v, "refused: not a parameter of %s (DeepSpeed raises a TypeError)",
+                  SCHEDULERS[c->sched_type]);
+    return;
+  }
+  if (c->sched_type <= 0) {
+    if (type_ok(c, k, path, v))
+      loom__ds_line(c, path, v, "accepted: no effect without a scheduler.type loom has");
+    return;
+  }
+  h_map(c, k, path, v);
+}
+
 #define Z123 14
 #define Z12 6
-#define Z3 8
-#define ZALL 15
+/* schedulers (bits of loom_lr_type) */
+#define S_LR 6     /* WarmupLR, WarmupDecayLR */
+#define S_TOTAL 12 /* WarmupDecayLR, WarmupCosineLR */
+#define S_COS 8    /* WarmupCosineLR */
+#define S_ALL 14
 
 static const char NOTE_PERF[] = "a performance knob of DeepSpeed's own implementation, no "
                                 "effect on loom's (same arithmetic)";
@@ -465,7 +484,21 @@ static const ds_key KEYS[] = {
     {"optimizer.params.torch_adam", T_BOOL, h_note, "which implementation DeepSpeed picks; the "
      "same arithmetic", 0, 0, 0},
     {"optimizer.legacy_fusion", T_BOOL, h_note, NOTE_PERF, 0, 0, 0},
-    {"scheduler", T_ANY, h_scheduler, 0, 0, 0, 0},
+    {"scheduler", T_OBJ, h_section, 0, 0, 0, 0},
+    {"scheduler.type", T_STR, h_sched_type, 0, 0, 0, 0},
+    {"scheduler.params", T_OBJ, h_section, 0, 0, 0, 0},
+    {"scheduler.params.warmup_min_lr", T_NUM, h_sched, "lr_schedule.warmup_min_lr", 0, 0, S_LR},
+    {"scheduler.params.warmup_max_lr", T_NUM, h_sched, "lr_schedule.warmup_max_lr", 0, 0, S_LR},
+    {"scheduler.params.warmup_num_steps", T_INT, h_sched, "lr_schedule.warmup_num_steps", 0, 0,
+     S_ALL},
+    {"scheduler.params.warmup_type", T_STR, h_sched, "lr_schedule.warmup_type", 0, 0, S_ALL},
+    {"scheduler.params.total_num_steps", T_POS, h_sched, "lr_schedule.total_num_steps", 0, 0,
+     S_TOTAL},
+    {"scheduler.params.warmup_min_ratio", T_NUM, h_sched, "lr_schedule.warmup_min_ratio", 0, 0,
+     S_COS},
+    {"scheduler.params.cos_min_ratio", T_NUM, h_sched, "lr_schedule.cos_min_ratio", 0, 0, S_COS},
+    {"scheduler.params.last_batch_iteration", T_ANY, h_only, "-1: a fresh start (a resumed loom "
+     "run continues at its checkpoint's step)", "loom's scheduler starts at -1", "-1", 0},
     /* sections of DeepSpeed features loom's DeepSpeed import leaves to the loom config */
     {"activation_checkpointing", T_OBJ, h_note, "it configures deepspeed.checkpointing calls "
      "in the model's code; loom's is the loom config's activation_checkpointing", 0, 0, 0},

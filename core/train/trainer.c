@@ -887,9 +887,7 @@ int loom_trainer_run(loom_trainer *tr) {
   for (int step = start + 1; step <= steps; step++) {
     double t = now_s();
     /* the schedule advances on the steps taken only (skipped steps: trainer.h) */
-    double lr = loom_lr_at(step - tr->skipped_steps, horizon, cfg->lr_schedule.warmup_steps,
-                           cfg->optimizer.lr,
-                           cfg->lr_schedule.min_lr, strcmp(cfg->lr_schedule.decay, "cosine") == 0);
+    double lr = loom_lr_config(cfg, step - tr->skipped_steps);
     if (trace_data(tr, step) != 0) return -1;
     loom_step_metrics sm = {.step = step, .lr = lr};
     if (train_step(tr, step, lr, &sm) != 0) return -1;

@@ -241,11 +241,7 @@ static const char *ckpt_error(loom_trainer *tr) {
 }
 
 /* The lr step `step` runs at under the config's schedule. */
-static double config_lr(const loom_config *cfg, int step) {
-  return loom_lr_at(step, loom_lr_horizon(cfg->train.steps, cfg->lr_schedule.decay_steps),
-                    cfg->lr_schedule.warmup_steps, cfg->optimizer.lr, cfg->lr_schedule.min_lr,
-                    strcmp(cfg->lr_schedule.decay, "cosine") == 0);
-}
+static double config_lr(const loom_config *cfg, int step) { return loom_lr_config(cfg, step); }
 
 /* The metadata document of ckpt_meta.h for the state after step tr->step. */
 static json_t *meta_json(loom_trainer *tr) {

@@ -150,13 +150,14 @@ static void report_schedule(report *r, loom_trainer *tr, const loom_ckpt_meta *m
   num_change(r, "optimizer.lr", m->schedule.lr, cfg->optimizer.lr, "the peak lr");
   num_change(r, "lr_schedule.min_lr", m->schedule.min_lr, cfg->lr_schedule.min_lr,
              "the floor");
-  double now = loom_lr_at(next, horizon, cfg->lr_schedule.warmup_steps, cfg->optimizer.lr,
-                          cfg->lr_schedule.min_lr, cosine);
+  double now = loom_lr_config(cfg, next);
   double saved = loom_lr_at(next, m->schedule.horizon, m->schedule.warmup_steps, m->schedule.lr,
                             m->schedule.min_lr, m->schedule.cosine);
   if (r->n == before) return;
   line(r, "lr: step %d runs at %.6g; the checkpoint's step %d ran at %.6g", next, now, m->step,
        m->schedule.last_lr);
+  /* a DeepSpeed scheduler (lr_schedule.type) is not in the checkpoint's schedule record */
+  if (cfg->lr_schedule.ds.type != LOOM_LR_LOOM) return;
   if (fabs(now - saved) <= 1e-6 * fmax(fabs(now), fabs(saved))) return;
   fflush(stdout);
   fprintf(stderr, "loom[0] warning: the lr jumps: step %d runs at %.6g where the saved "

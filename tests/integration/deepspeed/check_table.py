@@ -5,7 +5,7 @@ Each row of the table (between the "deepspeed-keys" markers) is a DeepSpeed key,
 value, an optional loom config override, the fate (mapped, accepted, refused) and what loom does.
 For every row this writes a DeepSpeed file holding that key (with the context the key needs:
 fp16.enabled for the scaler keys, a ZeRO stage for the zero_optimization keys, an offload
-device for its sub-keys, a batch size), runs `loom check CONFIG --deepspeed FILE`, and checks:
+device for its sub-keys, a scheduler type for its params, a batch size), runs `loom check CONFIG --deepspeed FILE`, and checks:
   - the key's report line has the row's fate;
   - a mapped row's loom path is the one the line maps to;
   - a refused row makes check fail, with the error naming the key's JSON path;
@@ -67,7 +67,17 @@ def ds_for(key, value):
         nest(ds, "zero_optimization.stage", 3 if z3 else 2)
     if key.startswith("zero_optimization.offload_optimizer.") and not key.endswith(".device"):
         nest(ds, "zero_optimization.offload_optimizer.device", "cpu")
-    nest(ds, key, json.loads(value))
+    if key.startswith("scheduler.params."):
+        name = key.rsplit(".", 1)[1]
+        kind = ("WarmupCosineLR" if name in ("warmup_min_ratio", "cos_min_ratio") else
+                "WarmupDecayLR" if name == "total_num_steps" else "WarmupLR")
+        nest(ds, "scheduler.type", kind)
+        if kind == "WarmupCosineLR":
+            nest(ds, "scheduler.params.total_num_steps", 10000)
+    v = json.loads(value)
+    if key == "scheduler.type" and v in ("WarmupDecayLR", "WarmupCosineLR"):
+        nest(ds, "scheduler.params.total_num_steps", 10000)
+    nest(ds, key, v)
     return ds
 
 

@@ -1,8 +1,9 @@
 #!/bin/bash
 # DeepSpeed configs in the shape of DeepSpeed's documented examples (tests/fixtures/deepspeed/:
-# ZeRO-1, ZeRO-2 with fp16, ZeRO-3 with bf16, bf16 with ZeRO-Offload) each train 2 steps on 2
-# ranks under the plugins they map to; the ZeRO-Offload tutorial's, as written, is refused with
-# one report line per unsupported key (its weight_decay and its scheduler). Bad input is
+# ZeRO-1, ZeRO-2 with fp16, ZeRO-3 with bf16, bf16 with ZeRO-Offload) each train 6 steps on 2
+# ranks under the plugins they map to, each step at the lr DeepSpeed's scheduler gives it
+# (WarmupLR, WarmupDecayLR, WarmupCosineLR: check_ds_lr.py); the ZeRO-Offload tutorial's, as
+# written, is refused with one report line per unsupported key (its weight_decay). Bad input is
 # refused before training by one error line naming the DeepSpeed file and the JSON path: an
 # unknown key, a wrong type, Hugging Face's "auto", NVMe offload, offload_param on a GPU device,
 # a missing file, invalid JSON, a value the loom config sets differently, batch numbers that do
@@ -13,12 +14,14 @@ FIX=$LOOM_SRC/tests/fixtures/deepspeed
 DATA=(--set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin"
       --set "data.vocab=$WORK/data/vocab.json")
 
-runs() { # runs NAME PLUGINS: train FIX/NAME.json 2 steps on 2 ranks, check the plugins line
+runs() { # runs NAME PLUGINS: train FIX/NAME.json 6 steps on 2 ranks, check the plugins line
   local out=$WORK/$1.log
   timeout 300 "${MPIRUN[@]}" -np 2 --bind-to none "$LOOM" train "$FIX/model.json" \
-    --deepspeed "$FIX/$1.json" "${DATA[@]}" --set train.steps=2 >"$out" 2>&1 ||
+    --deepspeed "$FIX/$1.json" "${DATA[@]}" --set "logging.metrics=$WORK/$1.jsonl" >"$out" 2>&1 ||
     { cat "$out" >&2; die "$1.json did not train"; }
   grep -q "^loom: plugins: $2\$" "$out" || { cat "$out" >&2; die "$1.json: expected plugins $2"; }
+  /usr/bin/python3 "$HERE/check_ds_lr.py" "$FIX/$1.json" "$WORK/$1.jsonl" 1e-3 ||
+    die "$1.json: the lr of each step is not DeepSpeed's"
   echo "$1.json: trains as $2"
 }
 runs zero1 "zero1 fp32"
@@ -45,14 +48,18 @@ refused() {
 }
 ds() { printf '%s\n' "$1" >"$WORK/$2"; echo "$WORK/$2"; } # ds JSON NAME: a DeepSpeed file
 
-# the ZeRO-Offload tutorial as written: one line for each of its two unsupported keys
+# the ZeRO-Offload tutorial as written: one line for its one unsupported key
 refused "$FIX/model.json" --deepspeed "$FIX/zero_offload.json" -- \
-  "zero_offload.json: optimizer.params.weight_decay = 3e-7: refused" "(and 1 more refused keys"
+  "zero_offload.json: optimizer.params.weight_decay = 3e-7: refused"
 grep '^loom: deepspeed: .*: refused: ' "$WORK/out" >"$WORK/refused"
-[ "$(wc -l <"$WORK/refused")" = 2 ] || { cat "$WORK/out"; die "expected 2 refused lines"; }
-grep -q 'zero_offload.json: optimizer.params.weight_decay = 3e-7: refused: ' "$WORK/refused" &&
-  grep -q 'zero_offload.json: scheduler = .*: refused: ' "$WORK/refused" || die "not the two keys"
+[ "$(wc -l <"$WORK/refused")" = 1 ] || { cat "$WORK/out"; die "expected 1 refused line"; }
+grep -q 'zero_offload.json: optimizer.params.weight_decay = 3e-7: refused: ' "$WORK/refused" ||
+  die "not the weight_decay key"
 [ "$(grep -c '^loom: deepspeed: ' "$WORK/out")" -gt 10 ] || die "the other keys have no lines"
+# two unsupported keys: two lines, and the error counts the second
+refused "$FIX/model.json" --deepspeed "$(ds '{"train_batch_size": 8, "prescale_gradients": true, "zero_optimization": {"stage": 2, "reduce_scatter": false}}' two.json)" -- \
+  "two.json: prescale_gradients = true: refused" "(and 1 more refused keys"
+[ "$(grep -c '^loom: deepspeed: .*: refused: ' "$WORK/out")" = 2 ] || { cat "$WORK/out"; die "expected 2 refused lines"; }
 
 M=$FIX/model.json
 B='"train_micro_batch_size_per_gpu": 2'
@@ -82,6 +89,10 @@ refused "$M" --world 3 --deepspeed "$FIX/lesson.json" -- \
   "lesson.json: train_batch_size 128 != train_micro_batch_size_per_gpu 10 x gradient_accumulation_steps 4 x data-parallel size 3"
 refused "$M" --deepspeed "$(ds '{"gradient_accumulation_steps": 4}' nobatch.json)" -- \
   "nobatch.json: train_batch_size: Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided"
+refused "$M" --deepspeed "$(ds "{$B, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"cos_min_ratio\": 0.1}}}" sched.json)" -- \
+  "sched.json: scheduler.params.cos_min_ratio = 0.1: refused: not a parameter of WarmupLR"
+refused "$M" --set 'lr_schedule={"type":"WarmupLR","warmup_steps":2}' -- \
+  "model.json: lr_schedule.warmup_steps: loom's schedule key, not one of WarmupLR's"
 refused "$M" --deepspeed "$(ds '[1, 2]' array.json)" -- \
   "array.json: expected a JSON object at the top level, got [1,2]"
 # the same value in both files is no conflict; a loom key the file does not hold is kept
