@@ -3,6 +3,7 @@
  * every later step at min_lr, also when that run had no cosine phase (train.steps <=
  * warmup_steps + 1), and the config must accept the decay_steps the resume message advises. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -59,11 +60,39 @@ START_TEST(decay_steps_equal_to_warmup_is_accepted) {
 }
 END_TEST
 
+/* DeepSpeed's schedulers at their ends (lr_schedule.type): step 1 runs at iteration -1, step k
+ * at k - 2; the warm-up's last iteration W - 1, the peak from W; WarmupDecayLR at 0 from
+ * total_num_steps on; WarmupCosineLR at 0 on step 1 and at cos_min_ratio x lr at its end. */
+START_TEST(deepspeed_schedulers) {
+  loom_lr_ds w = {.type = LOOM_LR_WARMUP, .log_warmup = 0, .warmup_num_steps = 4,
+                  .warmup_min_lr = 1e-5, .warmup_max_lr = 1e-3};
+  ck_assert(loom_lr_ds_at(&w, LR, 1) == 1e-5);           /* it -1: min */
+  ck_assert(loom_lr_ds_at(&w, LR, 2) == 1e-5);           /* it 0: gamma 0 */
+  ck_assert(loom_lr_ds_at(&w, LR, 4) == 1e-5 + (1e-3 - 1e-5) * 0.5);
+  ck_assert(loom_lr_ds_at(&w, LR, 6) == 1e-3);           /* it 4 = W: the peak */
+  ck_assert(loom_lr_ds_at(&w, LR, 1000) == 1e-3);
+  w.log_warmup = 1; /* log(it + 1) / log(W): log(2)/log(4) = 0.5 at it 1 */
+  ck_assert(fabs(loom_lr_ds_at(&w, LR, 3) - (1e-5 + (1e-3 - 1e-5) * 0.5)) < 1e-18);
+  loom_lr_ds d = w;
+  d.type = LOOM_LR_WARMUP_DECAY, d.total_num_steps = 10, d.warmup_min_lr = 0;
+  ck_assert(loom_lr_ds_at(&d, LR, 6) == 1e-3);           /* it 4: (10 - 4) / (10 - 4) */
+  ck_assert(loom_lr_ds_at(&d, LR, 9) == 1e-3 * 3 / 6);   /* it 7 */
+  ck_assert(loom_lr_ds_at(&d, LR, 12) == 0);             /* it 10 = total */
+  ck_assert(loom_lr_ds_at(&d, LR, 50) == 0);             /* never below 0 */
+  loom_lr_ds c = {.type = LOOM_LR_WARMUP_COSINE, .log_warmup = 0, .warmup_num_steps = 2,
+                  .total_num_steps = 6, .warmup_min_ratio = 0.1, .cos_min_ratio = 0.01};
+  ck_assert(loom_lr_ds_at(&c, LR, 1) == 0);              /* DeepSpeed's get_lr before start */
+  ck_assert(loom_lr_ds_at(&c, LR, 2) == LR * 0.1);       /* it 0: warmup_min_ratio */
+  /* it 5: real_last 4 of real_total 4, cos(pi) = -1: the floor */
+  ck_assert(fabs(loom_lr_ds_at(&c, LR, 7) - LR * 0.01) < 1e-18);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("lr_schedule");
   check_add_tcase(s, "edges",
                   CHECK_TESTS(past_the_horizon_is_min_lr, warmup_and_cosine_ends,
-                              decay_steps_equal_to_warmup_is_accepted),
+                              decay_steps_equal_to_warmup_is_accepted, deepspeed_schedulers),
                   NULL, NULL, 0);
   return check_run_suite(s, CK_FORK_GETENV);
 }
