@@ -210,12 +210,7 @@ static void h_zero(ds_ctx *c, const ds_key *k, const char *path, json_t *v) {
                     "there too)", c->stage);
     return;
   }
-  if (k->fn == h_zero && k->to[0] == '@') h_map(c, k, path, v);
-  else h_note(c, k, path, v);
-}
-
-static void h_zero_note(ds_ctx *c, const ds_key *k, const char *path, json_t *v) {
-  if (type_ok(c, k, path, v)) loom__ds_line(c, path, v, "accepted: %s", k->to);
+  h_map(c, k, path, v);
 }
 
 static void h_prefetch(ds_ctx *c, const ds_key *k, const char *path, json_t *v) {
@@ -410,30 +405,30 @@ static const ds_key KEYS[] = {
      Z123},
     {"zero_optimization.allgather_bucket_size", T_POS, h_zero, "@zero.allgather_bucket_size",
      0, 0, Z12},
-    {"zero_optimization.allgather_partitions", T_BOOL, h_zero_note, "loom all-gathers the "
+    {"zero_optimization.allgather_partitions", T_BOOL, h_note, "loom all-gathers the "
      "partitions (true) in either case", 0, 0, 0},
     {"zero_optimization.reduce_scatter", T_BOOL, h_only, "true: loom's ZeRO reduce-scatters",
      "loom's ZeRO always reduce-scatters", "true", 0},
-    {"zero_optimization.contiguous_gradients", T_BOOL, h_zero_note, "loom's gradients are one "
+    {"zero_optimization.contiguous_gradients", T_BOOL, h_note, "loom's gradients are one "
      "flat buffer: always contiguous", 0, 0, 0},
-    {"zero_optimization.round_robin_gradients", T_BOOL, h_zero_note, NOTE_PERF, 0, 0, 0},
-    {"zero_optimization.load_from_fp32_weights", T_BOOL, h_zero_note, "loom's checkpoints "
+    {"zero_optimization.round_robin_gradients", T_BOOL, h_note, NOTE_PERF, 0, 0, 0},
+    {"zero_optimization.load_from_fp32_weights", T_BOOL, h_note, "loom's checkpoints "
      "hold the fp32 master; a resume loads it", 0, 0, 0},
-    {"zero_optimization.elastic_checkpoint", T_BOOL, h_zero_note, "loom's checkpoints reshard "
+    {"zero_optimization.elastic_checkpoint", T_BOOL, h_note, "loom's checkpoints reshard "
      "to any world size", 0, 0, 0},
-    {"zero_optimization.ignore_unused_parameters", T_BOOL, h_zero_note, "every GPT parameter "
+    {"zero_optimization.ignore_unused_parameters", T_BOOL, h_note, "every GPT parameter "
      "gets a gradient", 0, 0, 0},
-    {"zero_optimization.sub_group_size", T_POS, h_zero_note, NOTE_PERF, 0, 0, 0},
-    {"zero_optimization.stage3_max_live_parameters", T_POS, h_zero_note, "loom's ZeRO-3 holds "
+    {"zero_optimization.sub_group_size", T_POS, h_note, NOTE_PERF, 0, 0, 0},
+    {"zero_optimization.stage3_max_live_parameters", T_POS, h_note, "loom's ZeRO-3 holds "
      "one unit gathered (two with prefetch)", 0, 0, 0},
-    {"zero_optimization.stage3_max_reuse_distance", T_INT, h_zero_note, "loom's ZeRO-3 "
+    {"zero_optimization.stage3_max_reuse_distance", T_INT, h_note, "loom's ZeRO-3 "
      "releases a unit after its pass", 0, 0, 0},
     {"zero_optimization.stage3_prefetch_bucket_size", T_INT, h_prefetch, 0, 0, 0, 0},
-    {"zero_optimization.stage3_param_persistence_threshold", T_INT, h_zero_note, "loom's "
+    {"zero_optimization.stage3_param_persistence_threshold", T_INT, h_note, "loom's "
      "ZeRO-3 shards every tensor", 0, 0, 0},
-    {"zero_optimization.stage3_gather_16bit_weights_on_model_save", T_BOOL, h_zero_note,
+    {"zero_optimization.stage3_gather_16bit_weights_on_model_save", T_BOOL, h_note,
      "`loom export` writes the whole model from a checkpoint", 0, 0, 0},
-    {"zero_optimization.stage3_gather_fp16_weights_on_model_save", T_BOOL, h_zero_note,
+    {"zero_optimization.stage3_gather_fp16_weights_on_model_save", T_BOOL, h_note,
      "`loom export` writes the whole model from a checkpoint", 0, 0, 0},
     {"zero_optimization.mics_shard_size", T_ANY, h_mics, 0, 0, 0, 0},
     {"zero_optimization.mics_hierarchical_params_gather", T_BOOL, h_only, "false: one-step "
