@@ -475,7 +475,8 @@ static const ds_key KEYS[] = {
      "Adam with L2 regularisation is not built", "true", 0},
     {"optimizer.params.bias_correction", T_BOOL, h_only, "true: loom's AdamW corrects the "
      "moments' bias", "loom's AdamW always corrects", "true", 0},
-    {"optimizer.params.amsgrad", T_BOOL, h_only, "false: Adam's own second moment", "AMSGrad is not built", "false", 0},
+    {"optimizer.params.amsgrad", T_BOOL, h_only, "false: Adam's own second moment",
+     "AMSGrad is not built", "false", 0},
     {"optimizer.params.torch_adam", T_BOOL, h_note, "which implementation DeepSpeed picks; the "
      "same arithmetic", 0, 0, 0},
     {"optimizer.legacy_fusion", T_BOOL, h_note, NOTE_PERF, 0, 0, 0},

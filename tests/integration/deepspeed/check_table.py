@@ -5,7 +5,8 @@ Each row of the table (between the "deepspeed-keys" markers) is a DeepSpeed key,
 value, an optional loom config override, the fate (mapped, accepted, refused) and what loom does.
 For every row this writes a DeepSpeed file holding that key (with the context the key needs:
 fp16.enabled for the scaler keys, a ZeRO stage for the zero_optimization keys, an offload
-device for its sub-keys, a scheduler type for its params, a batch size), runs `loom check CONFIG --deepspeed FILE`, and checks:
+device for its sub-keys, a scheduler type for its params, a batch size), runs
+`loom check CONFIG --deepspeed FILE`, and checks:
   - the key's report line has the row's fate;
   - a mapped row's loom path is the one the line maps to;
   - a refused row makes check fail, with the error naming the key's JSON path;
