@@ -43,6 +43,34 @@ for r in "${names[@]}"; do
   echo "== $r vs ref"
   compare "$r" ref
 done
+if [ "${1:-}" = --matrix ]; then
+  # resume across the placement: each leg resumes from the previous leg's checkpoint
+  ck() { echo "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/$1/ckpt\",\"every\":5}"; }
+  leg() { # leg NRANKS NAME FROM STEP 'PLUGINS'
+    local n=$1 name=$2 from=$3 step=$4 par=$5 d
+    d=$(printf 'step-%08d' "$4")
+    rm -rf "$WORK/$name" && mkdir -p "$WORK/$name/ckpt"
+    cp -r "$WORK/$from/ckpt/$d" "$WORK/$name/ckpt/" && printf '%s' "$d" >"$WORK/$name/ckpt/latest"
+    timeout 300 "${MPIRUN[@]}" -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+      --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
+      --set "data.vocab=$WORK/data/vocab.json" $H --set train.micro_batch_size=2 \
+      --set train.grad_accum_steps=4 --set "parallel=$par" \
+      --set "logging.metrics=$WORK/$name/metrics.jsonl" --set logging.interval=5 \
+      --set "$(ck "$name")" >"$WORK/$name/out.log" 2>&1 ||
+      { cat "$WORK/$name/out.log"; die "$name: the resumed run failed"; }
+    grep -q "resumed at step $step" "$WORK/$name/out.log" || die "$name did not resume at step $step"
+  }
+  run 2 r_v2 $H --set train.micro_batch_size=2 --set train.grad_accum_steps=4 \
+    --set "parallel=[$(il 2 2)]" --set "$(ck r_v2)"
+  leg 2 r_v1 r_v2 5 '[{"plugin":"pipeline","size":2,"schedule":"1f1b"}]'
+  leg 1 r_pp1 r_v1 10 '[]'
+  leg 2 r_back r_pp1 15 "[$(il 2 2)]"
+  for x in "r_v1 6:20" "r_pp1 11:20" "r_back 16:20"; do
+    read -r r steps <<<"$x"
+    echo "== $r (resumed) vs ref, steps $steps"
+    compare "$r" ref --steps "$steps"
+  done
+fi
 
 # Refusals, before training, with the numbers.
 expect_refused 2 'needs at least 2 stages and a number of micro-batches that is a multiple of the stages: train.grad_accum_steps is 3, the pipeline has 2 stages' \
