@@ -50,8 +50,8 @@ static int read_pp(loom_runtime *rt, int i, json_t *v, char *err, size_t errlen)
     return -1;
   }
   int pp = (int)json_integer_value(v);
-  /* "chunks" (interleaved 1F1B's model chunks per stage) stays in the plugin's options too:
-   * the schedule is the plugin's, the placement the host's */
+  /* "chunks" (interleaved 1F1B's model chunks per stage): a host key like "size", since the
+   * placement is the host's; the schedule owner asks api->n_chunks (ABI 1.12) */
   json_t *ch = json_object_get(pc->options, "chunks");
   rt->pp_chunks = 1;
   if (ch) {
@@ -98,6 +98,7 @@ static int read_pp(loom_runtime *rt, int i, json_t *v, char *err, size_t errlen)
   }
   rt->pp_size = pp;
   json_object_del(pc->options, "size");
+  json_object_del(pc->options, "chunks");
   return 0;
 }
 

@@ -11,6 +11,7 @@
  * data-parallel sync step), and the warm-up and in-flight counts of the paper. */
 #include <check.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "../../plugins/parallel/pipeline/pipeline_order.h"
@@ -150,6 +151,62 @@ START_TEST(every_order_completes) {
 }
 END_TEST
 
+/* The bubble of an order on an idle machine: every rank's ops timed (a chunk's forward 1/v,
+ * its backward 2/v: one stage's work split over v chunks; sends instantaneous), each op
+ * starting when its rank is free and its input has arrived; the idle fraction of the slowest
+ * rank over the step's span. */
+static double timed_bubble(int sched, int p, int m, int v) {
+  const int V = sched == PP_INTERLEAVED ? v : 1, total = m * V;
+  pp_op *ops[MAXP];
+  double *done_f = calloc((size_t)p * total, sizeof(double)), /* [rank][micro*V+chunk] */
+      *done_b = calloc((size_t)p * total, sizeof(double)), t[MAXP] = {0};
+  int at[MAXP] = {0}, n[MAXP];
+  for (int s = 0; s < p; s++) {
+    ops[s] = malloc((size_t)2 * total * sizeof(pp_op));
+    n[s] = pp_order(sched, p, s, m, V, ops[s]);
+  }
+  for (int left = 1; left;) {
+    left = 0;
+    for (int s = 0; s < p; s++)
+      while (at[s] < n[s]) {
+        pp_op o = ops[s][at[s]];
+        pp_peer x;
+        double ready = t[s];
+        int has = o.fwd ? pp_prev(p, V, s, o.chunk, &x) : pp_next(p, V, s, o.chunk, &x);
+        if (has) {
+          double d = (o.fwd ? done_f : done_b)[x.rank * total + o.micro * V + x.chunk];
+          if (d == 0) break; /* not produced yet */
+          if (d > ready) ready = d;
+        }
+        t[s] = ready + (o.fwd ? 1.0 : 2.0) / V;
+        (o.fwd ? done_f : done_b)[s * total + o.micro * V + o.chunk] = t[s];
+        at[s]++;
+      }
+    for (int s = 0; s < p; s++) left |= at[s] < n[s];
+  }
+  double span = 0, busy = 3.0 * m;
+  for (int s = 0; s < p; s++) span = t[s] > span ? t[s] : span;
+  for (int s = 0; s < p; s++) free(ops[s]);
+  free(done_f), free(done_b);
+  return 1.0 - busy / span;
+}
+
+START_TEST(bubble_is_the_papers) {
+  /* 1F1B: (p - 1)/(m + p - 1); interleaved: (p - 1)/(v*m + p - 1) (Narayanan et al. 2021,
+   * §2.2.1: the bubble divided by v), exactly, on ranks of equal speed */
+  static const int ps[] = {2, 4};
+  for (size_t i = 0; i < 2; i++)
+    for (int m = 4; m <= 16; m += 4)
+      for (int v = 1; v <= 3; v++) {
+        int p = ps[i], sched = v == 1 ? PP_1F1B : PP_INTERLEAVED;
+        if (pp_order_check(sched, p, m, v)) continue;
+        double got = timed_bubble(sched, p, m, v), want = (double)(p - 1) / (v * m + p - 1);
+        ck_assert_msg(fabs(got - want) < 1e-9, "p %d m %d v %d: bubble %.6f, paper %.6f", p, m,
+                      v, got, want);
+      }
+}
+END_TEST
+
 START_TEST(interleaved_order_is_megatrons) {
   /* p 2, v 2, m 4, rank 0: warm-up (2-0-1)*2 + (2-1)*2 = 4 forwards: micro 0, 1 on chunk 0,
    * then micro 0, 1 on chunk 1; the backwards start on chunk 1 (the later virtual stage) */
@@ -180,7 +237,8 @@ END_TEST
 
 int main(void) {
   Suite *s = suite_create("pipeline_order");
-  check_add_tcase(s, "orders", CHECK_TESTS(every_order_completes, interleaved_order_is_megatrons),
+  check_add_tcase(s, "orders", CHECK_TESTS(every_order_completes, interleaved_order_is_megatrons,
+                                         bubble_is_the_papers),
                   NULL, NULL, 60);
   return check_run_suite(s, CK_FORK_GETENV);
 }

@@ -234,7 +234,7 @@ static json_t *stage_tensors_json(loom_runtime *rt) {
       for (int k = 0; k < c.pp_chunks; k++)
         json_array_append_new(ch, json_pack("[i, i]", c.pp_chunk_first[k],
                                             c.pp_chunk_end[k] - 1));
-      json_object_set_new(rec, "chunks", ch);
+      json_object_set_new(rec, "chunk_units", ch);
     }
     json_array_append_new(arr, rec);
     gpt_free(&tmp);

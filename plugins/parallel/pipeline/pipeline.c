@@ -39,7 +39,8 @@
  * fp32 they go from a copy too (one per (micro-batch, chunk) with a previous virtual stage).
  *
  * Options: "schedule": "sequential" | "gpipe" | "1f1b" | "interleaved" (default "1f1b");
- * "chunks": v >= 1 (default 1; > 1 only with "interleaved"), read by the host too (placement). */
+ * The pipeline entry's host key "chunks" (v >= 1, default 1; > 1 only with "interleaved") is the
+ * host's placement; the plugin reads it as api->n_chunks (host ABI 1.12). */
 #include <loom/loom.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -100,8 +101,8 @@ static double now_s(void) {
 
 static int pl_create(const loom_host_api_v1 *api, loom_host *host, const loom_options *opts,
                      void **out) {
-  static const char *const keys[] = {"schedule", "chunks", NULL}; /* "size", "stages": the
-                                                                     host's */
+  static const char *const keys[] = {"schedule", NULL}; /* "size", "stages", "chunks": the
+                                                           host's */
   if (api->opt_check_keys(host, opts, keys)) return LOOM_INVALID_CONFIG;
   const char *name;
   if (api->opt_string(host, opts, "schedule", "1f1b", &name)) return LOOM_INVALID_CONFIG;
@@ -113,9 +114,12 @@ static int pl_create(const loom_host_api_v1 *api, loom_host *host, const loom_op
                    "\"interleaved\", got \"%s\"", name);
     return LOOM_INVALID_CONFIG;
   }
-  int64_t v;
-  if (api->opt_int(host, opts, "chunks", 1, 1, LOOM_ESTIMATE_MAX_CHUNKS, &v))
+  /* the host's placement: model chunks per stage (ABI 1.12; one on an older host) */
+  int64_t v = LOOM_HOST_HAS(api, n_chunks) ? api->n_chunks(host) : 1;
+  if (v < 1 || v > LOOM_ESTIMATE_MAX_CHUNKS) {
+    api->set_error(host, "chunks %lld: expected 1..%d", (long long)v, LOOM_ESTIMATE_MAX_CHUNKS);
     return LOOM_INVALID_CONFIG;
+  }
   int p = api->size(host, LOOM_AXIS_PP);
   int m = LOOM_HOST_HAS(api, n_micro) ? api->n_micro(host) : 0;
   if (v > 1 && sched != PP_INTERLEAVED) {
