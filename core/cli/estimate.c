@@ -383,9 +383,9 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   const uint64_t tokens = 2 * (uint64_t)e->micro_batch * e->seq_len * sizeof(int32_t);
   e->bytes[LOOM_MEM_OTHER] = sat_add(e->bytes[LOOM_MEM_OTHER], sat_mul(tokens, (uint64_t)(k - 1)));
   if (P > 1) {
-    snprintf(e->formula[LOOM_MEM_ACTIVATIONS], 64, "%d in flight x %s pool at B=%d, T=%d%s",
-             k, v > 1 ? "chunk" : "stage", e->micro_batch, e->seq_len,
-             e->act_recompute ? " + recompute" : "");
+    snprintf(e->formula[LOOM_MEM_ACTIVATIONS], 64, "%d %s pool at B=%d, T=%d%s", k,
+             v > 1 ? "chunk slots x" : "in flight x stage", e->micro_batch,
+             e->seq_len, e->act_recompute ? " + recompute" : "");
     const char *after = strstr(e->formula[LOOM_MEM_OTHER], "tokens 2*4*B*T");
     char rest[64];
     snprintf(rest, sizeof rest, "%s", after ? after + strlen("tokens 2*4*B*T") : "");

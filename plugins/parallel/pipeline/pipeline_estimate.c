@@ -14,24 +14,10 @@
  *              neighbour, in 16 bits under a 16-bit precision. */
 #include "pipeline_estimate.h"
 
+#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "pipeline_order.h"
-
-/* The most micro-batches whose chunk-k activations rank s holds at once. */
-static int chunk_peak(int sched, int p, int s, int m, int v, int k) {
-  pp_op *ops = malloc((size_t)2 * m * v * sizeof *ops);
-  if (!ops) return m;
-  int n = pp_order(sched, p, s, m, v, ops), cur = 0, peak = 0;
-  for (int i = 0; i < n; i++) {
-    if (ops[i].chunk != k) continue;
-    cur += ops[i].fwd ? 1 : -1;
-    if (cur > peak) peak = cur;
-  }
-  free(ops);
-  return peak;
-}
 
 void pipeline_estimate_figures(const loom_estimate_plan_v1 *pl, int sched, const char *schedule,
                                int v, loom_estimate_v1 *out) {
@@ -43,7 +29,8 @@ void pipeline_estimate_figures(const loom_estimate_plan_v1 *pl, int sched, const
   out->in_flight = pp_peak_inflight(sched, P, s, m, v);
   if (v > 1 && out->struct_size > offsetof(loom_estimate_v1, in_flight_chunk)) {
     out->n_chunks = v;
-    for (int k = 0; k < v; k++) out->in_flight_chunk[k] = chunk_peak(sched, P, s, m, v, k);
+    for (int k = 0; k < v; k++)
+      out->in_flight_chunk[k] = pp_peak_inflight_chunk(sched, P, s, m, v, k);
   }
   if (P <= 1) return;
   /* (micro, chunk) sets with a next / a previous virtual stage */

@@ -69,11 +69,16 @@ int pp_next(int p, int v, int s, int k, pp_peer *out) {
 }
 
 int pp_peak_inflight(int sched, int p, int s, int m, int v) {
+  return pp_peak_inflight_chunk(sched, p, s, m, v, -1);
+}
+
+int pp_peak_inflight_chunk(int sched, int p, int s, int m, int v, int chunk) {
   if (sched != PP_INTERLEAVED) v = 1;
   pp_op *ops = malloc((size_t)2 * m * v * sizeof *ops);
   if (!ops) return m * v; /* the bound: every activation set at once */
   int n = pp_order(sched, p, s, m, v, ops), cur = 0, peak = 0;
   for (int i = 0; i < n; i++) {
+    if (chunk >= 0 && ops[i].chunk != chunk) continue;
     cur += ops[i].fwd ? 1 : -1;
     if (cur > peak) peak = cur;
   }

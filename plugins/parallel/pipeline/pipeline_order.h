@@ -63,4 +63,7 @@ static inline int pp_defer_grad_sends(int sched) { return sched == PP_INTERLEAVE
 /* The most (micro, chunk) activation sets rank s holds at once under its order (forwards run
  * minus backwards run, at its peak): what its activation memory is made of. */
 int pp_peak_inflight(int sched, int p, int s, int m, int v);
+/* The same for chunk `chunk`'s activation sets alone (-1: every chunk's, pp_peak_inflight):
+ * how many slots the host's pool for that chunk needs. */
+int pp_peak_inflight_chunk(int sched, int p, int s, int m, int v, int chunk);
 #endif
