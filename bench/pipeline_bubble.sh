@@ -25,7 +25,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/loom-bubble.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 if [ -d /usr/share/games/fortunes ]; then src=/usr/share/games/fortunes; else src="$root/core $root/docs"; fi
 "$build/bin/loom-prepare" --out "$work/data" $src >/dev/null 2>&1
-echo "p | schedule | v | m | stage | idle fraction | ideal (p-1)/(v*m+p-1) | peak in flight | peak activations (bytes)"
+echo "p | schedule | v | m | stage | idle fraction | ideal (p-1)/(v*m+p-1) | peak in flight |" \
+  "peak activations (bytes)"
 echo "--|---|---|---|---|---|---|---|---"
 ps=2
 [ $p4 = 1 ] && ps="2 4"

@@ -1,13 +1,15 @@
-/* pipeline.so — pipeline parallelism: the layers split into contiguous stages over the PP axis
- * of the mesh, activations and their gradients sent point-to-point between neighbouring
- * stages, the micro-batches of gradient accumulation scheduled by this plugin (ABI 1.2,
- * LOOM_PAR_CAP_SCHEDULE | LOOM_PAR_CAP_AXIS_PP).
+/* pipeline.so — pipeline parallelism: the layers split into stages over the PP axis of the
+ * mesh (contiguous, or v interleaved chunks per stage), activations and their gradients sent
+ * point-to-point between neighbouring stages, the micro-batches of gradient accumulation
+ * scheduled by this plugin (ABI 1.2; chunks 1.12; LOOM_PAR_CAP_SCHEDULE | LOOM_PAR_CAP_AXIS_PP).
  *
- * The host owns the placement (the entry's host-level "size" = number of stages and optional
- * "stages" = units per stage; by default balanced by parameter count), allocates only the
- * stage's units, keeps the tied wte on the first and the last stage and sums its gradient, and
- * reduces the loss and the gradient norm over the stages. The plugin owns the order in which
- * the stage's micro-steps run, through the entry points of loom_schedule_v1:
+ * The host owns the placement (the entry's host-level "size" = number of stages, optional
+ * "chunks" = model chunks per stage and "stages" = units per (virtual) stage; by default
+ * balanced by parameter count, with chunks n_layer / (p·v) blocks per virtual stage),
+ * allocates only the stage's units, keeps the tied wte on the first and the last stage and
+ * sums its gradient, and reduces the loss and the gradient norm over the stages. The plugin
+ * owns the order in which the stage's micro-steps run, through the entry points of
+ * loom_schedule_v1:
  *
  *   "sequential"  one micro-batch at a time through all stages, forward then backward: the
  *                 plain layer-split model parallelism (only one stage busy at any moment)
