@@ -9,10 +9,10 @@
 # same per-step loss and grad norm and final parameters within compare_runs.py's tolerances
 # (docs/tolerances.md) over 20 steps, with evaluation (the chunked forward-only pass) on; then
 # the refusals, before training, naming the values. --matrix adds pp 4 x v 2 (8 blocks), pp 2 x
-# v 2 x dp 2 with ddp and with zero1, tp 2 x pp 2 x v 2, full activation checkpointing of every
-# second block, bf16 against the 1-rank bf16 run, and resume across the placement: pp 2 v 2 ->
-# pp 2 v 1 -> pp 1 -> pp 2 v 2, each leg resumed from the previous one's checkpoint, against the
-# reference.
+# v 2 x dp 2 with ddp and with zero1, tp 2 x pp 2 x v 2, an explicit "stages" placement (units
+# per virtual stage), full activation checkpointing of every second block, bf16 against the
+# 1-rank bf16 run, and resume across the placement: pp 2 v 2 -> pp 2 v 1 -> pp 1 -> pp 2 v 2,
+# each leg resumed from the previous one's checkpoint, against the reference.
 . "$(dirname "$0")/../lib/lib.sh"
 make_data
 H='--set model.n_head=4 --set model.n_layer=4'
@@ -39,6 +39,8 @@ if [ "${1:-}" = --matrix ]; then
   prun 4 pp2_v2_dp2 2 2 "[$(il 2 2),{\"plugin\":\"ddp\"}]"
   prun 4 pp2_v2_zero1 2 2 "[$(il 2 2),{\"plugin\":\"zero1\"}]"
   prun 4 tp2_pp2_v2 2 4 "[{\"plugin\":\"tensor_parallel\",\"size\":2},$(il 2 2)]"
+  # an explicit placement: units per virtual stage (embedding + 2 blocks, 1 block, 1, head)
+  prun 2 pp2_v2_stages 2 4 "[$(il 2 2 ',"stages":[3,1,1,1]')]"
   # activation checkpointing per chunk: the blocks checkpointed by their global index
   prun 2 pp2_v2_ckpt_every2 2 4 "[$(il 2 2)]" \
     --set 'activation_checkpointing={"policy":"full","every":2}'
