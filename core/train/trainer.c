@@ -948,13 +948,17 @@ int loom_trainer_run(loom_trainer *tr) {
   if (device_failed(tr)) return -1;
   if (gather_peak_memory(tr) != 0) return -1; /* collective: every rank gets here */
   loom_metrics_end(tr);
+  char chunks[160] = ""; /* interleaved: the stage's units are its chunks within the hull */
+  for (int k = 0, n = 0; k < rt->model.cfg.pp_chunks && n < (int)sizeof chunks; k++)
+    n += snprintf(chunks + n, sizeof chunks - (size_t)n, "%s%d..%d", k ? " " : "; chunks ",
+                  rt->model.cfg.pp_chunk_first[k], rt->model.cfg.pp_chunk_end[k] - 1);
   if (rt->mesh.pp > 1) /* every stage's own activation peak (the metrics file is rank 0's) */
     fprintf(stderr, "loom[%d] info: pipeline stage %d of %d (units %d..%d): peak activation "
             "memory %zu bytes; params %zu, grads %zu, optim %zu bytes (loom estimate's "
-            "stages)\n", rt->mesh.world_rank, rt->mesh.pp_rank, rt->mesh.pp,
+            "stages%s)\n", rt->mesh.world_rank, rt->mesh.pp_rank, rt->mesh.pp,
             rt->model.first_unit, rt->model.last_unit,
             rt->dev.bytes_peak[LOOM_MEM_ACTIVATIONS], rt->dev.bytes_peak[LOOM_MEM_PARAMS],
-            rt->dev.bytes_peak[LOOM_MEM_GRADS], rt->dev.bytes_peak[LOOM_MEM_OPTIM]);
+            rt->dev.bytes_peak[LOOM_MEM_GRADS], rt->dev.bytes_peak[LOOM_MEM_OPTIM], chunks);
   return 0;
 }
 
