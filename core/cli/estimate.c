@@ -97,7 +97,7 @@ static void fill_plan(const loom_estimate *e, const gpt_model *m, int s, const u
   pl->first_unit = m->first_unit;
   pl->last_unit = m->last_unit;
   for (int u = m->first_unit; u <= m->last_unit; u++)
-    if (u >= 1 && u <= e->n_layer) {
+    if (u >= 1 && u <= e->n_layer && m->unit_offset[u + 1] > m->unit_offset[u]) { /* held */
       pl->n_blocks++;
       /* a fully recomputed block runs its forward (and its attention's g) again in backward */
       pl->n_recomputed += e->ckpt_policy == GPT_CKPT_FULL &&
@@ -339,7 +339,8 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   memset(st, 0, sizeof *st);
   st->first_unit = m->first_unit;
   st->last_unit = m->last_unit;
-  for (int u = m->first_unit; u <= m->last_unit; u++) st->n_blocks += u >= 1 && u <= e->n_layer;
+  for (int u = m->first_unit; u <= m->last_unit; u++) /* the units held (chunks: not between) */
+    st->n_blocks += u >= 1 && u <= e->n_layer && m->unit_offset[u + 1] > m->unit_offset[u];
   st->psi = e->psi;
   st->act_per_micro = e->bytes[LOOM_MEM_ACTIVATIONS];
   /* micro-batches in flight (the schedule owner's report): each holds its own pool and token
@@ -350,15 +351,41 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   if (P > 1 && sched && sched->in_flight > 0) k = sched->in_flight;
   else if (P > 1 && sched) k = e->accum; /* not reported: every micro-batch */
   st->in_flight = k;
-  e->bytes[LOOM_MEM_ACTIVATIONS] =
-      sat_add(sat_mul(e->bytes[LOOM_MEM_ACTIVATIONS], (uint64_t)k), e->act_recompute);
+  const int v = gpt_n_chunks(&m->cfg);
+  if (P > 1 && v > 1) {
+    /* interleaved: one slot pool per chunk (gpt_chunks.c), chunk c's pool as many slots as
+     * the schedule holds chunk-c micro-batches at once (its per-chunk report; else the
+     * whole in-flight count), each laid out for that chunk alone */
+    uint64_t acts = 0, rec = 0, big = 0;
+    int slots = 0;
+    for (int c = 0; c < v; c++) {
+      gpt_config cc = gpt_chunk_config(&m->cfg, c);
+      int kc = sched && sched->n_chunks == v && c < LOOM_ESTIMATE_MAX_CHUNKS
+                   ? sched->in_flight_chunk[c] : k;
+      uint64_t r = gpt_recompute_bytes(&cc, e->micro_batch, e->seq_len);
+      acts = sat_add(acts, sat_mul(gpt_activation_bytes(&cc, e->micro_batch, e->seq_len),
+                                   (uint64_t)kc));
+      if (r > rec) rec = r; /* the recompute scratch is the model's: the largest chunk's */
+      uint64_t pool = gpt_activation_bytes(&cc, e->micro_batch, e->seq_len);
+      if (pool > big) big = pool;
+      slots += kc;
+    }
+    e->act_recompute = rec;
+    e->bytes[LOOM_MEM_ACTIVATIONS] = sat_add(acts, rec);
+    st->act_per_micro = big; /* the largest chunk's pool */
+    k = slots; /* token buffers: one pair per slot */
+  } else {
+    e->bytes[LOOM_MEM_ACTIVATIONS] =
+        sat_add(sat_mul(e->bytes[LOOM_MEM_ACTIVATIONS], (uint64_t)k), e->act_recompute);
+  }
   /* only the token buffers are per micro-batch; 16-bit storage's fp32 unit work and stage are
    * the model's, once per rank */
   const uint64_t tokens = 2 * (uint64_t)e->micro_batch * e->seq_len * sizeof(int32_t);
   e->bytes[LOOM_MEM_OTHER] = sat_add(e->bytes[LOOM_MEM_OTHER], sat_mul(tokens, (uint64_t)(k - 1)));
   if (P > 1) {
-    snprintf(e->formula[LOOM_MEM_ACTIVATIONS], 64, "%d in flight x stage pool at B=%d, T=%d%s",
-             k, e->micro_batch, e->seq_len, e->act_recompute ? " + recompute" : "");
+    snprintf(e->formula[LOOM_MEM_ACTIVATIONS], 64, "%d %s pool at B=%d, T=%d%s", k,
+             v > 1 ? "chunk slots x" : "in flight x stage", e->micro_batch,
+             e->seq_len, e->act_recompute ? " + recompute" : "");
     const char *after = strstr(e->formula[LOOM_MEM_OTHER], "tokens 2*4*B*T");
     char rest[64];
     snprintf(rest, sizeof rest, "%s", after ? after + strlen("tokens 2*4*B*T") : "");

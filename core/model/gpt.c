@@ -96,6 +96,15 @@ static int cfg_blocks(const gpt_config *c) {
   return hi >= lo ? hi - lo + 1 : 0;
 }
 static int cfg_has_head(const gpt_config *c) { return cfg_last(c) == c->n_layer + 1; }
+/* 1 if the rank holds unit u: in [pp_first, last], and in one of its chunks when it has
+ * several (gpt_config.pp_chunks). */
+static int cfg_holds(const gpt_config *c, int u) {
+  if (u < c->pp_first || u > cfg_last(c)) return 0;
+  if (c->pp_chunks <= 1) return 1;
+  for (int k = 0; k < c->pp_chunks; k++)
+    if (u >= c->pp_chunk_first[k] && u < c->pp_chunk_end[k]) return 1;
+  return 0;
+}
 
 enum {
   N_EMB_PARAMS = GPT_WPE - GPT_WTE + 1,
@@ -601,6 +610,7 @@ static void unit_weights(gpt_model *m, int u) {
 static size_t wwork_size(const gpt_model *m) {
   size_t best = 0;
   for (int u = m->first_unit; u <= m->last_unit; u++) {
+    if (!cfg_holds(&m->cfg, u)) continue; /* between two chunks */
     size_t sum = 0;
     int first = unit_first_param(m, u), n = unit_param_count(m, u);
     for (int i = first; i < first + n; i++) sum += round16(m->params[i].numel);
@@ -686,6 +696,7 @@ static void gwork_size(const gpt_model *m, size_t *total, size_t *wte) {
   *wte = m->first_unit == 0 || has_head(m) ? round16(m->params[0].numel) : 0;
   size_t best = 0;
   for (int u = m->first_unit; u <= m->last_unit; u++) {
+    if (!cfg_holds(&m->cfg, u)) continue; /* between two chunks */
     size_t sum = 0;
     int first = unit_first_param(m, u), n = unit_param_count(m, u);
     for (int i = first; i < first + n; i++)
@@ -1421,6 +1432,7 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
                c->pp_first, cfg_last(c), c->n_layer + 1);
     return LOOM_INVALID_CONFIG;
   }
+  if (c->pp_chunks > 1 && gpt_chunks_check(c, err, errlen) != LOOM_OK) return LOOM_INVALID_CONFIG;
   if (c->ckpt_policy < GPT_CKPT_NONE || c->ckpt_policy > GPT_CKPT_SELECTIVE ||
       c->ckpt_every < 0) {
     if (err)
@@ -1550,7 +1562,7 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
       p->lshape[1] = p->shape[1];
       if (p->split_dim >= 0) p->lshape[p->split_dim] /= m->cfg.tp_size;
       p->numel = (size_t)p->lshape[0] * (size_t)(p->ndim == 2 ? p->lshape[1] : 1);
-      p->present = u >= m->first_unit && u <= m->last_unit;
+      p->present = cfg_holds(&m->cfg, u);
       p->offset = p->present ? offset : 0;
       if (p->present) offset += p->numel;
     }

@@ -29,6 +29,8 @@
 
 #include "../device/device.h"
 
+#define GPT_MAX_CHUNKS 16 /* model chunks per pipeline rank (gpt_config.pp_chunks) */
+
 typedef struct gpt_config {
   int vocab_size;  /* V: token ids and targets are < V */
   int max_seq_len; /* maximum T (size of wpe) */
@@ -47,6 +49,14 @@ typedef struct gpt_config {
    * end of its flat buffer: the host sums its gradient with the first stage's. */
   int pp_first;
   int pp_end;
+  /* Interleaved pipeline (Narayanan et al. 2021, §2.2.1; gpt_chunks.c): pp_chunks v > 1 model
+   * chunks on this rank, chunk k holding units [pp_chunk_first[k], pp_chunk_end[k]) in
+   * ascending, disjoint ranges; pp_first/pp_end is then their hull (chunk 0's first, the last
+   * chunk's end). The flat buffers hold every chunk's units in unit order (the units between
+   * chunks are empty), so data parallel and AdamW see one buffer as without chunks. 0 or 1:
+   * one contiguous range. */
+  int pp_chunks;
+  int pp_chunk_first[GPT_MAX_CHUNKS], pp_chunk_end[GPT_MAX_CHUNKS];
   /* Activation checkpointing (gpt_ckpt_policy): which blocks keep less for backward and
    * recompute the rest there. ckpt_every k >= 1 applies the policy to the blocks whose global
    * index is a multiple of k (k = 1, or 0 meaning 1: every block). */
@@ -386,6 +396,25 @@ int gpt_stage_backward(gpt_model *m, int slot, float dloss, const gpt_hooks *hoo
  * (B,T,C) floats. NULL under acts_typed (16-bit buffers; only ever the whole model, which has no
  * boundary). */
 float *gpt_stage_buffer(gpt_model *m, int slot, int which);
+/* Model chunks (gpt_config.pp_chunks > 1; gpt_chunks.c): the same on chunk `chunk`'s units
+ * only, the chunk's activation slots `slot` kept apart from the other chunks' by the caller
+ * (a slot carries one chunk's layout). Chunk 0 of a model without chunks is the stage. */
+int gpt_chunk_slot_ensure(gpt_model *m, int chunk, int slot, int B, int T);
+int gpt_chunk_forward(gpt_model *m, int chunk, int slot, const int32_t *inputs_host,
+                      const int32_t *targets_host, int B, int T, const gpt_hooks *hooks,
+                      float *loss);
+int gpt_chunk_backward(gpt_model *m, int chunk, int slot, float dloss, const gpt_hooks *hooks);
+float *gpt_chunk_buffer(gpt_model *m, int chunk, int slot, int which);
+/* The config of chunk `chunk` alone (pp_first/pp_end its range, pp_chunks 1): what its
+ * activation slots are laid out by (gpt_activation_bytes). */
+gpt_config gpt_chunk_config(const gpt_config *c, int chunk);
+/* Check a config's chunks (pp_chunks in [2, GPT_MAX_CHUNKS], ranges non-empty, ascending,
+ * disjoint, inside [0, n_layer + 1], their hull pp_first/pp_end). LOOM_OK, or
+ * LOOM_INVALID_CONFIG with one line in err. */
+int gpt_chunks_check(const gpt_config *c, char *err, size_t errlen);
+/* Chunks of a config (1 without interleaving). */
+static inline int gpt_n_chunks(const gpt_config *c) { return c->pp_chunks > 1 ? c->pp_chunks : 1; }
+
 /* The tied wte the head reads (the copy on a last stage without the embedding). */
 gpt_param *gpt_head_wte(gpt_model *m);
 

@@ -404,6 +404,7 @@ static int host_init_params_range(loom_host *h, uint64_t begin, uint64_t n, floa
 }
 
 static int host_n_micro(loom_host *h) { return h->rt->cfg->train.grad_accum_steps; }
+static int host_n_chunks(loom_host *h) { return h->rt->pp_chunks > 1 ? h->rt->pp_chunks : 1; }
 
 static const int32_t *host_micro_tokens(loom_host *h, size_t *n) {
   const gpt_model *m = &h->rt->model;
@@ -458,6 +459,7 @@ static const loom_host_api_v1 host_api = {
   .micro_tokens = host_micro_tokens,
   .grads_predivided = host_grads_predivided,
   .fault_point = host_fault_point,
+  .n_chunks = host_n_chunks,
 };
 
 const loom_host_api_v1 *loom__host_api(void) { return loom__abi_host_table(&host_api); }

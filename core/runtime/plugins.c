@@ -50,20 +50,46 @@ static int read_pp(loom_runtime *rt, int i, json_t *v, char *err, size_t errlen)
     return -1;
   }
   int pp = (int)json_integer_value(v);
+  /* "chunks" (interleaved 1F1B's model chunks per stage): a host key like "size", since the
+   * placement is the host's; the schedule owner asks api->n_chunks (ABI 1.12) */
+  json_t *ch = json_object_get(pc->options, "chunks");
+  rt->pp_chunks = 1;
+  if (ch) {
+    int maxv = LOOM_MAX_STAGES / pp;
+    if (!json_is_integer(ch) || json_integer_value(ch) < 1 || json_integer_value(ch) > maxv ||
+        json_integer_value(ch) > GPT_MAX_CHUNKS) {
+      char *got = json_dumps(ch, JSON_ENCODE_ANY);
+      snprintf(err, errlen, "%s: %s.chunks: expected an integer in [1, %d] (model chunks per "
+               "stage; pp x chunks <= %d virtual stages), got %s", cfg->path, pc->json_path,
+               maxv < GPT_MAX_CHUNKS ? maxv : GPT_MAX_CHUNKS, LOOM_MAX_STAGES, got ? got : "?");
+      free(got);
+      return -1;
+    }
+    rt->pp_chunks = (int)json_integer_value(ch);
+    const loom_plugin_header *h = &rt->parallel[i].u.hdr;
+    if (rt->pp_chunks > 1 && h->abi_major == 1 && h->abi_minor < 12) {
+      snprintf(err, errlen, "%s: %s.chunks: %d model chunks need a schedule built against ABI "
+               ">= 1.12 (the chunked entry points); plugin '%s' is %d.%d", cfg->path,
+               pc->json_path, rt->pp_chunks, pc->name, h->abi_major, h->abi_minor);
+      return -1;
+    }
+  }
+  const int nv = pp * rt->pp_chunks; /* (virtual) stages "stages" counts units for */
   json_t *st = json_object_get(pc->options, "stages");
   rt->pp_explicit = 0;
   if (st) {
-    int sum = 0, ok = json_is_array(st) && (int)json_array_size(st) == pp;
-    for (int s = 0; ok && s < pp; s++) {
+    int sum = 0, ok = json_is_array(st) && (int)json_array_size(st) == nv;
+    for (int s = 0; ok && s < nv; s++) {
       json_t *x = json_array_get(st, (size_t)s);
       ok = json_is_integer(x) && json_integer_value(x) >= 1 && json_integer_value(x) <= units;
       if (ok) rt->pp_units[s] = (int)json_integer_value(x), sum += rt->pp_units[s];
     }
     if (!ok || sum != units) {
       char *got = json_dumps(st, JSON_ENCODE_ANY);
-      snprintf(err, errlen, "%s: %s.stages: expected %d unit counts >= 1 (one per stage) "
+      snprintf(err, errlen, "%s: %s.stages: expected %d unit counts >= 1 (one per %s) "
                "summing to n_layer + 2 = %d (embedding, %d blocks, head), got %s", cfg->path,
-               pc->json_path, pp, units, cfg->model.n_layer, got ? got : "?");
+               pc->json_path, nv, rt->pp_chunks > 1 ? "virtual stage: size x chunks" : "stage",
+               units, cfg->model.n_layer, got ? got : "?");
       free(got);
       return -1;
     }
@@ -72,6 +98,7 @@ static int read_pp(loom_runtime *rt, int i, json_t *v, char *err, size_t errlen)
   }
   rt->pp_size = pp;
   json_object_del(pc->options, "size");
+  json_object_del(pc->options, "chunks");
   return 0;
 }
 
@@ -166,7 +193,7 @@ int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
   loom_config *cfg = rt->cfg;
   rt->grad_sync_owner = rt->optimizer_owner = rt->partition_owner = rt->tp_owner = -1;
   rt->schedule_owner = -1;
-  rt->tp_size = rt->pp_size = 1;
+  rt->tp_size = rt->pp_size = rt->pp_chunks = 1;
   rt->shard_size = 0;
   rt->shard_owner = -1;
   char ce[1200];

@@ -15,10 +15,14 @@
  * tensor-parallel size of the run. Without "stages": contiguous unit ranges minimising the
  * largest stage's parameters, the last stage counted with its copy of the tied wte (V*C), by
  * dynamic programming (the first such split in the order of the recursion: deterministic).
- * Returns 0, or -1 with one line in err. */
+ * With "chunks" v > 1 (rt->pp_chunks): pp * v virtual stages (rt->pp_vfirst/pp_vlast) of
+ * n_layer / (pp * v) blocks each (refused, naming the numbers, when that does not divide) or
+ * as "stages" gives them, stage s holding virtual stages k * pp + s; pp_first/pp_last are
+ * then each stage's hull. Returns 0, or -1 with one line in err. */
 int loom__pp_split(loom_runtime *rt, const gpt_config *full, char *err, size_t errlen);
 
-/* `full` restricted to stage s of rt's split: pp_first/pp_end set (pp 1: `full` unchanged). */
+/* `full` restricted to stage s of rt's split: pp_first/pp_end set, and its chunks (pp 1:
+ * `full` unchanged). */
 gpt_config loom__pp_stage_config(const loom_runtime *rt, const gpt_config *full, int s);
 
 #endif

@@ -82,7 +82,12 @@ struct loom_runtime {
   int shard_owner;       /* the plugin it was given to, or -1 */
   int pp_explicit;       /* "stages" given: pp_units holds the units per stage */
   int pp_units[LOOM_MAX_STAGES];
-  int pp_first[LOOM_MAX_STAGES], pp_last[LOOM_MAX_STAGES]; /* each stage's units [first, last] */
+  int pp_first[LOOM_MAX_STAGES], pp_last[LOOM_MAX_STAGES]; /* each stage's units [first, last]
+                                                              (with chunks: their hull) */
+  int pp_chunks;         /* its "chunks" v (1 without): model chunks per stage, interleaved */
+  int pp_vfirst[LOOM_MAX_STAGES], pp_vlast[LOOM_MAX_STAGES]; /* with chunks: virtual stage j's
+                                                              units [first, last], j < pp * v
+                                                              (stage j % pp's chunk j / pp) */
   loom_comm *emb_comm;   /* first and last stage, same tp rank (the tied wte's gradient sum) */
   int *tensor_tied;      /* per model_view tensor: 1 for the tied wte copy (norm weight 0) */
   float *emb_buf;        /* V*C floats (LOOM_MEM_COMM): the tied gradient sum's buffer */

@@ -531,79 +531,104 @@ static int pp_sum(loom_trainer *tr, double *vals, int n) {
   return 0;
 }
 
-/* ---- the pipeline step: the entry points the schedule owner calls ---- */
+/* ---- the pipeline step: the entry points the schedule owner calls ----
+ * With model chunks (interleaved, rt->pp_chunks v > 1) every entry takes the chunk; each
+ * chunk has its own activation slots (a slot's pool is laid out for one chunk: gpt_chunks.c),
+ * slot k * n_micro + j being chunk k's j-th. */
 typedef struct pp_step {
   loom_trainer *tr;
   gpt_hooks hooks;
   float dloss;
   double loss_sum;
-  int n_micro;
-  int *slot_of, *busy; /* micro -> activation slot (-1: none); slot in use */
+  int n_micro, v;
+  int *slot_of, *busy; /* (micro * v + chunk) -> activation slot (-1: none); slot in use */
+  int n_bwd;           /* backward calls so far (the begin_micro numbering under chunks) */
   int failed;
 } pp_step;
 
-static int pp_acquire(pp_step *ps, int micro) {
-  if (micro < 0 || micro >= ps->n_micro) {
-    fail(ps->tr, "pipeline schedule: micro-batch %d outside [0, %d)", micro, ps->n_micro);
+static int pp_acquire(pp_step *ps, int micro, int chunk) {
+  if (micro < 0 || micro >= ps->n_micro || chunk < 0 || chunk >= ps->v) {
+    fail(ps->tr, "pipeline schedule: micro-batch %d chunk %d outside [0, %d) x [0, %d)", micro,
+         chunk, ps->n_micro, ps->v);
     return -1;
   }
-  if (ps->slot_of[micro] >= 0) return ps->slot_of[micro];
-  int s = 0;
-  while (ps->busy[s]) s++; /* at most n_micro slots in use */
+  int id = micro * ps->v + chunk;
+  if (ps->slot_of[id] >= 0) return ps->slot_of[id];
+  int s = chunk * ps->n_micro;
+  while (ps->busy[s]) s++; /* at most n_micro slots of the chunk in use */
   ps->busy[s] = 1;
-  ps->slot_of[micro] = s;
+  ps->slot_of[id] = s;
   return s;
 }
 
-static int pp_forward(void *ud, int micro) {
+static int pp_forward_chunk(void *ud, int micro, int chunk) {
   pp_step *ps = ud;
   loom_trainer *tr = ps->tr;
   loom_runtime *rt = &tr->rt;
-  int slot = pp_acquire(ps, micro);
+  int slot = pp_acquire(ps, micro, chunk);
   if (slot < 0) return ps->failed = 1, LOOM_INVALID_USAGE;
   loom_loader_fill(&tr->train, tr->B, rt->mesh.dp, micro, rt->mesh.dp_rank, tr->inputs,
                    tr->targets);
   float loss;
-  int rc = gpt_stage_forward(&rt->model, slot, tr->inputs, tr->targets, tr->B, tr->T,
+  int rc = gpt_chunk_forward(&rt->model, chunk, slot, tr->inputs, tr->targets, tr->B, tr->T,
                              &ps->hooks, &loss);
   if (rc != LOOM_OK) return pass_failed(tr, "forward", rc), ps->failed = 1, rc;
-  if (rt->mesh.pp_rank == rt->mesh.pp - 1) ps->loss_sum += loss;
+  if (rt->mesh.pp_rank == rt->mesh.pp - 1 && chunk == ps->v - 1) ps->loss_sum += loss;
   return LOOM_OK;
 }
 
-static int pp_backward_hooks(pp_step *ps, int micro, int slot) {
+/* Under chunks the other plugins see the rank's backward calls numbered in call order as
+ * micro-steps of n_micro * v: only the step's last (micro n_micro - 1 on chunk 0: the
+ * schedule's contract, parallel_v1.h) synchronises, when every chunk's gradients are final. */
+static int pp_backward_hooks(pp_step *ps, int micro, int chunk, int slot) {
   loom_trainer *tr = ps->tr;
-  CALL_HOOKS(tr, begin_micro, "begin_micro", micro, ps->n_micro);
-  int rc = gpt_stage_backward(&tr->rt.model, slot, ps->dloss, &ps->hooks);
+  int j = ps->v > 1 ? ps->n_bwd++ : micro, n = ps->n_micro * ps->v;
+  if (ps->v > 1 && j == n - 1 && (micro != ps->n_micro - 1 || chunk != 0))
+    return fail(tr, "pipeline schedule: the step's last backward is micro-batch %d chunk %d; "
+                "the data-parallel sync needs micro-batch %d chunk 0 last", micro, chunk,
+                ps->n_micro - 1);
+  CALL_HOOKS(tr, begin_micro, "begin_micro", j, n);
+  int rc = gpt_chunk_backward(&tr->rt.model, chunk, slot, ps->dloss, &ps->hooks);
   if (rc != LOOM_OK) return pass_failed(tr, "backward", rc);
-  CALL_HOOKS(tr, end_backward, "end_backward", micro, ps->n_micro);
+  CALL_HOOKS(tr, end_backward, "end_backward", j, n);
   return 0;
 }
 
-static int pp_backward(void *ud, int micro) {
+static int pp_backward_chunk(void *ud, int micro, int chunk) {
   pp_step *ps = ud;
-  int slot = pp_acquire(ps, micro);
-  if (slot < 0 || pp_backward_hooks(ps, micro, slot) != 0) return ps->failed = 1, LOOM_REMOTE;
+  int slot = pp_acquire(ps, micro, chunk);
+  if (slot < 0 || pp_backward_hooks(ps, micro, chunk, slot) != 0)
+    return ps->failed = 1, LOOM_REMOTE;
   return LOOM_OK;
 }
 
-static float *pp_boundary(void *ud, int micro, int which) {
+static float *pp_boundary_chunk(void *ud, int micro, int chunk, int which) {
   pp_step *ps = ud;
   loom_trainer *tr = ps->tr;
-  int slot = pp_acquire(ps, micro);
+  int slot = pp_acquire(ps, micro, chunk);
   if (slot < 0) return ps->failed = 1, NULL;
-  int rc = gpt_slot_ensure(&tr->rt.model, slot, tr->B, tr->T);
+  int rc = gpt_chunk_slot_ensure(&tr->rt.model, chunk, slot, tr->B, tr->T);
   if (rc != LOOM_OK) return pass_failed(tr, "activations", rc), ps->failed = 1, NULL;
-  return gpt_stage_buffer(&tr->rt.model, slot, which);
+  return gpt_chunk_buffer(&tr->rt.model, chunk, slot, which);
 }
 
-static int pp_release(void *ud, int micro) {
+static int pp_release_chunk(void *ud, int micro, int chunk) {
   pp_step *ps = ud;
-  if (micro < 0 || micro >= ps->n_micro || ps->slot_of[micro] < 0) return LOOM_OK;
-  ps->busy[ps->slot_of[micro]] = 0;
-  ps->slot_of[micro] = -1;
+  if (micro < 0 || micro >= ps->n_micro || chunk < 0 || chunk >= ps->v) return LOOM_OK;
+  int id = micro * ps->v + chunk;
+  if (ps->slot_of[id] < 0) return LOOM_OK;
+  ps->busy[ps->slot_of[id]] = 0;
+  ps->slot_of[id] = -1;
   return LOOM_OK;
 }
+
+/* The ABI 1.2 entries: chunk 0 (the stage, without chunks). */
+static int pp_forward(void *ud, int micro) { return pp_forward_chunk(ud, micro, 0); }
+static int pp_backward(void *ud, int micro) { return pp_backward_chunk(ud, micro, 0); }
+static float *pp_boundary(void *ud, int micro, int which) {
+  return pp_boundary_chunk(ud, micro, 0, which);
+}
+static int pp_release(void *ud, int micro) { return pp_release_chunk(ud, micro, 0); }
 
 /* The tied wte: the first stage's wte and the last stage's copy each hold part of the
  * gradient; after the data-parallel sync, sum them over the embedding group (first and last
@@ -658,22 +683,29 @@ static int pp_tied_sum(loom_trainer *tr) {
 /* The micro-batches of one step under the schedule owner; the loss sum on the last stage. */
 static int pp_run_step(loom_trainer *tr, float dloss, double *loss_sum) {
   loom_runtime *rt = &tr->rt;
-  pp_step ps = {.tr = tr, .hooks = make_hooks(tr), .dloss = dloss, .n_micro = tr->accum};
-  ps.slot_of = malloc((size_t)tr->accum * sizeof(int));
-  ps.busy = calloc((size_t)tr->accum + 1, sizeof(int));
+  const int v = gpt_n_chunks(&rt->model.cfg), n = tr->accum * v;
+  pp_step ps = {.tr = tr, .hooks = make_hooks(tr), .dloss = dloss, .n_micro = tr->accum,
+                .v = v};
+  ps.slot_of = malloc((size_t)n * sizeof(int));
+  ps.busy = calloc((size_t)n + 1, sizeof(int));
   if (!ps.slot_of || !ps.busy) {
     free(ps.slot_of), free(ps.busy);
     return fail(tr, "out of host memory (pipeline step)");
   }
-  for (int i = 0; i < tr->accum; i++) ps.slot_of[i] = -1;
+  for (int i = 0; i < n; i++) ps.slot_of[i] = -1;
   loom_schedule_v1 s = {.struct_size = sizeof s, .n_micro = tr->accum,
                         .stage = rt->mesh.pp_rank, .n_stages = rt->mesh.pp,
                         .boundary_numel = (uint64_t)tr->B * tr->T * tr->cfg.model.n_embd,
                         .ud = &ps, .forward = pp_forward, .backward = pp_backward,
-                        .boundary = pp_boundary, .release = pp_release};
+                        .boundary = pp_boundary, .release = pp_release, .n_chunks = v,
+                        .forward_chunk = pp_forward_chunk, .backward_chunk = pp_backward_chunk,
+                        .boundary_chunk = pp_boundary_chunk, .release_chunk = pp_release_chunk};
   int i = rt->schedule_owner;
   int rc = rt->parallel[i].u.parallel.run_step(rt->parallel_ctx[i], &s);
   free(ps.slot_of), free(ps.busy);
+  if (rc == LOOM_OK && ps.n_bwd != (v > 1 ? n : 0))
+    return fail(tr, "pipeline schedule: %d backward calls for %d micro-batches x %d chunks",
+                ps.n_bwd, tr->accum, v);
   if (rc != LOOM_OK) {
     if (ps.failed && tr->err[0]) return -1;
     if (device_caused(tr)) return -1;
@@ -692,20 +724,28 @@ static int pp_forward_only(loom_trainer *tr, const int32_t *inputs, const int32_
   gpt_hooks hooks = loom__forward_hooks(tr);
   const loom_host_api_v1 *api = loom__host_api();
   loom_comm *c = rt->mesh.axis[LOOM_AXIS_PP];
-  const int s = rt->mesh.pp_rank, P = rt->mesh.pp;
+  const int s = rt->mesh.pp_rank, P = rt->mesh.pp, v = gpt_n_chunks(&rt->model.cfg);
   size_t n = (size_t)B * T * tr->cfg.model.n_embd;
-  int rc = gpt_slot_ensure(&rt->model, 0, B, T);
-  if (rc != LOOM_OK) return pass_failed(tr, "forward", rc);
-  if (s > 0 && api->recv(&tr->core_host, c, gpt_stage_buffer(&rt->model, 0, GPT_BUF_INPUT), n,
-                         LOOM_F32, s - 1, 0x7ff0, NULL) != LOOM_OK)
-    return fail(tr, "pipeline forward: receiving from stage %d failed: %s", s - 1,
-                tr->core_host.error);
-  rc = gpt_stage_forward(&rt->model, 0, inputs, targets, B, T, &hooks, loss);
-  if (rc != LOOM_OK) return pass_failed(tr, "forward", rc);
-  if (s < P - 1 && api->send(&tr->core_host, c, gpt_stage_buffer(&rt->model, 0, GPT_BUF_OUTPUT),
-                             n, LOOM_F32, s + 1, 0x7ff0, NULL) != LOOM_OK)
-    return fail(tr, "pipeline forward: sending to stage %d failed: %s", s + 1,
-                tr->core_host.error);
+  /* chunk k's slot k * accum (the step's first of the chunk); virtual stage k * P + s gets
+   * its input from the previous one: stage s - 1's chunk k, or on stage 0 the last stage's
+   * chunk k - 1 (the ring wrap) */
+  for (int k = 0; k < v; k++) {
+    int slot = k * tr->accum, from = s > 0 ? s - 1 : P - 1, to = s < P - 1 ? s + 1 : 0;
+    int rc = gpt_chunk_slot_ensure(&rt->model, k, slot, B, T);
+    if (rc != LOOM_OK) return pass_failed(tr, "forward", rc);
+    if ((s > 0 || k > 0) &&
+        api->recv(&tr->core_host, c, gpt_chunk_buffer(&rt->model, k, slot, GPT_BUF_INPUT), n,
+                  LOOM_F32, from, 0x7ff0, NULL) != LOOM_OK)
+      return fail(tr, "pipeline forward: receiving from stage %d failed: %s", from,
+                  tr->core_host.error);
+    rc = gpt_chunk_forward(&rt->model, k, slot, inputs, targets, B, T, &hooks, loss);
+    if (rc != LOOM_OK) return pass_failed(tr, "forward", rc);
+    if ((s < P - 1 || k < v - 1) &&
+        api->send(&tr->core_host, c, gpt_chunk_buffer(&rt->model, k, slot, GPT_BUF_OUTPUT), n,
+                  LOOM_F32, to, 0x7ff0, NULL) != LOOM_OK)
+      return fail(tr, "pipeline forward: sending to stage %d failed: %s", to,
+                  tr->core_host.error);
+  }
   if (s < P - 1 && loss) *loss = 0.0f; /* the loss lives on the last stage */
   return 0;
 }
@@ -930,13 +970,17 @@ int loom_trainer_run(loom_trainer *tr) {
   if (device_failed(tr)) return -1;
   if (gather_peak_memory(tr) != 0) return -1; /* collective: every rank gets here */
   loom_metrics_end(tr);
+  char chunks[160] = ""; /* interleaved: the stage's units are its chunks within the hull */
+  for (int k = 0, n = 0; k < rt->model.cfg.pp_chunks && n < (int)sizeof chunks; k++)
+    n += snprintf(chunks + n, sizeof chunks - (size_t)n, "%s%d..%d", k ? " " : "; chunks ",
+                  rt->model.cfg.pp_chunk_first[k], rt->model.cfg.pp_chunk_end[k] - 1);
   if (rt->mesh.pp > 1) /* every stage's own activation peak (the metrics file is rank 0's) */
     fprintf(stderr, "loom[%d] info: pipeline stage %d of %d (units %d..%d): peak activation "
             "memory %zu bytes; params %zu, grads %zu, optim %zu bytes (loom estimate's "
-            "stages)\n", rt->mesh.world_rank, rt->mesh.pp_rank, rt->mesh.pp,
+            "stages%s)\n", rt->mesh.world_rank, rt->mesh.pp_rank, rt->mesh.pp,
             rt->model.first_unit, rt->model.last_unit,
             rt->dev.bytes_peak[LOOM_MEM_ACTIVATIONS], rt->dev.bytes_peak[LOOM_MEM_PARAMS],
-            rt->dev.bytes_peak[LOOM_MEM_GRADS], rt->dev.bytes_peak[LOOM_MEM_OPTIM]);
+            rt->dev.bytes_peak[LOOM_MEM_GRADS], rt->dev.bytes_peak[LOOM_MEM_OPTIM], chunks);
   return 0;
 }
 

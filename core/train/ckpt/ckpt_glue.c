@@ -14,6 +14,7 @@
 
 #include "runtime/device_open.h"
 #include "runtime/plugins.h"
+#include "runtime/pp_split.h"
 #include "ckpt_compat.h"
 #include "ckpt_meta.h"
 #include "ckpt_resume.h"
@@ -218,9 +219,7 @@ static json_t *tensors_json(loom_runtime *rt) { return model_tensors_json(&rt->m
 static json_t *stage_tensors_json(loom_runtime *rt) {
   json_t *arr = json_array();
   for (int s = 0; s < rt->mesh.pp; s++) {
-    gpt_config c = rt->model.cfg;
-    c.pp_first = rt->pp_first[s];
-    c.pp_end = rt->pp_last[s] + 1;
+    gpt_config c = loom__pp_stage_config(rt, &rt->model.cfg, s);
     gpt_model tmp;
     char e[256];
     if (gpt_init_ex(&tmp, &c, &rt->dev, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, e,
@@ -228,9 +227,16 @@ static json_t *stage_tensors_json(loom_runtime *rt) {
       json_array_append_new(arr, json_null());
       continue;
     }
-    json_array_append_new(arr, json_pack("{s:i, s:i, s:o}", "first_unit", c.pp_first,
-                                         "last_unit", c.pp_end - 1, "tensors",
-                                         model_tensors_json(&tmp)));
+    json_t *rec = json_pack("{s:i, s:i, s:o}", "first_unit", c.pp_first, "last_unit",
+                            c.pp_end - 1, "tensors", model_tensors_json(&tmp));
+    if (c.pp_chunks > 1) { /* interleaved: the stage's chunks, [first, last] each */
+      json_t *ch = json_array();
+      for (int k = 0; k < c.pp_chunks; k++)
+        json_array_append_new(ch, json_pack("[i, i]", c.pp_chunk_first[k],
+                                            c.pp_chunk_end[k] - 1));
+      json_object_set_new(rec, "chunk_units", ch);
+    }
+    json_array_append_new(arr, rec);
     gpt_free(&tmp);
   }
   return arr;

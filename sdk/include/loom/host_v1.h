@@ -325,6 +325,14 @@ typedef struct loom_host_api_v1 {
    * call with (the host has set the message). A plugin checks LOOM_HOST_HAS(api, fault_point)
    * first: an older host has no fault points. */
   int (*fault_point)(loom_host *h, const char *name);
+
+  /* ---- ABI 1.12 ---- */
+  /* Model chunks per pipeline stage (the pipeline entry's host key "chunks", 1 without): the
+   * host places that many chunks on each stage (interleaved 1F1B, parallel_v1.h
+   * loom_schedule_v1.n_chunks), and a schedule owner checks its schedule against it in create
+   * (and estimate). A plugin checks LOOM_HOST_HAS(api, n_chunks) first: an older host places
+   * one chunk. */
+  int (*n_chunks)(loom_host *h);
 } loom_host_api_v1;
 
 /* LOOM_HOST_HAS(api, slot) and the other accessors for older hosts: compat.h. */

@@ -87,6 +87,26 @@ typedef struct loom_schedule_v1 {
    * host recycles its activation slot. Slots still held when run_step returns are recycled
    * then. */
   int (*release)(void *ud, int micro);
+  /* ---- ABI 1.12: interleaved pipelines (virtual stages, Narayanan et al. 2021, §2.2.1) ----
+   * Absent (struct_size ending before n_chunks) from a 1.11 host: one chunk. With n_chunks
+   * v > 1 the model is n_stages * v virtual stages and this rank holds chunk k = virtual stage
+   * k * n_stages + stage, for k in [0, v): chunk k's input comes from stage - 1's chunk k, or
+   * on stage 0 from the last stage's chunk k - 1 (the ring wrap), its output goes to stage +
+   * 1's chunk k or from the last stage to stage 0's chunk k + 1. The plugin then drives the
+   * entries below (the ones above are chunk 0's): every (micro, chunk) gets one forward and
+   * then one backward; each chunk's backwards run in increasing micro order, and the step's
+   * last backward is (n_micro - 1, chunk 0): the host numbers the backward calls j = 0 ..
+   * n_micro * v - 1 in call order and calls the other plugins' begin_micro(j, n_micro * v)
+   * and end_backward(j, n_micro * v) around each, so the data-parallel sync runs once, after
+   * the last (every chunk's gradients final; DDP's buckets launch during chunk 0's backward
+   * over the units it holds, the later chunks' buckets lying above them in the flat buffer).
+   * Activation slots are kept per chunk (a chunk's activations differ in size: the first
+   * holds the embedding's, the last the head's). */
+  int n_chunks;
+  int (*forward_chunk)(void *ud, int micro, int chunk);
+  int (*backward_chunk)(void *ud, int micro, int chunk);
+  float *(*boundary_chunk)(void *ud, int micro, int chunk, int which);
+  int (*release_chunk)(void *ud, int micro, int chunk);
 } loom_schedule_v1;
 
 #define LOOM_BOUNDARY_INPUT 0       /* stage input activation: recv from stage-1 before forward */
@@ -136,6 +156,9 @@ typedef struct loom_estimate_plan_v1 {
 /* Categories a report can hold: loom_mem_category values below this (room to grow). */
 #define LOOM_ESTIMATE_CATEGORIES 16
 
+/* Model chunks per pipeline rank a report can describe (loom_estimate_v1.in_flight_chunk). */
+#define LOOM_ESTIMATE_MAX_CHUNKS 16
+
 /* loom_estimate_v1.flags */
 #define LOOM_ESTIMATE_GRAD_COMM_16BIT 1u /* the gradient sync travels in the 16-bit compute dtype */
 
@@ -175,6 +198,12 @@ typedef struct loom_estimate_v1 {
   char detail_name[32];
   int detail_on;
   uint64_t detail_rows, detail_bytes, detail_comm_bytes;
+  /* ---- ABI 1.12 (LOOM_PAR_CAP_SCHEDULE with model chunks) ----
+   * Per chunk k < n_chunks: the most micro-batches whose chunk-k activations this stage holds
+   * at once (the host keeps one slot pool per chunk, so chunk k's activation memory is
+   * in_flight_chunk[k] times its slot). n_chunks 0 (a 1.11 plugin): one chunk, in_flight. */
+  int n_chunks;
+  int in_flight_chunk[LOOM_ESTIMATE_MAX_CHUNKS];
 } loom_estimate_v1;
 
 typedef struct loom_parallel_v1 {

@@ -48,6 +48,6 @@ expect_refused 1 "not with a plugin that owns parameter or gradient storage" \
   --set "parallel=[$(pp 2 gpipe),{\"plugin\":\"zero3\"}]"
 expect_refused 1 'stages: expected 2 unit counts' --set "parallel=[$(pp 2 gpipe ',"stages":[2,1]')]"
 expect_refused 1 'needs its number of stages' --set 'parallel=[{"plugin":"pipeline"}]'
-expect_refused 1 'schedule: expected "sequential", "gpipe" or "1f1b"' \
+expect_refused 1 'schedule: expected "sequential", "gpipe", "1f1b" or "interleaved"' \
   --set "parallel=[$(pp 1 zigzag)]"
 echo "equivalence_pp: all ${#names[@]} runs match the single-rank reference"

@@ -173,7 +173,15 @@ def global_names(meta):
     """The model's tensor names in the single-rank flat order (the tensor tables of the
     metadata: meta.tensors, or each stage's under pipeline parallel), without tied copies."""
     tables = [s["tensors"] for s in meta["stages"]] if meta.get("pp", 1) > 1 else [meta["tensors"]]
-    return [t["name"] for tab in tables for t in tab if not t.get("tied_copy")]
+    names = [t["name"] for tab in tables for t in tab if not t.get("tied_copy")]
+
+    def unit(name):  # an interleaved stage's table holds several chunks: sort by unit
+        if name in ("wte", "wpe"):
+            return 0
+        if name.startswith("h."):
+            return 1 + int(name.split(".")[1])
+        return 1 << 30  # the head's ln_f
+    return sorted(names, key=unit)  # stable: each unit's tensors keep their flat order
 
 
 def newest_manifest(ckpt_dir):

@@ -1,10 +1,14 @@
-# memory_pp.sh: WORK RUN...: every stage's measured memory, traffic and in-flight micro-batches
-#   within 5 % of the estimate
+# memory_pp.sh: [--exact-acts] WORK RUN...: every stage's measured memory, traffic and in-flight
+#   micro-batches within 5 % of the estimate (--exact-acts: the logged activation peaks and the
+#   in-flight counts to the byte / exactly)
 import json, os, re, sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from runs import records, rel
 
-work, runs = sys.argv[1], sys.argv[2:]
+args = sys.argv[1:]
+exact = "--exact-acts" in args
+args = [a for a in args if a != "--exact-acts"]
+work, runs = args[0], args[1:]
 CATS = ("params", "grads", "optim", "activations", "other")
 
 
@@ -50,7 +54,7 @@ for name in runs:
     for s, k, m, e in rows:
         r = rel(m, e)
         units = f"{st[s]['first_unit']}..{st[s]['last_unit']}"
-        bad = r > 0.05
+        bad = r > 0.05 or (exact and k in ("acts (log)", "in flight") and m != e)
         print(f"{name:<10} {s:>5} {units:>6} {k:<12}{m:>11}{e:>11}{r:>8.2%}"
               f"{'  FAIL' if bad else ''}")
         ok = ok and not bad
