@@ -75,6 +75,7 @@ struct loom_runtime {
   int tp_owner;          /* the tensor-parallel plugin (LOOM_PAR_CAP_AXIS_TP) or -1 */
   int tp_size;           /* its "size" (1 without one): the mesh's tp */
   int tp_vocab;          /* its "vocab_parallel": wte and the head split over the vocabulary */
+  int tp_seq;            /* its "sequence_parallel": LayerNorms and residuals sharded along T */
   int schedule_owner;    /* the pipeline plugin (LOOM_PAR_CAP_SCHEDULE) or -1 */
   int pp_size;           /* its "size" (1 without one): the mesh's pp */
   int shard_size;        /* the hybrid sharding plugin's "shard_size": K, LOOM_SHARD_NODE

@@ -96,17 +96,43 @@ static int hook_tp_reduce(void *ud, void *buf, size_t n, int dtype, int op) {
   if (loom__host_api()->all_reduce(&tr->core_host, rt->mesh.axis[LOOM_AXIS_TP], buf, n,
                                    (loom_dtype)dtype, (loom_red_op)op, NULL) != LOOM_OK) {
     if (device_caused(tr)) return -1;
-    fail(tr, "vocab_parallel: all-reduce of %zu elements over the %d tp ranks failed: %s", n,
-         rt->mesh.tp, tr->core_host.error);
+    fail(tr, "tensor parallel: host all-reduce of %zu elements over the %d tp ranks failed: %s",
+         n, rt->mesh.tp, tr->core_host.error);
     return -1;
   }
+  return 0;
+}
+
+/* Sequence parallel's all-gathers and reduce-scatters along T over tp (gpt_hooks,
+ * core/model/gpt_sp.c): the host's own traffic through the comm plugin, counted as the
+ * strategy's. n is the shard's floats. */
+static int tp_sp_failed(loom_trainer *tr, const char *what, size_t n) {
+  if (device_caused(tr)) return -1;
+  fail(tr, "sequence_parallel: %s of %zu-float shards over the %d tp ranks failed: %s", what, n,
+       tr->rt.mesh.tp, tr->core_host.error);
+  return -1;
+}
+static int hook_tp_all_gather(void *ud, const float *shard, float *full, size_t n) {
+  loom_trainer *tr = ud;
+  if (loom__host_api()->all_gather(&tr->core_host, tr->rt.mesh.axis[LOOM_AXIS_TP], shard, full,
+                                   n, LOOM_F32, NULL) != LOOM_OK)
+    return tp_sp_failed(tr, "all-gather", n);
+  return 0;
+}
+static int hook_tp_reduce_scatter(void *ud, const float *full, float *shard, size_t n) {
+  loom_trainer *tr = ud;
+  if (loom__host_api()->reduce_scatter(&tr->core_host, tr->rt.mesh.axis[LOOM_AXIS_TP], full,
+                                       shard, n, LOOM_F32, LOOM_OP_SUM, NULL) != LOOM_OK)
+    return tp_sp_failed(tr, "reduce-scatter", n);
   return 0;
 }
 
 static gpt_hooks make_hooks(loom_trainer *tr) {
   gpt_hooks h = {.ud = tr, .pre_forward = hook_pre_forward, .post_forward = hook_post_forward,
                  .pre_backward = hook_pre_backward, .post_backward = hook_post_backward,
-                 .region = hook_region, .tp_reduce = hook_tp_reduce};
+                 .region = hook_region, .tp_reduce = hook_tp_reduce,
+                 .tp_all_gather = hook_tp_all_gather,
+                 .tp_reduce_scatter = hook_tp_reduce_scatter};
   return h;
 }
 
@@ -304,6 +330,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                    .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
                    .n_embd = cfg->model.n_embd, .tp_size = rt->mesh.tp,
                    .tp_rank = rt->mesh.tp_rank, .vocab_parallel = rt->tp_vocab,
+                   .sequence_parallel = rt->tp_seq,
                    .ckpt_policy = cfg->activation_checkpointing.policy,
                    .ckpt_every = cfg->activation_checkpointing.every,
                    .dtype = (int)rt->compute_dtype, .param_dtype = (int)rt->plan.v.param_dtype,
