@@ -8,6 +8,7 @@
 
 #include "device/device.h"
 #include "model/gpt.h"
+#include "model/gpt_sp.h"
 #include "runtime/plugins.h"
 #include "runtime/pp_split.h"
 #include "estimate_axes.h"
@@ -404,7 +405,18 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   if (tied) st->tied_comm_bytes = 2 * (2 * N - 1) * 4 * VC / (2 * N);
   st->p2p_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_PP, fpp, sizeof fpp);
   st->tp_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_TP, ftp, sizeof ftp);
-  if (vp) { /* per micro-step: the embedding's sum and d(ln_f)'s (B*T*C fp32 each), the row
+  if (m->cfg.sequence_parallel && e->tp > 1) {
+    /* sequence parallel: the host's all-gathers / reduce-scatters (gpt_sp.c) replace the
+     * plugin's f/g all-reduces (its region hook is not called) and vocab_parallel's sums */
+    int recomputed = 0; /* fully recomputed blocks gather and scatter again */
+    for (int u = m->first_unit; u <= m->last_unit; u++)
+      recomputed += u >= 1 && u <= e->n_layer && e->ckpt_policy == GPT_CKPT_FULL &&
+                    (u - 1) % (e->ckpt_every > 1 ? e->ckpt_every : 1) == 0;
+    st->tp_comm_bytes = (uint64_t)e->accum * gpt_sp_comm_bytes(&m->cfg, e->micro_batch,
+                                                               e->seq_len, st->n_blocks,
+                                                               recomputed);
+    snprintf(ftp, sizeof ftp, "sp (10L+3R+2+2vp)(t-1)/t 4BTC + LN grads");
+  } else if (vp) { /* per micro-step: the embedding's sum and d(ln_f)'s (B*T*C fp32 each), the row
              * max (B*T fp64) and the row sum and target logit (2*B*T fp64), ring 2(tp-1)/tp */
     const uint64_t T = (uint64_t)e->tp, A = (uint64_t)e->accum;
     st->tp_comm_bytes += A * 2 * (T - 1) * (2 * 4 * BT * C + 3 * 8 * BT) / T;
@@ -574,6 +586,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   e->acts16 = dev_acts16 && e->dtype != LOOM_F32 && e->tp == 1 && e->pp == 1;
   e->ckpt_policy = full.ckpt_policy;
   e->vocab_parallel = full.vocab_parallel && e->tp > 1;
+  e->sequence_parallel = full.sequence_parallel && e->tp > 1;
   e->ckpt_every = full.ckpt_every;
   char me[512];
   if (gpt_init_ex(&m, &full, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, me, sizeof me) !=
@@ -716,6 +729,11 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
             e->ckpt_policy == GPT_CKPT_FULL ? " + 1 per recomputed block" : "",
             e->vocab_parallel ? " + vocab_parallel 2(tp-1)/tp x (8*B*T*C + 24*B*T) x accum" : "",
             (unsigned long long)e->tp_comm_bytes);
+  if (tp > 1 && e->sequence_parallel)
+    fprintf(out, "sequence parallel: LayerNorms and the residual stream sharded along T (B x "
+            "T/%d rows a rank); the tp traffic above is its all-gathers and reduce-scatters "
+            "instead: (10 x L + 3 x recomputed + 2 + 2 x vocab_parallel) x (tp-1)/tp x B*T*C*4 "
+            "+ the LayerNorm gradients' all-reduces, per micro-step (docs/parallelism.md)\n", tp);
   if (e->note[0]) fprintf(out, "%s\n", e->note);
   fprintf(out, "model: Psi = %llu parameters (n_layer %d, n_head %d, n_embd %d, vocab %d, "
           "context %d); per rank: micro-batch %d x %d tokens, accum %d\n",
@@ -890,6 +908,7 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e, json_t *inter_no
     json_object_set_new(doc, "tp", json_integer(e->tp > 1 ? e->tp : 1));
     json_object_set_new(doc, "tp_comm_bytes", json_integer((json_int_t)e->tp_comm_bytes));
     json_object_set_new(doc, "vocab_parallel", json_boolean(e->vocab_parallel));
+    json_object_set_new(doc, "sequence_parallel", json_boolean(e->sequence_parallel));
     json_object_set_new(
         doc, "activation_checkpointing",
         json_pack("{s:s, s:i, s:I, s:{s:I, s:I, s:I}}", "policy", policy_name(e->ckpt_policy),
