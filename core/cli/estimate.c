@@ -685,6 +685,11 @@ static uint64_t block_act_bytes(const loom_estimate *e, int policy) {
     uint64_t kept = s * b * h * 8 + s * b * h * 24 / t + 16 * s * b;
     return policy == GPT_CKPT_SELECTIVE ? kept : kept + att;
   }
+  if (e->sequence_parallel) { /* fp32; the residual region's tensors (4sbh(4)) and stats 1/t */
+    if (policy == GPT_CKPT_FULL) return 4 * s * b * h / t;
+    uint64_t kept = s * b * h * 64 / t + 16 * s * b / t;
+    return policy == GPT_CKPT_SELECTIVE ? kept : kept + att;
+  }
   if (policy == GPT_CKPT_FULL) return 4 * s * b * h;
   uint64_t kept = e->dtype != LOOM_F32 ? s * b * h * 10 + s * b * h * 24 / t + 16 * s * b
                                        : s * b * h * 16 + s * b * h * 48 / t + 16 * s * b;
@@ -804,13 +809,17 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   const int lay = e->dtype == LOOM_F32 ? 0 : e->acts16 ? 2 : 1;
   static const char *const lay_name[] = {"fp32", "16-bit saved values", "16-bit activations"};
   static const char *const lay_kept[] = {"16+48/t", "10+24/t", "8+24/t"};
+  /* sequence parallel (fp32): the residual region's tensors and stats 1/t as well */
+  const int sp = e->sequence_parallel;
+  const char *sb = sp ? "16sb/t" : "16sb";
   fprintf(out, "activations per block (Korthikanti et al. 2022 Table 2 style, %s, %s attention; "
-          "s=T b=B h=C a=NH t=tp): none sbh(%s)+16sb+%s = %llu, selective sbh(%s)+16sb = %llu, "
+          "s=T b=B h=C a=NH t=tp): none sbh(%s)+%s+%s = %llu, selective sbh(%s)+%s = %llu, "
           "full %s = %llu; activation_checkpointing %s", lay_name[lay],
-          e->attn_lse ? "flash" : "materialized", lay_kept[lay],
+          e->attn_lse ? "flash" : "materialized", sp ? "64/t" : lay_kept[lay], sb,
           e->attn_lse ? "4asb/t (lse)" : "4as^2b/t",
-          (unsigned long long)block_act_bytes(e, GPT_CKPT_NONE), lay_kept[lay],
-          (unsigned long long)block_act_bytes(e, GPT_CKPT_SELECTIVE), lay == 2 ? "2sbh" : "4sbh",
+          (unsigned long long)block_act_bytes(e, GPT_CKPT_NONE), sp ? "64/t" : lay_kept[lay], sb,
+          (unsigned long long)block_act_bytes(e, GPT_CKPT_SELECTIVE),
+          sp ? "4sbh/t" : lay == 2 ? "2sbh" : "4sbh",
           (unsigned long long)block_act_bytes(e, GPT_CKPT_FULL), policy_name(e->ckpt_policy));
   if (e->ckpt_policy != GPT_CKPT_NONE)
     fprintf(out, " every %d, recompute scratch %llu bytes once per rank", e->ckpt_every,
