@@ -723,7 +723,7 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   fprintf(out, "loom estimate: %s, device %s, world %d (dp %d, tp %d, pp %d)\n", e->config,
           e->device[0] ? e->device : "cpu",
           e->world * tp * pp, e->world, tp, pp);
-  if (tp > 1)
+  if (tp > 1 && !e->sequence_parallel)
     fprintf(out, "tensor parallel: Psi below is per tp rank (heads and MLP units split %d ways; "
             "%s); f/g traffic (4 x L%s%s) x 2(tp-1)/tp x B*T*C*4 x accum%s = %llu bytes per "
             "step, included in the communication below\n", tp,
@@ -735,10 +735,15 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
             e->vocab_parallel ? " + vocab_parallel 2(tp-1)/tp x (8*B*T*C + 24*B*T) x accum" : "",
             (unsigned long long)e->tp_comm_bytes);
   if (tp > 1 && e->sequence_parallel)
-    fprintf(out, "sequence parallel: LayerNorms and the residual stream sharded along T (B x "
-            "T/%d rows a rank); the tp traffic above is its all-gathers and reduce-scatters "
-            "instead: (10 x L + 3 x recomputed + 2 + 2 x vocab_parallel) x (tp-1)/tp x B*T*C*4 "
-            "+ the LayerNorm gradients' all-reduces, per micro-step (docs/parallelism.md)\n", tp);
+    fprintf(out, "tensor parallel x sequence parallel: Psi below is per tp rank (heads and MLP "
+            "units split %d ways%s); LayerNorms and the residual stream sharded along T (B x T/%d "
+            "rows a rank); tp traffic: all-gathers and reduce-scatters, (10 x L + 3 x "
+            "recomputed + 2 + 2 x vocab_parallel) x (tp-1)/tp x B*T*C*4 + the LayerNorm "
+            "gradients' all-reduces%s, per micro-step x accum = %llu bytes per step, included "
+            "in the communication below (docs/parallelism.md)\n", tp,
+            e->vocab_parallel ? "; wte and the logits over the vocabulary" : "", tp,
+            e->vocab_parallel ? " + the row statistics'" : "",
+            (unsigned long long)e->tp_comm_bytes);
   if (e->note[0]) fprintf(out, "%s\n", e->note);
   fprintf(out, "model: Psi = %llu parameters (n_layer %d, n_head %d, n_embd %d, vocab %d, "
           "context %d); per rank: micro-batch %d x %d tokens, accum %d\n",
