@@ -164,6 +164,14 @@ static int describe(loom_runtime *rt, const loom_estimate *e, const gpt_model *m
     } else {
       loom__estimate_by_role(rt->parallel[i].u.hdr.caps, &pl, r);
     }
+    if (m->cfg.sequence_parallel && pl.tp > 1 &&
+        axis_of(rt->parallel[i].u.hdr.caps) == LOOM_PAR_CAP_AXIS_TP) {
+      /* sequence parallel: the host runs the collectives (gpt_sp.c) and never calls the
+       * plugin's region, so neither its f/g traffic nor its 16-bit region buffer exists */
+      r->bytes[LOOM_MEM_COMM] = 0;
+      r->formula[LOOM_MEM_COMM][0] = '\0';
+      r->replaces &= ~(1u << LOOM_MEM_COMM);
+    }
     if (r->partition) {
       pl.partition = r->partition;
       pl.partition_sharded = r->partition_sharded;

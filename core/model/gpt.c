@@ -780,14 +780,15 @@ static int keeps16(const gpt_model *m, int l) {
 static uint16_t *saved16_at(const gpt_model *m, int l, int which, size_t *n) {
   const gpt_config *c = &m->cfg;
   const size_t NC = (size_t)m->B * m->T * c->n_embd, NCl = NC / cfg_tp(c);
+  const size_t NCr = gpt_sp_rows(c, m->B, m->T) * c->n_embd; /* sequence parallel: a shard */
   gpt_acts *a = m->acts;
   float *base = NULL;
   switch (which) {
-    case SAVED_LN1: base = a->ln1, *n = NC; break;
+    case SAVED_LN1: base = a->ln1, *n = NCr; break;
     case SAVED_QKV: base = a->qkv, *n = NCl * 3; break;
     case SAVED_ATTY: base = a->atty, *n = NCl; break;
-    case SAVED_RES2: base = a->residual2, *n = NC; break;
-    case SAVED_LN2: base = a->ln2, *n = NC; break;
+    case SAVED_RES2: base = a->residual2, *n = NCr; break;
+    case SAVED_LN2: base = a->ln2, *n = NCr; break;
     case SAVED_FCH: base = a->fch, *n = NCl * 4; break;
     default: base = a->fch_gelu, *n = NCl * 4; break;
   }
@@ -962,7 +963,7 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   rc = sp ? gpt_sp_reduce_scatter(m, h, dln, a->sp_dln, spx)
           : region(m, h, GPT_REGION_F, 1, dln, NC);
   if (rc != LOOM_OK) return rc;
-  store16(m, dln, NC); /* the tp sum of 16-bit partials, stored in 16 bits again */
+  store16(m, (float *)dl, (size_t)Nr * C); /* the tp sum of 16-bit partials, in 16 bits again */
   /* dres becomes d(res2): the skip path (already in dres) plus the branch */
   k_layernorm_backward(m, dres, G(GPT_LN2_W), G(GPT_LN2_B), dl,
                        load16(m, l, SAVED_RES2, b.res2), W(GPT_LN2_W),
@@ -996,7 +997,7 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   rc = sp ? gpt_sp_reduce_scatter(m, h, dln, a->sp_dln, spx)
           : region(m, h, GPT_REGION_F, 1, dln, NC);
   if (rc != LOOM_OK) return rc;
-  store16(m, dln, NC);
+  store16(m, (float *)dl, (size_t)Nr * C);
   k_layernorm_backward(m, dres, G(GPT_LN1_W), G(GPT_LN1_B), dl, res_in, W(GPT_LN1_W),
                        b.ln1_mean, b.ln1_rstd, Nr, C);
   store16(m, dres, (size_t)Nr * C);
@@ -1299,7 +1300,7 @@ static int head_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
   else if (cfg_vp(&m->cfg)) /* the slices' partial d(ln_f output): Megatron's f before the head */
     rc = vp_reduce(h, a->dln, NC, LOOM_F32, LOOM_OP_SUM);
   if (rc != LOOM_OK) return rc;
-  store16(m, a->dln, NC);
+  store16(m, dl, Nr * C);
   gpt_sp_grads lng;
   gpt_param *lnp[2] = {P(GPT_LNF_W), P(GPT_LNF_B)};
   if (sp) gpt_sp_grads_begin(m, &lng, lnp, 2, a->sp_lng);
@@ -1316,11 +1317,12 @@ static int unit_forward(gpt_model *m, int u, const gpt_hooks *h) {
   if (u == 0 && cfg_vp(&m->cfg)) {
     int rc = vp_embed_forward(m, u, h);
     if (rc != LOOM_OK) return rc;
-    store16(m, m->acts->encoded, (size_t)m->B * m->T * m->cfg.n_embd);
+    store16(m, m->acts->encoded, gpt_sp_rows(&m->cfg, m->B, m->T) * m->cfg.n_embd);
     return LOOM_OK;
   }
   if (u == 0 && gpt_sp_on(&m->cfg, m->T)) { /* the rank's positions only */
     gpt_sp_embed_forward(m, m->acts->encoded, W(GPT_WTE), W(GPT_WPE));
+    store16(m, m->acts->encoded, gpt_sp_rows(&m->cfg, m->B, m->T) * m->cfg.n_embd);
     return LOOM_OK;
   }
   if (u == 0) {
@@ -1505,16 +1507,6 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
       snprintf(err, errlen, "model: sequence_parallel with pipeline stages (units [%d, %d]) is "
                "not supported: the stage boundaries carry whole (B, T, C) activations",
                c->pp_first, cfg_last(c));
-    return LOOM_INVALID_CONFIG;
-  }
-  if (c->sequence_parallel && cfg_tp(c) > 1 &&
-      (c->dtype != LOOM_F32 || c->param_dtype != LOOM_F32 || c->grad_dtype != LOOM_F32)) {
-    if (err)
-      snprintf(err, errlen, "model: sequence_parallel under a 16-bit precision (compute %s, "
-               "parameters %s, gradients %s) is not supported: its shards and collectives are "
-               "fp32 only; use precision fp32", c->dtype == LOOM_F32 ? "fp32" : "16-bit",
-               c->param_dtype == LOOM_F32 ? "fp32" : "16-bit",
-               c->grad_dtype == LOOM_F32 ? "fp32" : "16-bit");
     return LOOM_INVALID_CONFIG;
   }
   if (c->pp_first < 0 || c->pp_first > cfg_last(c) || cfg_last(c) > c->n_layer + 1) {

@@ -113,7 +113,7 @@ typedef struct gpt_config {
    * No rank holds (B*T, Vp) logits. One pipeline stage only (pp_first/pp_end 0). */
   int vocab_parallel;
   /* Sequence parallel (Korthikanti et al. 2022, §4.2.2; tensor_parallel's "sequence_parallel"),
-   * with tp_size > 1, fp32, one pipeline stage: between the tensor-parallel regions the
+   * with tp_size > 1, one pipeline stage: between the tensor-parallel regions the
    * residual stream, the LayerNorms' inputs, outputs and statistics (and the embedding's output,
    * ln_f's input) are sharded along T, rank r holding rows [r*T/tp, (r+1)*T/tp) of every
    * sequence, (B, T/tp, C). Megatron's g becomes a reduce-scatter along T after each
@@ -121,7 +121,9 @@ typedef struct gpt_config {
    * (gpt_hooks.tp_all_gather / tp_reduce_scatter); backward regathers the saved LayerNorm
    * output for the weight gradient (as Megatron does) and sums the LayerNorms' partial weight
    * gradients over tp (gpt_hooks.tp_reduce). A forward whose T is not a multiple of tp
-   * (sampling's growing window) runs the plain tensor-parallel path (core/model/gpt_sp.c). */
+   * (sampling's growing window) runs the plain tensor-parallel path (core/model/gpt_sp.c).
+   * Under bf16/fp16 the shards hold 16-bit values in fp32 buffers (as tp's regions) and travel
+   * in fp32, a reduce-scatter's sum rounded by the next 16-bit store. */
   int sequence_parallel;
 } gpt_config;
 

@@ -35,8 +35,6 @@ expect_refused 1 'sequence_parallel: needs a tensor-parallel size > 1 (size is 1
   $H --set 'parallel=[{"plugin":"tensor_parallel","size":1,"sequence_parallel":true}]'
 expect_refused 4 'sequence_parallel with pipeline stages' $H \
   --set "parallel=[$SP,{\"plugin\":\"pipeline\",\"size\":2,\"schedule\":\"gpipe\"}]"
-expect_refused 2 'sequence_parallel under a 16-bit precision' $H \
-  --set "parallel=[$SP]" --set 'precision={"plugin":"bf16"}'
 expect_refused 2 'sequence_parallel: expected true or false' $H \
   --set 'parallel=[{"plugin":"tensor_parallel","size":2,"sequence_parallel":1}]'
 echo "equivalence_sequence_parallel: PASS"

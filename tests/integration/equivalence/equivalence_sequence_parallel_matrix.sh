@@ -6,7 +6,8 @@
 # along T, d(ln_f) reduce-scattered from the logit slices), tp 4 x sp (T/tp = 16 positions a
 # rank), dp 2 x tp 2 x sp with ddp, zero1 and zero3 (4 ranks), tp 2 x sp with gradient
 # accumulation 2 and with activation checkpointing (full: the recompute gathers and scatters
-# again; selective), each with its traffic = the count (check_sp_traffic.py). Then
+# again; selective), each with its traffic = the count (check_sp_traffic.py); tp 2 x sp under
+# bf16 and fp16 (and bf16 with vocab_parallel) against the 1-rank run of that precision. Then
 # checkpoints stay portable (the global view: sp shards activations, not parameters): an sp
 # run's step-10 checkpoint resumes on tp 1 and a tp 1 checkpoint resumes under tp 2 x sp, each
 # continuing like the straight run (steps 11-20).
@@ -44,6 +45,20 @@ for r in "${names[@]}"; do
   echo "== $r vs ref"
   compare "$r" ref
 done
+# bf16 (16-bit storage, one micro-batch) and fp16: against the 1-rank run of the same precision
+# within equivalence_bf16.sh's 1e-2 (the shards move where the 16-bit rounding happens, as the
+# tp regions do, not whether); bf16 with vocab_parallel too
+for prec in bf16 fp16; do
+  PR="precision={\"plugin\":\"$prec\"}"
+  run 1 "ref_$prec" $H --set "$PR" --set train.micro_batch_size=8 --set 'parallel=[]'
+  run 2 "sp2_$prec" $H --set "$PR" --set train.micro_batch_size=8 --set "parallel=[$SP]"
+  echo "== sp2_$prec vs ref_$prec"
+  compare "sp2_$prec" "ref_$prec" --rtol 1e-2
+done
+run 2 sp2_vp_bf16 $H --set 'precision={"plugin":"bf16"}' --set train.micro_batch_size=8 \
+  --set "parallel=[$SPV]"
+echo "== sp2_vp_bf16 vs ref_bf16"
+compare sp2_vp_bf16 ref_bf16 --rtol 1e-2
 resume_from() { # resume_from SRC DST NRANKS MICRO PLUGINS
   mkdir -p "$WORK/$2/ckpt"
   cp -r "$WORK/$1/ckpt/step-00000010" "$WORK/$2/ckpt/"

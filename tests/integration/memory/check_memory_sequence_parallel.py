@@ -1,4 +1,4 @@
-# memory_sequence_parallel.sh: WORK L C B T NH TP2 TP2_SP TP4 TP4_SP: each run's measured peak
+# memory_sequence_parallel.sh: WORK L C B T NH TP2 TP2_SP TP4 TP4_SP [MORE...]: each run's measured peak
 #   per category (the largest rank's) and steady-step traffic = `loom estimate` to the byte;
 #   then the activation pools beside the per-block formula. Korthikanti et al. 2022 (Table 2)
 #   count 2-byte activations with dropout: sbh(10 + 24/t) + 5as^2b/t per block under tensor
