@@ -1,11 +1,12 @@
-# memory_sequence_parallel.sh: WORK L C B T NH TP2 TP2_SP TP4 TP4_SP [MORE...]: each run's measured peak
-#   per category (the largest rank's) and steady-step traffic = `loom estimate` to the byte;
-#   then the activation pools beside the per-block formula. Korthikanti et al. 2022 (Table 2)
-#   count 2-byte activations with dropout: sbh(10 + 24/t) + 5as^2b/t per block under tensor
-#   parallel, sbh(34/t) + 5as^2b/t with sequence parallel. loom has no dropout (their 2sbh of
-#   masks, 10 -> 8, 34 -> 32), keeps fp32 (x 2), saves the block's output instead of the next
-#   LayerNorm's input (the same tensor), and under flash attention keeps the row log-sum-exp
-#   4asb/t instead of 5as^2b/t; its LayerNorm statistics add 16sb (tp) -> 16sb/t (sp):
+# memory_sequence_parallel.sh: WORK L C B T NH TP2 TP2_SP TP4 TP4_SP [MORE...]: each run's
+#   measured peak per category (the largest rank's) and steady-step traffic = `loom estimate`
+#   to the byte; then the activation pools beside the per-block formula. Korthikanti et al.
+#   2022 (Table 2) count 2-byte activations with dropout: sbh(10 + 24/t) + 5as^2b/t per block
+#   under tensor parallel, sbh(34/t) + 5as^2b/t with sequence parallel. loom has no dropout
+#   (their 2sbh of masks, 10 -> 8, 34 -> 32), keeps fp32 (x 2), saves the block's output
+#   instead of the next LayerNorm's input (the same tensor), and under flash attention keeps
+#   the row log-sum-exp 4asb/t instead of 5as^2b/t; its LayerNorm statistics add 16sb (tp) ->
+#   16sb/t (sp):
 #   tp: 2sbh(8 + 24/t) + 16sb + 4asb/t      sp: 2sbh(32/t) + 16sb/t + 4asb/t
 #   (materialised attention: 4as^2b/t instead of 4asb/t).
 import json, os, sys
