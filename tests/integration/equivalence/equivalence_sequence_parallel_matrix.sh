@@ -6,7 +6,8 @@
 # along T, d(ln_f) reduce-scattered from the logit slices), tp 4 x sp (T/tp = 16 positions a
 # rank), dp 2 x tp 2 x sp with ddp, zero1 and zero3 (4 ranks), tp 2 x sp with gradient
 # accumulation 2 and with activation checkpointing (full: the recompute gathers and scatters
-# again; selective), each with its traffic = the count (check_sp_traffic.py); tp 2 x sp under
+# again; selective), each with its traffic = the count (check_sp_traffic.py), sampling under
+# sp x vocab_parallel = the single rank's tokens; tp 2 x sp under
 # bf16 and fp16 (and bf16 with vocab_parallel) against the 1-rank run of that precision. Then
 # checkpoints stay portable (the global view: sp shards activations, not parameters): an sp
 # run's step-10 checkpoint resumes on tp 1 and a tp 1 checkpoint resumes under tp 2 x sp, each
@@ -18,7 +19,8 @@ SP='{"plugin":"tensor_parallel","size":2,"sequence_parallel":true}'
 SPV='{"plugin":"tensor_parallel","size":2,"sequence_parallel":true,"vocab_parallel":true}'
 SP4='{"plugin":"tensor_parallel","size":4,"sequence_parallel":true}'
 CK() { echo "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/$1/ckpt\",\"every\":10}"; }
-run 1 ref $H --set train.micro_batch_size=8 --set 'parallel=[]' --set "$(CK ref)"
+run 1 ref $H --set train.micro_batch_size=8 --set 'parallel=[]' --set "$(CK ref)" \
+  --set sample.tokens=24 --set sample.top_k=0
 names=()
 srun() { # srun NRANKS NAME MICRO ACCUM 'PLUGINS JSON ARRAY' [--set ...]
   local n=$1 name=$2 micro=$3 accum=$4 par=$5
@@ -30,7 +32,8 @@ srun() { # srun NRANKS NAME MICRO ACCUM 'PLUGINS JSON ARRAY' [--set ...]
 # name L C B T tp accum vp recomputed-blocks
 traffic() { /usr/bin/python3 "$HERE/check_sp_traffic.py" "$WORK" "$@" || die "$1: traffic"; }
 srun 2 sp2 8 1 "[$SP]"; traffic sp2 2 32 8 64 2 1 0 0
-srun 2 sp2_vp 8 1 "[$SPV]"; traffic sp2_vp 2 32 8 64 2 1 1 0
+srun 2 sp2_vp 8 1 "[$SPV]" --set sample.tokens=24 --set sample.top_k=0
+traffic sp2_vp 2 32 8 64 2 1 1 0
 srun 4 sp4 8 1 "[$SP4]"; traffic sp4 2 32 8 64 4 1 0 0
 srun 2 sp2_accum2 4 2 "[$SP]"; traffic sp2_accum2 2 32 4 64 2 2 0 0
 srun 2 sp2_full 8 1 "[$SP]" --set 'activation_checkpointing="full"'
@@ -45,6 +48,15 @@ for r in "${names[@]}"; do
   echo "== $r vs ref"
   compare "$r" ref
 done
+# sampling under sp x vocab_parallel: windows of every length (the sp path where T % tp = 0,
+# the plain one elsewhere), each row gathered from the logit slices: the single rank's tokens
+for r in ref sp2_vp; do
+  sed -n '/loom: sample/,$p' "$WORK/$r/out.log" | head -3 >"$WORK/$r/s.txt"
+done
+[ -s "$WORK/ref/s.txt" ] || die "the reference printed no sample"
+cmp -s "$WORK/ref/s.txt" "$WORK/sp2_vp/s.txt" ||
+  { diff "$WORK/ref/s.txt" "$WORK/sp2_vp/s.txt"; die "sp2_vp sampled other tokens"; }
+echo "sample (sp x vocab_parallel): the same tokens as the single rank"
 # bf16 (16-bit storage, one micro-batch) and fp16: against the 1-rank run of the same precision
 # within equivalence_bf16.sh's 1e-2 (the shards move where the 16-bit rounding happens, as the
 # tp regions do, not whether); bf16 with vocab_parallel too
