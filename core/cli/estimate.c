@@ -420,9 +420,16 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
     for (int u = m->first_unit; u <= m->last_unit; u++)
       recomputed += u >= 1 && u <= e->n_layer && e->ckpt_policy == GPT_CKPT_FULL &&
                     (u - 1) % (e->ckpt_every > 1 ? e->ckpt_every : 1) == 0;
+    /* under bf16/fp16 the shards travel in 16 bits through a staging buffer of (tp + 1)
+     * shards (trainer.c sp_stage16, LOOM_MEM_COMM) */
+    const int elem = e->dtype != LOOM_F32 ? 2 : 4;
     st->tp_comm_bytes = (uint64_t)e->accum * gpt_sp_comm_bytes(&m->cfg, e->micro_batch,
                                                                e->seq_len, st->n_blocks,
-                                                               recomputed);
+                                                               recomputed, elem);
+    if (elem == 2) {
+      e->bytes[LOOM_MEM_COMM] += ((uint64_t)e->tp + 1) * BT / (uint64_t)e->tp * C * 2;
+      append(e->formula[LOOM_MEM_COMM], 64, " + sp 16-bit staging 2(t+1)BTC/t");
+    }
     snprintf(ftp, sizeof ftp, "sp (10L+3R+2+2vp)(t-1)/t 4BTC + LN grads");
   } else if (vp) { /* per micro-step: the embedding's sum and d(ln_f)'s (B*T*C fp32 each), the row
              * max (B*T fp64) and the row sum and target logit (2*B*T fp64), ring 2(tp-1)/tp */
@@ -747,7 +754,8 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
             "units split %d ways%s); LayerNorms and the residual stream sharded along T (B x T/%d "
             "rows a rank); tp traffic: all-gathers and reduce-scatters, (10 x L + 3 x "
             "recomputed + 2 + 2 x vocab_parallel) x (tp-1)/tp x B*T*C*4 + the LayerNorm "
-            "gradients' all-reduces%s, per micro-step x accum = %llu bytes per step, included "
+            "gradients' all-reduces%s, per micro-step x accum = %llu bytes per step (16-bit "
+            "gathers and scatters under bf16/fp16), included "
             "in the communication below (docs/parallelism.md)\n", tp,
             e->vocab_parallel ? "; wte and the logits over the vocabulary" : "", tp,
             e->vocab_parallel ? " + the row statistics'" : "",

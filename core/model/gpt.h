@@ -122,8 +122,8 @@ typedef struct gpt_config {
    * output for the weight gradient (as Megatron does) and sums the LayerNorms' partial weight
    * gradients over tp (gpt_hooks.tp_reduce). A forward whose T is not a multiple of tp
    * (sampling's growing window) runs the plain tensor-parallel path (core/model/gpt_sp.c).
-   * Under bf16/fp16 the shards hold 16-bit values in fp32 buffers (as tp's regions) and travel
-   * in fp32, a reduce-scatter's sum rounded by the next 16-bit store. */
+   * Under bf16/fp16 the shards hold 16-bit values in fp32 buffers (as tp's regions); the hooks
+   * may carry them packed in 16 bits (the trainer's do). */
   int sequence_parallel;
 } gpt_config;
 

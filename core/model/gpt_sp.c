@@ -108,11 +108,12 @@ int gpt_sp_grads_end(gpt_model *m, const gpt_hooks *h, gpt_sp_grads *g) {
 /* One counted collective's bytes, rounded as the host's counter rounds each call. */
 static uint64_t counted(double bytes) { return (uint64_t)(bytes + 0.5); }
 
-uint64_t gpt_sp_comm_bytes(const gpt_config *c, int B, int T, int n_blocks, int n_recomputed) {
+uint64_t gpt_sp_comm_bytes(const gpt_config *c, int B, int T, int n_blocks, int n_recomputed,
+                           int elem) {
   if (!gpt_sp_on(c, T)) return 0;
   const double t = cfg_tp(c), C = c->n_embd, N = (double)B * T, ar = 2.0 * (t - 1) / t;
   const int vp = c->vocab_parallel != 0;
-  const uint64_t h = counted((t - 1) * (N / t) * C * 4); /* one gather or scatter */
+  const uint64_t h = counted((t - 1) * (N / t) * C * elem); /* one gather or scatter */
   uint64_t sum = (uint64_t)(10 * n_blocks + 3 * n_recomputed + 2 * (1 + vp)) * h;
   sum += (uint64_t)n_blocks * counted(ar * 4 * 4 * C) + counted(ar * 2 * 4 * C);
   if (vp) sum += counted(ar * 8 * N) + counted(ar * 2 * 8 * N); /* max, then sum + target */

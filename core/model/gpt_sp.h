@@ -62,12 +62,13 @@ int gpt_sp_grads_end(gpt_model *m, const gpt_hooks *h, gpt_sp_grads *g);
 /* Bytes one rank sends over tp per micro-step at (B, T) under gpt_sp_on, as the host counts
  * them (all-gather / reduce-scatter: (tp-1) x the shard's bytes; all-reduce 2(tp-1)/tp x the
  * buffer's), for n_blocks blocks of which n_recomputed are fully recomputed, with the embedding
- * and the head (has_ends 1: one stage holds all, which sp requires). With h = one gather of a
- * (B,T,C) fp32 activation: 10h per block (forward 2 all-gathers + 2 reduce-scatters; backward
+ * and the head (one stage holds all, which sp requires); elem: bytes an activation element
+ * travels in (4, or 2 under bf16/fp16). With h = one gather of a (B,T,C) activation: 10h per block (forward 2 all-gathers + 2 reduce-scatters; backward
  * 2 all-gathers, 2 reduce-scatters and the 2 regathers of the saved LayerNorm outputs), 3h per
  * recomputed block, (1 + vp)h for the embedding and for the head, the LayerNorm weight
  * gradients' all-reduces (4C floats per block, 2C for ln_f) and under vocab_parallel the row
  * statistics' (3 B*T fp64). 0 when sp is off at T. */
-uint64_t gpt_sp_comm_bytes(const gpt_config *c, int B, int T, int n_blocks, int n_recomputed);
+uint64_t gpt_sp_comm_bytes(const gpt_config *c, int B, int T, int n_blocks, int n_recomputed,
+                           int elem);
 
 #endif

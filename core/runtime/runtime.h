@@ -87,6 +87,9 @@ struct loom_runtime {
   loom_comm *emb_comm;   /* first and last stage, same tp rank (the tied wte's gradient sum) */
   int *tensor_tied;      /* per model_view tensor: 1 for the tied wte copy (norm weight 0) */
   float *emb_buf;        /* V*C floats (LOOM_MEM_COMM): the tied gradient sum's buffer */
+  void *sp16;            /* sequence parallel under bf16/fp16: its 16-bit staging, (tp + 1) x
+                            the shard (LOOM_MEM_COMM; trainer.c sp_stage16), or NULL */
+  size_t sp16_bytes;
 
   loom_plugin precision;
   void *precision_ctx;

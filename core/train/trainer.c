@@ -112,19 +112,64 @@ static int tp_sp_failed(loom_trainer *tr, const char *what, size_t n) {
        tr->rt.mesh.tp, tr->core_host.error);
   return -1;
 }
+/* Under bf16/fp16 (the plan's activation_comm_dtype) the shards hold 16-bit values in fp32
+ * buffers: they travel packed in 16 bits (exact; a reduce-scatter's sum rounded once by the comm
+ * plugin), as tensor_parallel.so's regions do. The staging holds the whole tensor (tp x n) then
+ * the shard (n), grown when n grows. NULL (fp32 traffic) in fp32 or on a device without
+ * convert; *fail set when the staging cannot be allocated. */
+static void *sp_stage16(loom_trainer *tr, size_t n, loom_dtype *dt, int *fail_) {
+  loom_runtime *rt = &tr->rt;
+  const loom_dtype d = rt->plan.v.activation_comm_dtype;
+  *fail_ = 0;
+  if (d == LOOM_F32 || !rt->dev.ops->convert) return NULL;
+  const size_t need = ((size_t)rt->mesh.tp + 1) * n * loom_dtype_size(d);
+  if (need > rt->sp16_bytes) {
+    loom__dev_free(&rt->dev, rt->sp16);
+    rt->sp16_bytes = 0;
+    rt->sp16 = loom__dev_alloc(&rt->dev, need, LOOM_MEM_COMM);
+    if (!rt->sp16) {
+      *fail_ = 1;
+      return NULL;
+    }
+    rt->sp16_bytes = need;
+  }
+  *dt = d;
+  return rt->sp16;
+}
 static int hook_tp_all_gather(void *ud, const float *shard, float *full, size_t n) {
   loom_trainer *tr = ud;
-  if (loom__host_api()->all_gather(&tr->core_host, tr->rt.mesh.axis[LOOM_AXIS_TP], shard, full,
-                                   n, LOOM_F32, NULL) != LOOM_OK)
-    return tp_sp_failed(tr, "all-gather", n);
-  return 0;
+  const loom_device_v1 *d = tr->rt.dev.ops;
+  loom_dtype dt = LOOM_F32;
+  int oom;
+  char *st = sp_stage16(tr, n, &dt, &oom);
+  if (oom) return fail(tr, "sequence_parallel: out of memory (16-bit staging of %zu elements)",
+                       n * ((size_t)tr->rt.mesh.tp + 1));
+  const size_t tpn = (size_t)tr->rt.mesh.tp * n, es = loom_dtype_size(dt);
+  int rc = st ? d->convert(tr->rt.dev.ctx, st + tpn * es, dt, shard, LOOM_F32, n) : LOOM_OK;
+  if (!rc)
+    rc = loom__host_api()->all_gather(&tr->core_host, tr->rt.mesh.axis[LOOM_AXIS_TP],
+                                      st ? (const void *)(st + tpn * es) : shard,
+                                      st ? (void *)st : full, n, dt, NULL);
+  if (!rc && st) rc = d->convert(tr->rt.dev.ctx, full, LOOM_F32, st, dt, tpn);
+  return rc != LOOM_OK ? tp_sp_failed(tr, "all-gather", n) : 0;
 }
 static int hook_tp_reduce_scatter(void *ud, const float *full, float *shard, size_t n) {
   loom_trainer *tr = ud;
-  if (loom__host_api()->reduce_scatter(&tr->core_host, tr->rt.mesh.axis[LOOM_AXIS_TP], full,
-                                       shard, n, LOOM_F32, LOOM_OP_SUM, NULL) != LOOM_OK)
-    return tp_sp_failed(tr, "reduce-scatter", n);
-  return 0;
+  const loom_device_v1 *d = tr->rt.dev.ops;
+  loom_dtype dt = LOOM_F32;
+  int oom;
+  char *st = sp_stage16(tr, n, &dt, &oom);
+  if (oom) return fail(tr, "sequence_parallel: out of memory (16-bit staging of %zu elements)",
+                       n * ((size_t)tr->rt.mesh.tp + 1));
+  const size_t tpn = (size_t)tr->rt.mesh.tp * n, es = loom_dtype_size(dt);
+  int rc = st ? d->convert(tr->rt.dev.ctx, st, dt, full, LOOM_F32, tpn) : LOOM_OK;
+  if (!rc)
+    rc = loom__host_api()->reduce_scatter(&tr->core_host, tr->rt.mesh.axis[LOOM_AXIS_TP],
+                                          st ? (const void *)st : full,
+                                          st ? (void *)(st + tpn * es) : shard, n, dt,
+                                          LOOM_OP_SUM, NULL);
+  if (!rc && st) rc = d->convert(tr->rt.dev.ctx, shard, LOOM_F32, st + tpn * es, dt, n);
+  return rc != LOOM_OK ? tp_sp_failed(tr, "reduce-scatter", n) : 0;
 }
 
 static gpt_hooks make_hooks(loom_trainer *tr) {
@@ -968,6 +1013,8 @@ void loom_trainer_free(loom_trainer *tr) {
   if (rt->optim_m) loom__dev_free(&rt->dev, rt->optim_m);
   if (rt->optim_v) loom__dev_free(&rt->dev, rt->optim_v);
   if (rt->emb_buf) loom__dev_free(&rt->dev, rt->emb_buf);
+  if (rt->sp16) loom__dev_free(&rt->dev, rt->sp16);
+  rt->sp16 = NULL;
   if (rt->master) loom__dev_free(&rt->dev, rt->master);
   if (rt->stage) loom__dev_free(&rt->dev, rt->stage);
   loom__device_close(rt);
