@@ -8,6 +8,7 @@
 
 #include "device/device.h"
 #include "model/gpt.h"
+#include "model/gpt_sp.h"
 #include "runtime/plugins.h"
 #include "runtime/pp_split.h"
 #include "estimate_axes.h"
@@ -162,6 +163,14 @@ static int describe(loom_runtime *rt, const loom_estimate *e, const gpt_model *m
       terminate_strings(r);
     } else {
       loom__estimate_by_role(rt->parallel[i].u.hdr.caps, &pl, r);
+    }
+    if (m->cfg.sequence_parallel && pl.tp > 1 &&
+        axis_of(rt->parallel[i].u.hdr.caps) == LOOM_PAR_CAP_AXIS_TP) {
+      /* sequence parallel: the host runs the collectives (gpt_sp.c) and never calls the
+       * plugin's region, so neither its f/g traffic nor its 16-bit region buffer exists */
+      r->bytes[LOOM_MEM_COMM] = 0;
+      r->formula[LOOM_MEM_COMM][0] = '\0';
+      r->replaces &= ~(1u << LOOM_MEM_COMM);
     }
     if (r->partition) {
       pl.partition = r->partition;
@@ -431,7 +440,25 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
   if (tied) st->tied_comm_bytes = 2 * (2 * N - 1) * 4 * VC / (2 * N);
   st->p2p_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_PP, fpp, sizeof fpp);
   st->tp_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_TP, ftp, sizeof ftp);
-  if (vp) { /* per micro-step: the embedding's sum and d(ln_f)'s (B*T*C fp32 each), the row
+  if (m->cfg.sequence_parallel && e->tp > 1) {
+    /* sequence parallel: the host's all-gathers / reduce-scatters (gpt_sp.c) replace the
+     * plugin's f/g all-reduces (its region hook is not called) and vocab_parallel's sums */
+    int recomputed = 0; /* fully recomputed blocks gather and scatter again */
+    for (int u = m->first_unit; u <= m->last_unit; u++)
+      recomputed += u >= 1 && u <= e->n_layer && e->ckpt_policy == GPT_CKPT_FULL &&
+                    (u - 1) % (e->ckpt_every > 1 ? e->ckpt_every : 1) == 0;
+    /* under bf16/fp16 the shards travel in 16 bits through a staging buffer of (tp + 1)
+     * shards (trainer.c sp_stage16, LOOM_MEM_COMM) */
+    const int elem = e->dtype != LOOM_F32 ? 2 : 4;
+    st->tp_comm_bytes = (uint64_t)e->accum * gpt_sp_comm_bytes(&m->cfg, e->micro_batch,
+                                                               e->seq_len, st->n_blocks,
+                                                               recomputed, elem);
+    if (elem == 2) {
+      e->bytes[LOOM_MEM_COMM] += ((uint64_t)e->tp + 1) * BT / (uint64_t)e->tp * C * 2;
+      append(e->formula[LOOM_MEM_COMM], 64, " + sp 16-bit staging 2(t+1)BTC/t");
+    }
+    snprintf(ftp, sizeof ftp, "sp (10L+3R+2+2vp)(t-1)/t 4BTC + LN grads");
+  } else if (vp) { /* per micro-step: the embedding's sum and d(ln_f)'s (B*T*C fp32 each), the row
              * max (B*T fp64) and the row sum and target logit (2*B*T fp64), ring 2(tp-1)/tp */
     const uint64_t T = (uint64_t)e->tp, A = (uint64_t)e->accum;
     st->tp_comm_bytes += A * 2 * (T - 1) * (2 * 4 * BT * C + 3 * 8 * BT) / T;
@@ -589,6 +616,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
                      .max_seq_len = cfg->model.context_length, .n_layer = cfg->model.n_layer,
                      .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
                      .tp_size = e->tp, .tp_rank = 0, .vocab_parallel = rt->tp_vocab,
+                   .sequence_parallel = rt->tp_seq,
                      .ckpt_policy = cfg->activation_checkpointing.policy,
                      .ckpt_every = cfg->activation_checkpointing.every,
                      .dtype = (int)e->dtype, .param_dtype = (int)e->param_dtype,
@@ -601,6 +629,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   e->acts16 = dev_acts16 && e->dtype != LOOM_F32 && e->tp == 1 && e->pp == 1;
   e->ckpt_policy = full.ckpt_policy;
   e->vocab_parallel = full.vocab_parallel && e->tp > 1;
+  e->sequence_parallel = full.sequence_parallel && e->tp > 1;
   e->ckpt_every = full.ckpt_every;
   char me[512];
   if (gpt_init_ex(&m, &full, NULL, GPT_NO_PARAM_STORAGE | GPT_NO_GRAD_STORAGE, me, sizeof me) !=
@@ -699,6 +728,11 @@ static uint64_t block_act_bytes(const loom_estimate *e, int policy) {
     uint64_t kept = s * b * h * 8 + s * b * h * 24 / t + 16 * s * b;
     return policy == GPT_CKPT_SELECTIVE ? kept : kept + att;
   }
+  if (e->sequence_parallel) { /* fp32; the residual region's tensors (4sbh(4)) and stats 1/t */
+    if (policy == GPT_CKPT_FULL) return 4 * s * b * h / t;
+    uint64_t kept = s * b * h * 64 / t + 16 * s * b / t;
+    return policy == GPT_CKPT_SELECTIVE ? kept : kept + att;
+  }
   if (policy == GPT_CKPT_FULL) return 4 * s * b * h;
   uint64_t kept = e->dtype != LOOM_F32 ? s * b * h * 10 + s * b * h * 24 / t + 16 * s * b
                                        : s * b * h * 16 + s * b * h * 48 / t + 16 * s * b;
@@ -732,7 +766,7 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   fprintf(out, "loom estimate: %s, device %s, world %d (dp %d, tp %d, pp %d)\n", e->config,
           e->device[0] ? e->device : "cpu",
           e->world * tp * pp, e->world, tp, pp);
-  if (tp > 1)
+  if (tp > 1 && !e->sequence_parallel)
     fprintf(out, "tensor parallel: Psi below is per tp rank (heads and MLP units split %d ways; "
             "%s); f/g traffic (4 x L%s%s) x 2(tp-1)/tp x B*T*C*4 x accum%s = %llu bytes per "
             "step, included in the communication below\n", tp,
@@ -742,6 +776,17 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
             e->pp > 1 ? " (the stage's blocks)" : "",
             e->ckpt_policy == GPT_CKPT_FULL ? " + 1 per recomputed block" : "",
             e->vocab_parallel ? " + vocab_parallel 2(tp-1)/tp x (8*B*T*C + 24*B*T) x accum" : "",
+            (unsigned long long)e->tp_comm_bytes);
+  if (tp > 1 && e->sequence_parallel)
+    fprintf(out, "tensor parallel x sequence parallel: Psi below is per tp rank (heads and MLP "
+            "units split %d ways%s); LayerNorms and the residual stream sharded along T (B x T/%d "
+            "rows a rank); tp traffic: all-gathers and reduce-scatters, (10 x L + 3 x "
+            "recomputed + 2 + 2 x vocab_parallel) x (tp-1)/tp x B*T*C*4 + the LayerNorm "
+            "gradients' all-reduces%s, per micro-step x accum = %llu bytes per step (16-bit "
+            "gathers and scatters under bf16/fp16), included "
+            "in the communication below (docs/parallelism.md)\n", tp,
+            e->vocab_parallel ? "; wte and the logits over the vocabulary" : "", tp,
+            e->vocab_parallel ? " + the row statistics'" : "",
             (unsigned long long)e->tp_comm_bytes);
   if (e->note[0]) fprintf(out, "%s\n", e->note);
   fprintf(out, "model: Psi = %llu parameters (n_layer %d, n_head %d, n_embd %d, vocab %d, "
@@ -813,13 +858,17 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
   const int lay = e->dtype == LOOM_F32 ? 0 : e->acts16 ? 2 : 1;
   static const char *const lay_name[] = {"fp32", "16-bit saved values", "16-bit activations"};
   static const char *const lay_kept[] = {"16+48/t", "10+24/t", "8+24/t"};
+  /* sequence parallel (fp32): the residual region's tensors and stats 1/t as well */
+  const int sp = e->sequence_parallel;
+  const char *sb = sp ? "16sb/t" : "16sb";
   fprintf(out, "activations per block (Korthikanti et al. 2022 Table 2 style, %s, %s attention; "
-          "s=T b=B h=C a=NH t=tp): none sbh(%s)+16sb+%s = %llu, selective sbh(%s)+16sb = %llu, "
+          "s=T b=B h=C a=NH t=tp): none sbh(%s)+%s+%s = %llu, selective sbh(%s)+%s = %llu, "
           "full %s = %llu; activation_checkpointing %s", lay_name[lay],
-          e->attn_lse ? "flash" : "materialized", lay_kept[lay],
+          e->attn_lse ? "flash" : "materialized", sp ? "64/t" : lay_kept[lay], sb,
           e->attn_lse ? "4asb/t (lse)" : "4as^2b/t",
-          (unsigned long long)block_act_bytes(e, GPT_CKPT_NONE), lay_kept[lay],
-          (unsigned long long)block_act_bytes(e, GPT_CKPT_SELECTIVE), lay == 2 ? "2sbh" : "4sbh",
+          (unsigned long long)block_act_bytes(e, GPT_CKPT_NONE), sp ? "64/t" : lay_kept[lay], sb,
+          (unsigned long long)block_act_bytes(e, GPT_CKPT_SELECTIVE),
+          sp ? "4sbh/t" : lay == 2 ? "2sbh" : "4sbh",
           (unsigned long long)block_act_bytes(e, GPT_CKPT_FULL), policy_name(e->ckpt_policy));
   if (e->ckpt_policy != GPT_CKPT_NONE)
     fprintf(out, " every %d, recompute scratch %llu bytes once per rank", e->ckpt_every,
@@ -917,6 +966,7 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e, json_t *inter_no
     json_object_set_new(doc, "tp", json_integer(e->tp > 1 ? e->tp : 1));
     json_object_set_new(doc, "tp_comm_bytes", json_integer((json_int_t)e->tp_comm_bytes));
     json_object_set_new(doc, "vocab_parallel", json_boolean(e->vocab_parallel));
+    json_object_set_new(doc, "sequence_parallel", json_boolean(e->sequence_parallel));
     json_object_set_new(
         doc, "activation_checkpointing",
         json_pack("{s:s, s:i, s:I, s:{s:I, s:I, s:I}}", "policy", policy_name(e->ckpt_policy),

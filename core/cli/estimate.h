@@ -115,6 +115,7 @@ typedef struct loom_estimate {
   int tp;                   /* tensor-parallel size (1 without tensor_parallel) */
   uint64_t tp_comm_bytes;   /* Megatron's f/g all-reduces per step per rank */
   int vocab_parallel;       /* tensor_parallel's vocab_parallel: wte and the logits split */
+  int sequence_parallel;    /* tensor_parallel's sequence_parallel: LayerNorms sharded on T */
   int n_plugins;
   struct { char name[64]; uint64_t caps; } plugins[LOOM_MAX_PARALLEL];
   /* roles found among the plugins */

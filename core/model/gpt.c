@@ -25,6 +25,7 @@
 #include <loom/host_v1.h>
 
 #include "../util/rng.h"
+#include "gpt_sp.h"
 
 /* ---- the parameter table: the one list of (role, name, shape, init) ---- */
 
@@ -182,6 +183,10 @@ struct gpt_acts {
                       (B,NH,T,T) but for attn_lse -- see block_scratch(); head without the
                       fused classifier: a chunk of probs rows (head_crossentropy_chunked) */
   size_t dscratch_floats; /* capacity of dscratch */
+  /* sequence parallel (gpt_sp_on; NULL otherwise): sp_x (B,T,C) the gathered LayerNorm output
+   * / a row-parallel matmul's partial output / a gathered gradient, sp_dln (B,T/tp,C) a
+   * LayerNorm output gradient's shard, sp_lng 4C the LayerNorms' partial weight gradients */
+  float *sp_x, *sp_dln, *sp_lng;
   float *losses_host; /* host (B,T): losses copied back for the mean */
   size_t pool_floats; /* capacity of pool */
   size_t tokens_cap;  /* capacity of m->inputs, m->targets, losses_host (B*T entries) */
@@ -285,6 +290,8 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
   size_t Cl = C / (size_t)cfg_tp(c), NHl = (size_t)(c->n_head / cfg_tp(c));
   size_t Lf, La; /* blocks that keep their tensors, their attention probabilities (or lse) */
   kept_before(c, cfg_block0(c), (int)L, &Lf, &La);
+  /* sequence parallel: the residual region's rows per rank, B*T/tp (gpt_sp.h) */
+  const size_t Nr = gpt_sp_rows(c, B, T), sp = gpt_sp_on(c, T);
   block_scratch bs;
   size_t scratch = L ? block_scratch_layout(&bs, NULL, c, B, T) : 0;
   /* the head's: dlogits always overwrite the logits (head_backward), so it needs only one
@@ -302,30 +309,34 @@ static size_t acts_layout(gpt_acts *a, float *base, const gpt_config *c, int B, 
     a->field = base ? base + off : NULL;      \
     off += round16(count);                    \
   } while (0)
-  CARVE(encoded, act_floats(c, N * C));
-  CARVE(ln1, saved_floats(c, Lf * N * C));
-  CARVE(ln1_mean, Lf * N);
-  CARVE(ln1_rstd, Lf * N);
+  CARVE(encoded, act_floats(c, Nr * C));
+  CARVE(ln1, saved_floats(c, Lf * Nr * C));
+  CARVE(ln1_mean, Lf * Nr);
+  CARVE(ln1_rstd, Lf * Nr);
   CARVE(qkv, saved_floats(c, Lf * N * 3 * Cl));
   CARVE(atty, saved_floats(c, Lf * N * Cl));
   CARVE(att, La * B * NHl * att_per_head(c, (int)T));
-  CARVE(residual2, saved_floats(c, Lf * N * C));
-  CARVE(ln2, saved_floats(c, Lf * N * C));
-  CARVE(ln2_mean, Lf * N);
-  CARVE(ln2_rstd, Lf * N);
+  CARVE(residual2, saved_floats(c, Lf * Nr * C));
+  CARVE(ln2, saved_floats(c, Lf * Nr * C));
+  CARVE(ln2_mean, Lf * Nr);
+  CARVE(ln2_rstd, Lf * Nr);
   CARVE(fch, saved_floats(c, Lf * N * 4 * Cl));
   CARVE(fch_gelu, saved_floats(c, Lf * N * 4 * Cl));
-  CARVE(residual3, act_floats(c, L * N * C));
+  CARVE(residual3, act_floats(c, L * Nr * C));
   size_t H = V ? 1 : 0;
-  CARVE(lnf, act_floats(c, H * N * C));
-  CARVE(lnf_mean, H * N);
-  CARVE(lnf_rstd, H * N);
+  CARVE(lnf, act_floats(c, H * N * C)); /* gathered under sp: the head's GEMMs read all rows */
+  CARVE(lnf_mean, H * Nr);
+  CARVE(lnf_rstd, H * Nr);
   CARVE(logits, act_floats(c, N * V)); /* no probs buffer: dlogits are written in place */
   CARVE(losses, H * N);
-  CARVE(dres, act_floats(c, N * C));
+  CARVE(dres, act_floats(c, Nr * C));
   CARVE(dln, act_floats(c, N * C));
   CARVE(dscratch, scratch);
   a->dscratch_floats = scratch;
+  CARVE(sp_x, sp * N * C);
+  CARVE(sp_dln, sp * Nr * C);
+  CARVE(sp_lng, sp * 4 * C);
+  if (!sp) a->sp_x = a->sp_dln = a->sp_lng = NULL;
 #undef CARVE
   return off;
 }
@@ -359,7 +370,7 @@ static size_t recompute_layout(block_acts *b, float *base, const gpt_config *c, 
   for (size_t i = 0; i < nb; i++) any |= (size_t)block_checkpointed(c, cfg_block0(c) + (int)i);
   if (!any && !(acts16(c) && nb)) return 0; /* acts16: the widening buffer below */
   size_t N = (size_t)B * T, C = (size_t)c->n_embd, Cl = C / (size_t)cfg_tp(c), off = 0;
-  size_t NHl = (size_t)(c->n_head / cfg_tp(c));
+  size_t NHl = (size_t)(c->n_head / cfg_tp(c)), Nr = gpt_sp_rows(c, B, T);
   int full = c->ckpt_policy == GPT_CKPT_FULL && any;
 #define CARVE(field, count)                   \
   do {                                        \
@@ -368,15 +379,15 @@ static size_t recompute_layout(block_acts *b, float *base, const gpt_config *c, 
   } while (0)
   if (any) CARVE(att, (size_t)B * NHl * att_per_head(c, T));
   if (full) {
-    CARVE(ln1, act_floats(c, N * C));
-    CARVE(ln1_mean, N);
-    CARVE(ln1_rstd, N);
+    CARVE(ln1, act_floats(c, Nr * C));
+    CARVE(ln1_mean, Nr);
+    CARVE(ln1_rstd, Nr);
     CARVE(qkv, act_floats(c, N * 3 * Cl));
     CARVE(atty, act_floats(c, N * Cl));
-    CARVE(res2, act_floats(c, N * C));
-    CARVE(ln2, act_floats(c, N * C));
-    CARVE(ln2_mean, N);
-    CARVE(ln2_rstd, N);
+    CARVE(res2, act_floats(c, Nr * C));
+    CARVE(ln2, act_floats(c, Nr * C));
+    CARVE(ln2_mean, Nr);
+    CARVE(ln2_rstd, Nr);
     CARVE(fch, act_floats(c, N * 4 * Cl));
     CARVE(fch_gelu, act_floats(c, N * 4 * Cl));
   } else if (acts16(c)) {
@@ -708,7 +719,7 @@ static void gwork_size(const gpt_model *m, size_t *total, size_t *wte) {
 
 /* The residual stream entering block l (0-based), and the last block's output. */
 static float *block_input(const gpt_model *m, int l) {
-  size_t NC = (size_t)m->B * m->T * m->cfg.n_embd;
+  size_t NC = gpt_sp_rows(&m->cfg, m->B, m->T) * m->cfg.n_embd; /* the residual's rows */
   int la = l - cfg_block0(&m->cfg); /* the stage's local block index */
   return la == 0 ? m->acts->encoded : act_at(m, m->acts->residual3, (size_t)(la - 1) * NC);
 }
@@ -727,7 +738,8 @@ static void block_acts_at(const gpt_model *m, int l, block_acts *b) {
   const gpt_config *c = &m->cfg;
   gpt_acts *a = m->acts;
   const int B = m->B, T = m->T, la = l - cfg_block0(c);
-  const size_t N = (size_t)B * T, NC = N * c->n_embd, NCl = NC / cfg_tp(c);
+  const size_t N = (size_t)B * T, NCl = N * c->n_embd / cfg_tp(c);
+  const size_t Nr = gpt_sp_rows(c, B, T), NC = Nr * c->n_embd; /* the LayerNorms' rows */
   const size_t NHTT = (size_t)B * (c->n_head / cfg_tp(c)) * att_per_head(c, T);
   block_acts scratch;
   recompute_layout(&scratch, m->recompute, c, B, T);
@@ -740,24 +752,24 @@ static void block_acts_at(const gpt_model *m, int l, block_acts *b) {
   if (acts16(c)) { /* the values are widened one at a time into one buffer (load16) */
     *b = scratch;
     b->ln1 = b->qkv = b->atty = b->res2 = b->ln2 = b->fch_gelu = scratch.fch;
-    b->ln1_mean = a->ln1_mean + kf * N;
-    b->ln1_rstd = a->ln1_rstd + kf * N;
+    b->ln1_mean = a->ln1_mean + kf * Nr;
+    b->ln1_rstd = a->ln1_rstd + kf * Nr;
     b->att = block_checkpointed(c, l) ? scratch.att : a->att + ka * NHTT;
-    b->ln2_mean = a->ln2_mean + kf * N;
-    b->ln2_rstd = a->ln2_rstd + kf * N;
+    b->ln2_mean = a->ln2_mean + kf * Nr;
+    b->ln2_rstd = a->ln2_rstd + kf * Nr;
     return;
   }
   /* fp32, or 16-bit elements under acts_typed (act_at) */
   b->ln1 = act_at(m, a->ln1, kf * NC);
-  b->ln1_mean = a->ln1_mean + kf * N;
-  b->ln1_rstd = a->ln1_rstd + kf * N;
+  b->ln1_mean = a->ln1_mean + kf * Nr;
+  b->ln1_rstd = a->ln1_rstd + kf * Nr;
   b->qkv = act_at(m, a->qkv, kf * NCl * 3);
   b->atty = act_at(m, a->atty, kf * NCl);
   b->att = block_checkpointed(c, l) ? scratch.att : a->att + ka * NHTT;
   b->res2 = act_at(m, a->residual2, kf * NC);
   b->ln2 = act_at(m, a->ln2, kf * NC);
-  b->ln2_mean = a->ln2_mean + kf * N;
-  b->ln2_rstd = a->ln2_rstd + kf * N;
+  b->ln2_mean = a->ln2_mean + kf * Nr;
+  b->ln2_rstd = a->ln2_rstd + kf * Nr;
   b->fch = act_at(m, a->fch, kf * NCl * 4);
   b->fch_gelu = act_at(m, a->fch_gelu, kf * NCl * 4);
 }
@@ -779,14 +791,15 @@ static int keeps16(const gpt_model *m, int l) {
 static uint16_t *saved16_at(const gpt_model *m, int l, int which, size_t *n) {
   const gpt_config *c = &m->cfg;
   const size_t NC = (size_t)m->B * m->T * c->n_embd, NCl = NC / cfg_tp(c);
+  const size_t NCr = gpt_sp_rows(c, m->B, m->T) * c->n_embd; /* sequence parallel: a shard */
   gpt_acts *a = m->acts;
   float *base = NULL;
   switch (which) {
-    case SAVED_LN1: base = a->ln1, *n = NC; break;
+    case SAVED_LN1: base = a->ln1, *n = NCr; break;
     case SAVED_QKV: base = a->qkv, *n = NCl * 3; break;
     case SAVED_ATTY: base = a->atty, *n = NCl; break;
-    case SAVED_RES2: base = a->residual2, *n = NC; break;
-    case SAVED_LN2: base = a->ln2, *n = NC; break;
+    case SAVED_RES2: base = a->residual2, *n = NCr; break;
+    case SAVED_LN2: base = a->ln2, *n = NCr; break;
     case SAVED_FCH: base = a->fch, *n = NCl * 4; break;
     default: base = a->fch_gelu, *n = NCl * 4; break;
   }
@@ -848,46 +861,64 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   block_acts b;
   block_acts_at(m, l, &b);
   if (keeps16(m, l)) block_forward16_views(m, &b);
-  float *res3 = act_at(m, m->acts->residual3, (size_t)la * NC);
+  /* sequence parallel (gpt_sp.h): the LayerNorms and residuals run on the rank's Nr = N/tp
+   * rows; ḡ gathers the LayerNorm output into sp_x (staged in dln, free in forward), g
+   * reduce-scatters a row-parallel output computed in sp_x */
+  const int sp = gpt_sp_on(&m->cfg, T), Nr = sp ? N / tp : N;
+  const size_t NCr = (size_t)Nr * C;
+  float *spx = m->acts->sp_x, *stage = m->acts->dln;
+  float *res3 = act_at(m, m->acts->residual3, (size_t)la * NCr);
   int rc;
 
   /* store16: the 16-bit stores of mixed precision (no-ops in fp32); LayerNorm's mean and rstd
    * stay fp32, as in every mixed-precision LayerNorm */
   k_layernorm_forward(m, b.ln1, b.ln1_mean, b.ln1_rstd, res_in, W(GPT_LN1_W), W(GPT_LN1_B),
-                      N, C);
-  store16(m, b.ln1, NC);
+                      Nr, C);
+  store16(m, b.ln1, NCr);
   save16(m, l, SAVED_LN1, b.ln1);
-  if ((rc = region(m, h, GPT_REGION_F, 0, b.ln1, NC)) != LOOM_OK) return rc;
-  mm_forward(m, b.qkv, b.ln1, P(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * Cl);
+  const float *x1 = sp ? spx : b.ln1;
+  rc = sp ? gpt_sp_all_gather(m, h, b.ln1, spx, stage)
+          : region(m, h, GPT_REGION_F, 0, b.ln1, NC);
+  if (rc != LOOM_OK) return rc;
+  mm_forward(m, b.qkv, x1, P(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * Cl);
   store16(m, b.qkv, NCl * 3);
   save16(m, l, SAVED_QKV, b.qkv);
   k_attention_forward(m, b.atty, b.att, b.qkv, B, T, NH, HS);
   store16(m, b.atty, NCl);
   save16(m, l, SAVED_ATTY, b.atty);
-  mm_forward(m, b.res2, b.atty, P(GPT_ATTPROJ_W), rank0 ? W(GPT_ATTPROJ_B) : NULL, N, Cl, C);
-  store16(m, b.res2, NC);
-  if ((rc = region(m, h, GPT_REGION_G, 0, b.res2, NC)) != LOOM_OK) return rc;
-  k_residual_forward(m, b.res2, b.res2, res_in, NC);
-  store16(m, b.res2, NC);
+  float *o2 = sp ? spx : b.res2; /* the partial output, whole (B,T,C) */
+  mm_forward(m, o2, b.atty, P(GPT_ATTPROJ_W), rank0 ? W(GPT_ATTPROJ_B) : NULL, N, Cl, C);
+  store16(m, o2, NC);
+  rc = sp ? gpt_sp_reduce_scatter(m, h, spx, b.res2, stage)
+          : region(m, h, GPT_REGION_G, 0, b.res2, NC);
+  if (rc != LOOM_OK) return rc;
+  k_residual_forward(m, b.res2, b.res2, res_in, NCr);
+  store16(m, b.res2, NCr);
   save16(m, l, SAVED_RES2, b.res2);
   k_layernorm_forward(m, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, W(GPT_LN2_W), W(GPT_LN2_B),
-                      N, C);
-  store16(m, b.ln2, NC);
+                      Nr, C);
+  store16(m, b.ln2, NCr);
   save16(m, l, SAVED_LN2, b.ln2);
-  if ((rc = region(m, h, GPT_REGION_F, 0, b.ln2, NC)) != LOOM_OK) return rc;
-  mm_forward(m, b.fch, b.ln2, P(GPT_FC_W), W(GPT_FC_B), N, C, 4 * Cl);
+  const float *x2 = sp ? spx : b.ln2;
+  rc = sp ? gpt_sp_all_gather(m, h, b.ln2, spx, stage)
+          : region(m, h, GPT_REGION_F, 0, b.ln2, NC);
+  if (rc != LOOM_OK) return rc;
+  mm_forward(m, b.fch, x2, P(GPT_FC_W), W(GPT_FC_B), N, C, 4 * Cl);
   store16(m, b.fch, NCl * 4);
   save16(m, l, SAVED_FCH, b.fch);
   k_gelu_forward(m, b.fch_gelu, b.fch, NCl * 4);
   store16(m, b.fch_gelu, NCl * 4);
   save16(m, l, SAVED_FCH_GELU, b.fch_gelu);
   if (recompute) return LOOM_OK;
-  mm_forward(m, res3, b.fch_gelu, P(GPT_FCPROJ_W), rank0 ? W(GPT_FCPROJ_B) : NULL, N, 4 * Cl,
+  float *o3 = sp ? spx : res3;
+  mm_forward(m, o3, b.fch_gelu, P(GPT_FCPROJ_W), rank0 ? W(GPT_FCPROJ_B) : NULL, N, 4 * Cl,
              C);
-  store16(m, res3, NC);
-  if ((rc = region(m, h, GPT_REGION_G, 0, res3, NC)) != LOOM_OK) return rc;
-  k_residual_forward(m, res3, res3, b.res2, NC);
-  store16(m, res3, NC);
+  store16(m, o3, NC);
+  rc = sp ? gpt_sp_reduce_scatter(m, h, spx, res3, stage)
+          : region(m, h, GPT_REGION_G, 0, res3, NC);
+  if (rc != LOOM_OK) return rc;
+  k_residual_forward(m, res3, res3, b.res2, NCr);
+  store16(m, res3, NCr);
   return LOOM_OK;
 }
 
@@ -912,31 +943,48 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   block_acts_at(m, l, &b);
   int rc;
   if (block_full_ckpt(&m->cfg, l) && (rc = block_forward(m, u, h, 1)) != LOOM_OK) return rc;
+  /* sequence parallel: dres is the rank's (B,T/tp,C) shard; g's backward gathers it into sp_x,
+   * the saved LayerNorm output is gathered again for the weight gradient (Megatron keeps the
+   * shard only), ḡ's backward reduce-scatters the partial d(LayerNorm output) into sp_dln;
+   * the LayerNorms' weight gradients (from N/tp rows) are summed over tp at the end */
+  const int sp = gpt_sp_on(&m->cfg, T), Nr = sp ? N / tp : N;
+  float *spx = a->sp_x;
+  gpt_sp_grads lng;
+  gpt_param *lnp[4] = {P(GPT_LN1_W), P(GPT_LN1_B), P(GPT_LN2_W), P(GPT_LN2_B)};
+  if (sp) gpt_sp_grads_begin(m, &lng, lnp, 4, a->sp_lng);
 
   /* MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); d(fcproj out) = dres */
-  if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
+  const float *dout = sp ? spx : dres;
+  rc = sp ? gpt_sp_all_gather(m, h, dres, spx, dln) : region(m, h, GPT_REGION_G, 1, dres, NC);
+  if (rc != LOOM_OK) return rc;
   act_zero(m, s.dfch_gelu, NCl * 4);
-  mm_backward(m, s.dfch_gelu, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), dres,
+  mm_backward(m, s.dfch_gelu, G(GPT_FCPROJ_W), G(GPT_FCPROJ_B), dout,
               load16(m, l, SAVED_FCH_GELU, b.fch_gelu), P(GPT_FCPROJ_W), N, 4 * Cl, C);
   store16(m, s.dfch_gelu, NCl * 4);
   act_zero(m, s.dfch, NCl * 4);
   k_gelu_backward(m, s.dfch, load16(m, l, SAVED_FCH, b.fch), s.dfch_gelu, NCl * 4);
   store16(m, s.dfch, NCl * 4);
+  const float *x2 = load16(m, l, SAVED_LN2, b.ln2);
+  if (sp && (rc = gpt_sp_all_gather(m, h, b.ln2, spx, dln)) != LOOM_OK) return rc;
   act_zero(m, dln, NC);
-  mm_backward(m, dln, G(GPT_FC_W), G(GPT_FC_B), s.dfch, load16(m, l, SAVED_LN2, b.ln2),
-              P(GPT_FC_W), N, C, 4 * Cl);
+  mm_backward(m, dln, G(GPT_FC_W), G(GPT_FC_B), s.dfch, sp ? spx : x2, P(GPT_FC_W), N, C,
+              4 * Cl);
   store16(m, dln, NC);
-  if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
-  store16(m, dln, NC); /* the tp sum of 16-bit partials, stored in 16 bits again */
+  const float *dl = sp ? a->sp_dln : dln;
+  rc = sp ? gpt_sp_reduce_scatter(m, h, dln, a->sp_dln, spx)
+          : region(m, h, GPT_REGION_F, 1, dln, NC);
+  if (rc != LOOM_OK) return rc;
+  store16(m, (float *)dl, (size_t)Nr * C); /* the tp sum of 16-bit partials, in 16 bits again */
   /* dres becomes d(res2): the skip path (already in dres) plus the branch */
-  k_layernorm_backward(m, dres, G(GPT_LN2_W), G(GPT_LN2_B), dln,
+  k_layernorm_backward(m, dres, G(GPT_LN2_W), G(GPT_LN2_B), dl,
                        load16(m, l, SAVED_RES2, b.res2), W(GPT_LN2_W),
-                       b.ln2_mean, b.ln2_rstd, N, C);
-  store16(m, dres, NC);
+                       b.ln2_mean, b.ln2_rstd, Nr, C);
+  store16(m, dres, (size_t)Nr * C);
   /* attention branch: res2 = res_in + proj(attn(qkv(ln1(res_in)))) */
-  if ((rc = region(m, h, GPT_REGION_G, 1, dres, NC)) != LOOM_OK) return rc;
+  rc = sp ? gpt_sp_all_gather(m, h, dres, spx, dln) : region(m, h, GPT_REGION_G, 1, dres, NC);
+  if (rc != LOOM_OK) return rc;
   act_zero(m, s.datty, NCl);
-  mm_backward(m, s.datty, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dres,
+  mm_backward(m, s.datty, G(GPT_ATTPROJ_W), G(GPT_ATTPROJ_B), dout,
               load16(m, l, SAVED_ATTY, b.atty), P(GPT_ATTPROJ_W), N, Cl, C);
   store16(m, s.datty, NCl);
   /* selective: the probabilities (or lse) again from the saved q, k (the attention output it
@@ -951,16 +999,20 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   act_zero(m, s.dqkv, NCl * 3);
   k_attention_backward(m, s.dqkv, s.datt, s.datty, b.qkv, atty, b.att, B, T, NH, HS);
   store16(m, s.dqkv, NCl * 3);
+  const float *x1 = load16(m, l, SAVED_LN1, b.ln1);
+  if (sp && (rc = gpt_sp_all_gather(m, h, b.ln1, spx, dln)) != LOOM_OK) return rc;
   act_zero(m, dln, NC);
-  mm_backward(m, dln, G(GPT_QKV_W), G(GPT_QKV_B), s.dqkv, load16(m, l, SAVED_LN1, b.ln1),
-              P(GPT_QKV_W), N, C, 3 * Cl);
+  mm_backward(m, dln, G(GPT_QKV_W), G(GPT_QKV_B), s.dqkv, sp ? spx : x1, P(GPT_QKV_W), N, C,
+              3 * Cl);
   store16(m, dln, NC);
-  if ((rc = region(m, h, GPT_REGION_F, 1, dln, NC)) != LOOM_OK) return rc;
-  store16(m, dln, NC);
-  k_layernorm_backward(m, dres, G(GPT_LN1_W), G(GPT_LN1_B), dln, res_in, W(GPT_LN1_W),
-                       b.ln1_mean, b.ln1_rstd, N, C);
-  store16(m, dres, NC);
-  return LOOM_OK;
+  rc = sp ? gpt_sp_reduce_scatter(m, h, dln, a->sp_dln, spx)
+          : region(m, h, GPT_REGION_F, 1, dln, NC);
+  if (rc != LOOM_OK) return rc;
+  store16(m, (float *)dl, (size_t)Nr * C);
+  k_layernorm_backward(m, dres, G(GPT_LN1_W), G(GPT_LN1_B), dl, res_in, W(GPT_LN1_W),
+                       b.ln1_mean, b.ln1_rstd, Nr, C);
+  store16(m, dres, (size_t)Nr * C);
+  return sp ? gpt_sp_grads_end(m, h, &lng) : LOOM_OK;
 }
 
 /* 1 if the device has the fused classifier (NULL: the separate crossentropy_forward /
@@ -1067,12 +1119,15 @@ static void vp_zero_rows(gpt_model *m, float *x, int C) {
 static int vp_embed_forward(gpt_model *m, int u, const gpt_hooks *h) {
   const int B = m->B, T = m->T, C = m->cfg.n_embd;
   const size_t N = (size_t)B * T, TC = (size_t)T * C;
-  float *enc = m->acts->encoded;
+  const int sp = gpt_sp_on(&m->cfg, T); /* the sum reduce-scattered along T, Megatron's */
+  float *enc = sp ? m->acts->sp_x : m->acts->encoded;
   OPS->encoder_forward(CTX, enc, m->vp_ids, W(GPT_WTE), m->vp_zero, B, T, C);
   vp_zero_rows(m, enc, C);
-  int rc = vp_reduce(h, enc, N * C, LOOM_F32, LOOM_OP_SUM);
+  int rc = sp ? gpt_sp_reduce_scatter(m, h, enc, m->acts->encoded, m->acts->dln)
+              : vp_reduce(h, enc, N * C, LOOM_F32, LOOM_OP_SUM);
   if (rc != LOOM_OK) return rc;
-  for (int b = 0; b < B; b++)
+  if (sp) gpt_sp_add_positions(m, m->acts->encoded, W(GPT_WPE));
+  else for (int b = 0; b < B; b++)
     OPS->residual_forward(CTX, enc + b * TC, enc + b * TC, W(GPT_WPE), TC);
   return LOOM_OK;
 }
@@ -1080,17 +1135,17 @@ static int vp_embed_forward(gpt_model *m, int u, const gpt_hooks *h) {
 /* Its backward: dres is whole on every rank; the slice's rows get the rows of their ids
  * (the others' zeroed, added to local row 0 as 0), wpe the whole dres. Two calls of the
  * encoder's backward, each one's other output going to vp_junk. */
-static void vp_embed_backward(gpt_model *m, int u) {
+static void vp_embed_backward(gpt_model *m, int u, const float *dres) {
   const int B = m->B, T = m->T, C = m->cfg.n_embd;
   const size_t NC = (size_t)B * T * C, TC = (size_t)m->cfg.max_seq_len * C;
   float *d = m->acts->dscratch; /* >= N*C floats (acts_layout's block scratch) */
-  OPS->copy(CTX, d, m->acts->dres, NC * sizeof(float));
+  OPS->copy(CTX, d, dres, NC * sizeof(float));
   vp_zero_rows(m, d, C);
   OPS->memset_zero(CTX, m->vp_junk, TC * sizeof(float));
   OPS->encoder_backward(CTX, G(GPT_WTE), m->vp_junk, d, m->vp_ids, B, T, C);
   OPS->memset_zero(CTX, m->vp_junk, TC * sizeof(float));
-  OPS->encoder_backward(CTX, m->vp_junk, G(GPT_WPE), m->acts->dres, (const int32_t *)m->vp_zero,
-                        B, T, C);
+  OPS->encoder_backward(CTX, m->vp_junk, G(GPT_WPE), dres, (const int32_t *)m->vp_zero, B, T,
+                        C);
 }
 
 /* The vocabulary-parallel cross-entropy with the device's fused classifier over the slice (one
@@ -1153,8 +1208,16 @@ static int head_forward(gpt_model *m, int u, const gpt_hooks *h) {
   const int N = m->B * m->T, C = m->cfg.n_embd, V = gpt_vocab_local(&m->cfg);
   const size_t NV = (size_t)N * V;
   const gpt_param *wte = gpt_head_wte(m); /* tied: the head reads unit 0's wte (or its copy) */
-  k_layernorm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(m, m->cfg.n_layer),
-                      W(GPT_LNF_W), W(GPT_LNF_B), N, C);
+  /* sequence parallel: ln_f on the rank's rows into sp_dln, gathered into lnf (ḡ before the
+   * head, whose GEMMs read every row) */
+  const int sp = gpt_sp_on(&m->cfg, m->T);
+  k_layernorm_forward(m, sp ? a->sp_dln : a->lnf, a->lnf_mean, a->lnf_rstd,
+                      block_input(m, m->cfg.n_layer), W(GPT_LNF_W), W(GPT_LNF_B),
+                      (int)gpt_sp_rows(&m->cfg, m->B, m->T), C);
+  if (sp) {
+    int rc = gpt_sp_all_gather(m, h, a->sp_dln, a->lnf, a->dln);
+    if (rc != LOOM_OK) return rc;
+  }
   store16(m, a->lnf, (size_t)N * C);
   /* a padded vocabulary's extra columns get -inf (logits_mask): probability 0, so the loss,
    * dlogits (probs - one-hot: 0 there) and every gradient are the unpadded model's */
@@ -1236,17 +1299,28 @@ static int head_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
   }
   act_zero(m, a->dln, NC);
   mm_backward(m, a->dln, wte->gacc, NULL, dlogits, a->lnf, wte, N, C, V);
-  if (cfg_vp(&m->cfg)) { /* the slices' partial d(ln_f output): Megatron's f before the head */
-    int rc = vp_reduce(h, a->dln, NC, LOOM_F32, LOOM_OP_SUM);
-    if (rc != LOOM_OK) return rc;
-  }
-  store16(m, a->dln, NC);
-  act_zero(m, a->dres, NC);
-  k_layernorm_backward(m, a->dres, G(GPT_LNF_W), G(GPT_LNF_B), a->dln,
+  /* sequence parallel: the rank's rows of d(ln_f output), reduce-scattered from the slices'
+   * partials (vocab_parallel) or taken from the replicated head's whole one; ln_f's weight
+   * gradients (from N/tp rows) summed over tp */
+  const int sp = gpt_sp_on(&m->cfg, m->T);
+  const size_t Nr = gpt_sp_rows(&m->cfg, m->B, m->T);
+  float *dl = sp ? a->sp_dln : a->dln;
+  int rc = LOOM_OK;
+  if (sp && cfg_vp(&m->cfg)) rc = gpt_sp_reduce_scatter(m, h, a->dln, dl, a->sp_x);
+  else if (sp) gpt_sp_take(m, a->dln, dl);
+  else if (cfg_vp(&m->cfg)) /* the slices' partial d(ln_f output): Megatron's f before the head */
+    rc = vp_reduce(h, a->dln, NC, LOOM_F32, LOOM_OP_SUM);
+  if (rc != LOOM_OK) return rc;
+  store16(m, dl, Nr * C);
+  gpt_sp_grads lng;
+  gpt_param *lnp[2] = {P(GPT_LNF_W), P(GPT_LNF_B)};
+  if (sp) gpt_sp_grads_begin(m, &lng, lnp, 2, a->sp_lng);
+  act_zero(m, a->dres, Nr * C);
+  k_layernorm_backward(m, a->dres, G(GPT_LNF_W), G(GPT_LNF_B), dl,
                        block_input(m, m->cfg.n_layer), W(GPT_LNF_W), a->lnf_mean, a->lnf_rstd,
-                       N, C);
-  store16(m, a->dres, NC);
-  return LOOM_OK;
+                       (int)Nr, C);
+  store16(m, a->dres, Nr * C);
+  return sp ? gpt_sp_grads_end(m, h, &lng) : LOOM_OK;
 }
 
 static int unit_forward(gpt_model *m, int u, const gpt_hooks *h) {
@@ -1254,7 +1328,12 @@ static int unit_forward(gpt_model *m, int u, const gpt_hooks *h) {
   if (u == 0 && cfg_vp(&m->cfg)) {
     int rc = vp_embed_forward(m, u, h);
     if (rc != LOOM_OK) return rc;
-    store16(m, m->acts->encoded, (size_t)m->B * m->T * m->cfg.n_embd);
+    store16(m, m->acts->encoded, gpt_sp_rows(&m->cfg, m->B, m->T) * m->cfg.n_embd);
+    return LOOM_OK;
+  }
+  if (u == 0 && gpt_sp_on(&m->cfg, m->T)) { /* the rank's positions only */
+    gpt_sp_embed_forward(m, m->acts->encoded, W(GPT_WTE), W(GPT_WPE));
+    store16(m, m->acts->encoded, gpt_sp_rows(&m->cfg, m->B, m->T) * m->cfg.n_embd);
     return LOOM_OK;
   }
   if (u == 0) {
@@ -1274,14 +1353,22 @@ static int unit_forward(gpt_model *m, int u, const gpt_hooks *h) {
 static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
   unit_weights(m, u);
   unit_grads(m, u);
+  /* sequence parallel: the embedding's output was the rank's rows; its backward gathers the
+   * gradient along T (sp_x), so wte and wpe get the whole sum on every rank */
+  const float *dres = m->acts->dres;
+  if (u == 0 && gpt_sp_on(&m->cfg, m->T)) {
+    int rc = gpt_sp_all_gather(m, h, dres, m->acts->sp_x, m->acts->dln);
+    if (rc != LOOM_OK) return rc;
+    dres = m->acts->sp_x;
+  }
   if (u == 0 && cfg_vp(&m->cfg)) {
-    vp_embed_backward(m, u);
+    vp_embed_backward(m, u, dres);
   } else if (u == 0) {
     if (A16)
-      A16->encoder_backward(CTX, G(GPT_WTE), G(GPT_WPE), m->acts->dres, m->inputs, m->B, m->T,
+      A16->encoder_backward(CTX, G(GPT_WTE), G(GPT_WPE), dres, m->inputs, m->B, m->T,
                             m->cfg.n_embd);
     else
-      OPS->encoder_backward(CTX, G(GPT_WTE), G(GPT_WPE), m->acts->dres, m->inputs, m->B, m->T,
+      OPS->encoder_backward(CTX, G(GPT_WTE), G(GPT_WPE), dres, m->inputs, m->B, m->T,
                             m->cfg.n_embd);
   } else if (u <= m->cfg.n_layer) {
     int rc = block_backward(m, u, h);
@@ -1423,6 +1510,13 @@ static int check_config(const gpt_config *c, char *err, size_t errlen) {
     if (err)
       snprintf(err, errlen, "model: vocab_parallel with pipeline stages (units [%d, %d]) is not "
                "supported: the split wte would need its tied copy split on the last stage too",
+               c->pp_first, cfg_last(c));
+    return LOOM_INVALID_CONFIG;
+  }
+  if (c->sequence_parallel && cfg_tp(c) > 1 && (c->pp_first > 0 || c->pp_end > 0)) {
+    if (err)
+      snprintf(err, errlen, "model: sequence_parallel with pipeline stages (units [%d, %d]) is "
+               "not supported: the stage boundaries carry whole (B, T, C) activations",
                c->pp_first, cfg_last(c));
     return LOOM_INVALID_CONFIG;
   }

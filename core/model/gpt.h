@@ -122,6 +122,19 @@ typedef struct gpt_config {
    * its owner) all-reduced (SUM); backward: the slice's softmax minus the one-hot on the owner.
    * No rank holds (B*T, Vp) logits. One pipeline stage only (pp_first/pp_end 0). */
   int vocab_parallel;
+  /* Sequence parallel (Korthikanti et al. 2022, §4.2.2; tensor_parallel's "sequence_parallel"),
+   * with tp_size > 1, one pipeline stage: between the tensor-parallel regions the
+   * residual stream, the LayerNorms' inputs, outputs and statistics (and the embedding's output,
+   * ln_f's input) are sharded along T, rank r holding rows [r*T/tp, (r+1)*T/tp) of every
+   * sequence, (B, T/tp, C). Megatron's g becomes a reduce-scatter along T after each
+   * row-parallel matmul and f an all-gather before each column-parallel one
+   * (gpt_hooks.tp_all_gather / tp_reduce_scatter); backward regathers the saved LayerNorm
+   * output for the weight gradient (as Megatron does) and sums the LayerNorms' partial weight
+   * gradients over tp (gpt_hooks.tp_reduce). A forward whose T is not a multiple of tp
+   * (sampling's growing window) runs the plain tensor-parallel path (core/model/gpt_sp.c).
+   * Under bf16/fp16 the shards hold 16-bit values in fp32 buffers (as tp's regions); the hooks
+   * may carry them packed in 16 bits (the trainer's do). */
+  int sequence_parallel;
 } gpt_config;
 
 /* Activation checkpointing policies (Chen et al. 2016; Korthikanti et al. 2022, §5):
@@ -200,6 +213,12 @@ typedef struct gpt_hooks {
    * (LOOM_F32 or LOOM_F64) of device memory over the tp ranks in place, `op` a loom_red_op
    * (LOOM_OP_SUM, LOOM_OP_MAX). Required then (the model fails the pass without it). */
   int (*tp_reduce)(void *ud, void *buf, size_t n, int dtype, int op);
+  /* Sequence parallel (gpt_config.sequence_parallel): over the tp ranks, fp32 device memory,
+   * blocking. all-gather: full (tp*n floats) gets every rank's n-float shard in rank order;
+   * reduce-scatter: shard (n floats) gets this rank's block of the sum of the ranks' full
+   * (tp*n floats). Required then (the model fails the pass without them). */
+  int (*tp_all_gather)(void *ud, const float *shard, float *full, size_t n);
+  int (*tp_reduce_scatter)(void *ud, const float *full, float *shard, size_t n);
 } gpt_hooks;
 
 #define GPT_REGION_F 0

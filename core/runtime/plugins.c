@@ -152,6 +152,31 @@ static int read_axis_size(loom_runtime *rt, int i, uint64_t caps, char *err, siz
     rt->tp_vocab = json_is_true(vp);
     json_object_del(pc->options, "vocab_parallel");
   }
+  /* "sequence_parallel" (host-level: the model's layout, gpt_config.sequence_parallel,
+   * Korthikanti et al. 2022 §4.2.2): the LayerNorm / residual regions sharded along T; the
+   * host runs their all-gathers and reduce-scatters itself (core/model/gpt_sp.c) */
+  json_t *sp = json_object_get(pc->options, "sequence_parallel");
+  if (sp) {
+    if (!json_is_boolean(sp)) {
+      snprintf(err, errlen, "%s: %s.sequence_parallel: expected true or false", cfg->path,
+               pc->json_path);
+      return -1;
+    }
+    if (json_is_true(sp) && tp < 2) {
+      snprintf(err, errlen, "%s: %s.sequence_parallel: needs a tensor-parallel size > 1 (size "
+               "is %d): with one rank there is no sequence to split", cfg->path, pc->json_path,
+               tp);
+      return -1;
+    }
+    if (json_is_true(sp) && cfg->train.seq_len % tp != 0) {
+      snprintf(err, errlen, "%s: %s.sequence_parallel: train.seq_len (%d) must be divisible by "
+               "the tensor-parallel size (%d): each rank holds seq_len/tp positions of every "
+               "sequence", cfg->path, pc->json_path, cfg->train.seq_len, tp);
+      return -1;
+    }
+    rt->tp_seq = json_is_true(sp);
+    json_object_del(pc->options, "sequence_parallel");
+  }
   return 0;
 }
 

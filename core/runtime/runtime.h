@@ -75,6 +75,7 @@ struct loom_runtime {
   int tp_owner;          /* the tensor-parallel plugin (LOOM_PAR_CAP_AXIS_TP) or -1 */
   int tp_size;           /* its "size" (1 without one): the mesh's tp */
   int tp_vocab;          /* its "vocab_parallel": wte and the head split over the vocabulary */
+  int tp_seq;            /* its "sequence_parallel": LayerNorms and residuals sharded along T */
   int schedule_owner;    /* the pipeline plugin (LOOM_PAR_CAP_SCHEDULE) or -1 */
   int pp_size;           /* its "size" (1 without one): the mesh's pp */
   int shard_size;        /* the hybrid sharding plugin's "shard_size": K, LOOM_SHARD_NODE
@@ -91,6 +92,9 @@ struct loom_runtime {
   loom_comm *emb_comm;   /* first and last stage, same tp rank (the tied wte's gradient sum) */
   int *tensor_tied;      /* per model_view tensor: 1 for the tied wte copy (norm weight 0) */
   float *emb_buf;        /* V*C floats (LOOM_MEM_COMM): the tied gradient sum's buffer */
+  void *sp16;            /* sequence parallel under bf16/fp16: its 16-bit staging, (tp + 1) x
+                            the shard (LOOM_MEM_COMM; trainer.c sp_stage16), or NULL */
+  size_t sp16_bytes;
 
   loom_plugin precision;
   void *precision_ctx;

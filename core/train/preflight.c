@@ -134,6 +134,7 @@ static int check_model(loom_runtime *rt, char *err, size_t errlen) {
                      .max_seq_len = cfg->model.context_length, .n_layer = cfg->model.n_layer,
                      .n_head = cfg->model.n_head, .n_embd = cfg->model.n_embd,
                      .tp_size = rt->mesh.tp, .tp_rank = 0, .vocab_parallel = rt->tp_vocab,
+                   .sequence_parallel = rt->tp_seq,
                      .ckpt_policy = cfg->activation_checkpointing.policy,
                      .ckpt_every = cfg->activation_checkpointing.every};
   /* model.attention "flash" on a device without the ABI 1.9 slots: train's refusal (its acts16

@@ -98,17 +98,88 @@ static int hook_tp_reduce(void *ud, void *buf, size_t n, int dtype, int op) {
   if (loom__host_api()->all_reduce(&tr->core_host, rt->mesh.axis[LOOM_AXIS_TP], buf, n,
                                    (loom_dtype)dtype, (loom_red_op)op, NULL) != LOOM_OK) {
     if (device_caused(tr)) return -1;
-    fail(tr, "vocab_parallel: all-reduce of %zu elements over the %d tp ranks failed: %s", n,
-         rt->mesh.tp, tr->core_host.error);
+    fail(tr, "tensor parallel: host all-reduce of %zu elements over the %d tp ranks failed: %s",
+         n, rt->mesh.tp, tr->core_host.error);
     return -1;
   }
   return 0;
 }
 
+/* Sequence parallel's all-gathers and reduce-scatters along T over tp (gpt_hooks,
+ * core/model/gpt_sp.c): the host's own traffic through the comm plugin, counted as the
+ * strategy's. n is the shard's floats. */
+static int tp_sp_failed(loom_trainer *tr, const char *what, size_t n) {
+  if (device_caused(tr)) return -1;
+  fail(tr, "sequence_parallel: %s of %zu-float shards over the %d tp ranks failed: %s", what, n,
+       tr->rt.mesh.tp, tr->core_host.error);
+  return -1;
+}
+/* Under bf16/fp16 (the plan's activation_comm_dtype) the shards hold 16-bit values in fp32
+ * buffers: they travel packed in 16 bits (exact; a reduce-scatter's sum rounded once by the comm
+ * plugin), as tensor_parallel.so's regions do. The staging holds the whole tensor (tp x n) then
+ * the shard (n), grown when n grows. NULL (fp32 traffic) in fp32 or on a device without
+ * convert; *fail set when the staging cannot be allocated. */
+static void *sp_stage16(loom_trainer *tr, size_t n, loom_dtype *dt, int *fail_) {
+  loom_runtime *rt = &tr->rt;
+  const loom_dtype d = rt->plan.v.activation_comm_dtype;
+  *fail_ = 0;
+  if (d == LOOM_F32 || !rt->dev.ops->convert) return NULL;
+  const size_t need = ((size_t)rt->mesh.tp + 1) * n * loom_dtype_size(d);
+  if (need > rt->sp16_bytes) {
+    loom__dev_free(&rt->dev, rt->sp16);
+    rt->sp16_bytes = 0;
+    rt->sp16 = loom__dev_alloc(&rt->dev, need, LOOM_MEM_COMM);
+    if (!rt->sp16) {
+      *fail_ = 1;
+      return NULL;
+    }
+    rt->sp16_bytes = need;
+  }
+  *dt = d;
+  return rt->sp16;
+}
+static int hook_tp_all_gather(void *ud, const float *shard, float *full, size_t n) {
+  loom_trainer *tr = ud;
+  const loom_device_v1 *d = tr->rt.dev.ops;
+  loom_dtype dt = LOOM_F32;
+  int oom;
+  char *st = sp_stage16(tr, n, &dt, &oom);
+  if (oom) return fail(tr, "sequence_parallel: out of memory (16-bit staging of %zu elements)",
+                       n * ((size_t)tr->rt.mesh.tp + 1));
+  const size_t tpn = (size_t)tr->rt.mesh.tp * n, es = loom_dtype_size(dt);
+  int rc = st ? d->convert(tr->rt.dev.ctx, st + tpn * es, dt, shard, LOOM_F32, n) : LOOM_OK;
+  if (!rc)
+    rc = loom__host_api()->all_gather(&tr->core_host, tr->rt.mesh.axis[LOOM_AXIS_TP],
+                                      st ? (const void *)(st + tpn * es) : shard,
+                                      st ? (void *)st : full, n, dt, NULL);
+  if (!rc && st) rc = d->convert(tr->rt.dev.ctx, full, LOOM_F32, st, dt, tpn);
+  return rc != LOOM_OK ? tp_sp_failed(tr, "all-gather", n) : 0;
+}
+static int hook_tp_reduce_scatter(void *ud, const float *full, float *shard, size_t n) {
+  loom_trainer *tr = ud;
+  const loom_device_v1 *d = tr->rt.dev.ops;
+  loom_dtype dt = LOOM_F32;
+  int oom;
+  char *st = sp_stage16(tr, n, &dt, &oom);
+  if (oom) return fail(tr, "sequence_parallel: out of memory (16-bit staging of %zu elements)",
+                       n * ((size_t)tr->rt.mesh.tp + 1));
+  const size_t tpn = (size_t)tr->rt.mesh.tp * n, es = loom_dtype_size(dt);
+  int rc = st ? d->convert(tr->rt.dev.ctx, st, dt, full, LOOM_F32, tpn) : LOOM_OK;
+  if (!rc)
+    rc = loom__host_api()->reduce_scatter(&tr->core_host, tr->rt.mesh.axis[LOOM_AXIS_TP],
+                                          st ? (const void *)st : full,
+                                          st ? (void *)(st + tpn * es) : shard, n, dt,
+                                          LOOM_OP_SUM, NULL);
+  if (!rc && st) rc = d->convert(tr->rt.dev.ctx, shard, LOOM_F32, st + tpn * es, dt, n);
+  return rc != LOOM_OK ? tp_sp_failed(tr, "reduce-scatter", n) : 0;
+}
+
 static gpt_hooks make_hooks(loom_trainer *tr) {
   gpt_hooks h = {.ud = tr, .pre_forward = hook_pre_forward, .post_forward = hook_post_forward,
                  .pre_backward = hook_pre_backward, .post_backward = hook_post_backward,
-                 .region = hook_region, .tp_reduce = hook_tp_reduce};
+                 .region = hook_region, .tp_reduce = hook_tp_reduce,
+                 .tp_all_gather = hook_tp_all_gather,
+                 .tp_reduce_scatter = hook_tp_reduce_scatter};
   return h;
 }
 
@@ -328,6 +399,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                    .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
                    .n_embd = cfg->model.n_embd, .tp_size = rt->mesh.tp,
                    .tp_rank = rt->mesh.tp_rank, .vocab_parallel = rt->tp_vocab,
+                   .sequence_parallel = rt->tp_seq,
                    .ckpt_policy = cfg->activation_checkpointing.policy,
                    .ckpt_every = cfg->activation_checkpointing.every,
                    .dtype = (int)rt->compute_dtype, .param_dtype = (int)rt->plan.v.param_dtype,
@@ -1007,6 +1079,8 @@ void loom_trainer_free(loom_trainer *tr) {
   if (rt->optim_m) loom__dev_free(&rt->dev, rt->optim_m);
   if (rt->optim_v) loom__dev_free(&rt->dev, rt->optim_v);
   if (rt->emb_buf) loom__dev_free(&rt->dev, rt->emb_buf);
+  if (rt->sp16) loom__dev_free(&rt->dev, rt->sp16);
+  rt->sp16 = NULL;
   if (rt->master) loom__dev_free(&rt->dev, rt->master);
   if (rt->stage) loom__dev_free(&rt->dev, rt->stage);
   loom__device_close(rt);

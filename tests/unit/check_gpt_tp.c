@@ -5,7 +5,9 @@
  *    gpt_init_weights_range), reassembled by an independent mapping;
  *  - forward/backward: tp ranks run as threads whose region hook sums the buffers (the
  *    all-reduce of Megatron's f and g), and the loss and every reassembled gradient match the
- *    single-rank model. */
+ *    single-rank model; with sequence_parallel (Korthikanti et al. 2022, §4.2.2) the threads'
+ *    all-gather, reduce-scatter and all-reduce hooks carry the (B, T/tp, C) shards and the
+ *    LayerNorms' gradient sums instead, with the same result (B = 2: the staging permute). */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -13,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <loom/host_v1.h>
 
 #include "device/device.h"
 #include "fp_tolerance.h"
@@ -44,16 +48,19 @@ static void teardown(void) {
   for (int i = 0; i <= MAXTP; i++) loom__dev_close(&devs[i]);
 }
 
-static void build(int tp) {
+static void build_sp(int tp, int sp) {
   char err[256];
   ck_assert_msg(gpt_init(&full, &base, &devs[MAXTP], err, sizeof err) == LOOM_OK, "%s", err);
   for (int r = 0; r < tp; r++) {
     gpt_config c = base;
     c.tp_size = tp;
     c.tp_rank = r;
+    c.sequence_parallel = sp;
     ck_assert_msg(gpt_init(&part[r], &c, &devs[r], err, sizeof err) == LOOM_OK, "%s", err);
   }
 }
+
+static void build(int tp) { build_sp(tp, 0); }
 
 /* Global flat index (within the tensor) of local element (i, j) of rank r — written from the
  * Megatron layout, independently of gpt.c: qkv rows are [q; k; v], each C rows, head-major. */
@@ -169,12 +176,9 @@ typedef struct rank_arg {
   int rc;
 } rank_arg;
 
-static int th_region(void *ud, int which, int backward, float *buf, size_t n) {
-  rank_arg *a = ud;
+/* buf (n floats) = its sum over the ranks, in place on every rank. */
+static void th_sum(rank_arg *a, float *buf, size_t n) {
   shared *sh = a->sh;
-  if (a->rank == 0) sh->calls[which][backward]++;
-  int reduce = which == GPT_REGION_F ? backward : !backward;
-  if (!reduce) return 0;
   sh->bufs[a->rank] = buf;
   pthread_barrier_wait(&sh->bar);
   if (a->rank == 0)
@@ -186,20 +190,59 @@ static int th_region(void *ud, int which, int backward, float *buf, size_t n) {
   pthread_barrier_wait(&sh->bar);
   memcpy(buf, sh->sum, n * sizeof(float));
   pthread_barrier_wait(&sh->bar);
+}
+
+static int th_region(void *ud, int which, int backward, float *buf, size_t n) {
+  rank_arg *a = ud;
+  if (a->rank == 0) a->sh->calls[which][backward]++;
+  int reduce = which == GPT_REGION_F ? backward : !backward;
+  if (reduce) th_sum(a, buf, n);
+  return 0;
+}
+
+/* Sequence parallel's collectives between the threads: every rank publishes its buffer, then
+ * reads the others' (all-gather: the shards in rank order; reduce-scatter: its block of the
+ * sum; all-reduce: the sum), then waits until all have read. */
+static int th_all_gather(void *ud, const float *shard, float *full, size_t n) {
+  rank_arg *a = ud;
+  shared *sh = a->sh;
+  sh->bufs[a->rank] = (float *)shard;
+  pthread_barrier_wait(&sh->bar);
+  for (int r = 0; r < sh->tp; r++) memcpy(full + (size_t)r * n, sh->bufs[r], n * sizeof(float));
+  pthread_barrier_wait(&sh->bar);
+  return 0;
+}
+static int th_reduce_scatter(void *ud, const float *full, float *shard, size_t n) {
+  rank_arg *a = ud;
+  shared *sh = a->sh;
+  sh->bufs[a->rank] = (float *)full;
+  pthread_barrier_wait(&sh->bar);
+  for (size_t i = 0; i < n; i++) {
+    float s = 0.0f;
+    for (int r = 0; r < sh->tp; r++) s += sh->bufs[r][(size_t)a->rank * n + i];
+    shard[i] = s;
+  }
+  pthread_barrier_wait(&sh->bar);
+  return 0;
+}
+static int th_reduce(void *ud, void *buf, size_t n, int dtype, int op) {
+  if (dtype != LOOM_F32 || op != LOOM_OP_SUM) return LOOM_INVALID_USAGE;
+  th_sum(ud, buf, n);
   return 0;
 }
 
 static void *rank_main(void *p) {
   rank_arg *a = p;
-  gpt_hooks h = {.ud = a, .region = th_region};
+  gpt_hooks h = {.ud = a, .region = th_region, .tp_reduce = th_reduce,
+                 .tp_all_gather = th_all_gather, .tp_reduce_scatter = th_reduce_scatter};
   gpt_model *m = &part[a->rank];
   a->rc = gpt_forward(m, a->inp, a->tgt, a->B, a->T, &h, &a->loss);
   if (!a->rc) a->rc = gpt_backward(m, 1.0f / (float)(a->B * a->T), &h);
   return NULL;
 }
 
-static void check_fwd_bwd(int tp) {
-  build(tp);
+static void check_fwd_bwd_sp(int tp, int sp) {
+  build_sp(tp, sp);
   const int B = 2, T = 8, N = B * T;
   int32_t inp[16], tgt[16];
   loom_rng rng;
@@ -228,9 +271,10 @@ static void check_fwd_bwd(int tp) {
   for (int r = 0; r < tp; r++) pthread_join(th[r], NULL);
   pthread_barrier_destroy(&sh.bar);
   free(sh.sum);
-  /* f and g each once per column/row-parallel matmul: 2 per block, forward and backward */
+  /* f and g each once per column/row-parallel matmul: 2 per block, forward and backward (none
+   * under sequence parallel: its gathers and scatters replace them) */
   for (int w = 0; w < 2; w++)
-    for (int b = 0; b < 2; b++) ck_assert_int_eq(sh.calls[w][b], 2 * base.n_layer);
+    for (int b = 0; b < 2; b++) ck_assert_int_eq(sh.calls[w][b], sp ? 0 : 2 * base.n_layer);
   /* The split GEMMs reduce over C / tp and the all-reduce adds the tp partial sums: another
    * order of the same sums, so every value may round differently (two fp32 computations over
    * the whole path). Gradients per tensor and rank, norm-wise over the rank's slice. */
@@ -266,13 +310,18 @@ static void check_fwd_bwd(int tp) {
                     tp, r, p->name, e, grad_tol, wi, wj, wd);
     }
   }
-  printf("tp %d: loss rel err %.2e (tol %.1e), worst gradient ||a-b||/||b|| %.2e (tol %.1e)\n",
-         tp, worst_loss, loss_tol, worst_grad, grad_tol);
+  printf("tp %d%s: loss rel err %.2e (tol %.1e), worst gradient ||a-b||/||b|| %.2e (tol "
+         "%.1e)\n", tp, sp ? " x sp" : "", worst_loss, loss_tol, worst_grad, grad_tol);
 }
+static void check_fwd_bwd(int tp) { check_fwd_bwd_sp(tp, 0); }
 
 START_TEST(test_fwd_bwd_tp2) { check_fwd_bwd(2); }
 END_TEST
 START_TEST(test_fwd_bwd_tp4) { check_fwd_bwd(4); }
+END_TEST
+START_TEST(test_fwd_bwd_tp2_sp) { check_fwd_bwd_sp(2, 1); }
+END_TEST
+START_TEST(test_fwd_bwd_tp4_sp) { check_fwd_bwd_sp(4, 1); }
 END_TEST
 
 static Suite *tp_suite(void) {
@@ -280,7 +329,8 @@ static Suite *tp_suite(void) {
       {"shapes_tp2", test_shapes_tp2}, {"shapes_tp4", test_shapes_tp4},
       {"refuses_bad_tp", test_refuses_bad_tp}, {"init_tp2", test_init_tp2},
       {"init_tp4", test_init_tp4}, {"fwd_bwd_tp2", test_fwd_bwd_tp2},
-      {"fwd_bwd_tp4", test_fwd_bwd_tp4},
+      {"fwd_bwd_tp4", test_fwd_bwd_tp4}, {"fwd_bwd_tp2_sp", test_fwd_bwd_tp2_sp},
+      {"fwd_bwd_tp4_sp", test_fwd_bwd_tp4_sp},
   };
   return check_case_suite("gpt_tp", CHECK_CASES(cases), setup, teardown, 60);
 }

@@ -9,7 +9,10 @@
  * key "vocab_parallel" is true: then the host splits wte (tied with the head) over the padded
  * vocabulary and runs the embedding's sum and the cross-entropy's row statistics over the tp
  * communicator itself (core/model/gpt.c, docs/parallelism.md); this plugin sees only that wte
- * is one more split tensor.
+ * is one more split tensor. With the host-level key "sequence_parallel" true (Korthikanti et
+ * al. 2022, §4.2.2) the host shards the LayerNorm / residual region along T and runs f and g
+ * as all-gathers and reduce-scatters itself (core/model/gpt_sp.c): `region` is then called only
+ * by a forward whose T is not a multiple of tp (sampling's window), the plain path.
  *
  * The plugin's part is the communication at Megatron's two conjugate operators, which the host
  * calls through `region` inside every block:
