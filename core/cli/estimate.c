@@ -116,6 +116,7 @@ static void fill_plan(const loom_estimate *e, const gpt_model *m, int s, const u
   pl->param_dtype = e->param_dtype;
   pl->grad_dtype = e->grad_dtype;
   pl->grads_predivided = e->predivide && e->world > 1;
+  pl->cp = e->cp; /* world and seq_len above are already dp x cp and the local T / cp */
 }
 
 /* A plugin's strings end within their arrays, whatever it wrote. */
@@ -452,6 +453,8 @@ static int estimate_hosts(loom_runtime *rt, int dp, int dp_shard) {
   mm->world_size = dp * mm->tp * mm->pp;
   mm->dp_shard = dp_shard > 0 ? dp_shard : dp; /* loom__estimate_mesh's ("node" resolved) */
   mm->dp_replica = dp / mm->dp_shard;
+  mm->cp = rt->cp_size > 1 ? rt->cp_size : 1;
+  mm->data_dp = dp / mm->cp;
   const loom_config *cfg = rt->cfg;
   for (int i = 0; i < rt->n_parallel; i++) {
     const loom_plugin_cfg *pc = &cfg->parallel[i];
@@ -527,6 +530,15 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
     goto out;
   }
   world /= e->tp * e->pp;
+  /* context parallel: world stays the dp x cp gradient group (mesh.c); the data-parallel
+   * batch split is over world / cp, and each rank holds T / cp tokens of a sequence */
+  e->cp = rt->cp_size > 1 ? rt->cp_size : 1;
+  if (world % e->cp != 0) {
+    snprintf(err, errlen, "%s: --world %d: context-parallel size %d does not divide the %d "
+             "ranks left after tensor-parallel size %d x pipeline stages %d", cfg->path,
+             world * e->tp * e->pp, e->cp, world, e->tp, e->pp);
+    goto out;
+  }
   e->world = world;
   if (loom__estimate_mesh(rt, e, err, errlen) != 0) goto out;
   e->n_plugins = rt->n_parallel;
@@ -546,14 +558,14 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
              world);
     goto out;
   }
-  if (loom_config_check_batch(cfg, world, err, errlen) != 0) goto out;
+  if (loom_config_check_batch(cfg, world / e->cp, err, errlen) != 0) goto out;
   e->n_layer = cfg->model.n_layer;
   e->n_head = cfg->model.n_head;
   e->n_embd = cfg->model.n_embd;
   e->vocab_size = cfg->model.vocab_size;
   e->context_length = cfg->model.context_length;
   e->micro_batch = cfg->train.micro_batch_size;
-  e->seq_len = cfg->train.seq_len;
+  e->seq_len = cfg->train.seq_len / e->cp; /* per rank (read_cp checked T % (2 cp)) */
   e->accum = cfg->train.grad_accum_steps;
   /* the parameter tables only: no device, no storage */
   gpt_config full = {.vocab_size = cfg->model.vocab_size,
@@ -568,6 +580,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   /* flash attention as the trainer decides it (model.attention "flash" on a device without
    * the slots is the trainer's error; here it is sized as materialised) */
   full.attn_lse = dev_lse && cfg->model.attention != LOOM_ATTN_MATERIALIZED;
+  if (e->cp > 1) full.attn_lse = 1, full.cp_size = e->cp; /* the ring keeps (out, lse) */
   e->attn_lse = full.attn_lse;
   /* as the trainer: the whole model without tp takes them (gpt_config.acts_typed) */
   e->acts16 = dev_acts16 && e->dtype != LOOM_F32 && e->tp == 1 && e->pp == 1;
@@ -715,6 +728,11 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
             e->ckpt_policy == GPT_CKPT_FULL ? " + 1 per recomputed block" : "",
             e->vocab_parallel ? " + vocab_parallel 2(tp-1)/tp x (8*B*T*C + 24*B*T) x accum" : "",
             (unsigned long long)e->tp_comm_bytes);
+  if (e->cp > 1)
+    fprintf(out, "context parallel: cp %d (dp above counts the dp x cp gradient group: %d "
+            "batch groups x %d); each rank holds T/cp = %d tokens of every sequence, so the "
+            "activations below are 1/cp; the K/V ring is in the communication below\n", e->cp,
+            e->world / e->cp, e->cp, e->seq_len);
   if (e->note[0]) fprintf(out, "%s\n", e->note);
   fprintf(out, "model: Psi = %llu parameters (n_layer %d, n_head %d, n_embd %d, vocab %d, "
           "context %d); per rank: micro-batch %d x %d tokens, accum %d\n",

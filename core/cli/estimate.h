@@ -94,7 +94,9 @@ typedef struct loom_estimate_stage {
 typedef struct loom_estimate {
   char config[LOOM_PATH_MAX];
   char device[160];      /* device.type, and the plugin file for a device plugin */
-  int world;                /* N = data-parallel ranks (the world / (tp * pp)) */
+  int world;                /* N = data-parallel ranks (the world / (tp * pp)); under
+                               context parallel the dp x cp gradient group */
+  int cp;                   /* context-parallel size (1 without) */
   int ranks_per_node;       /* --ranks-per-node: the launcher's ranks per node (0 unknown);
                                resolves shard_size "node" and a hierarchical all-reduce over
                                the launcher's nodes */

@@ -112,6 +112,12 @@ typedef struct gpt_config {
    * its owner) all-reduced (SUM); backward: the slice's softmax minus the one-hot on the owner.
    * No rank holds (B*T, Vp) logits. One pipeline stage only (pp_first/pp_end 0). */
   int vocab_parallel;
+  /* Context parallel (gpt_cp.h; context_parallel.so): this rank is cp_rank of cp_size ranks
+   * that each hold T/cp tokens of every sequence (chunks cp_rank and 2*cp_size-1-cp_rank of
+   * 2*cp_size), so forward and backward get the LOCAL T; attention runs as a ring over them
+   * (gpt_hooks.cp_ring). 0 or 1: off. Needs attn_lse, fp32, one stage, no vocab_parallel. */
+  int cp_size;
+  int cp_rank;
 } gpt_config;
 
 /* Activation checkpointing policies (Chen et al. 2016; Korthikanti et al. 2022, §5):
@@ -190,6 +196,10 @@ typedef struct gpt_hooks {
    * (LOOM_F32 or LOOM_F64) of device memory over the tp ranks in place, `op` a loom_red_op
    * (LOOM_OP_SUM, LOOM_OP_MAX). Required then (the model fails the pass without it). */
   int (*tp_reduce)(void *ud, void *buf, size_t n, int dtype, int op);
+  /* Context parallel (gpt_config.cp_size > 1): one hop of the ring, send n floats of device
+   * memory to the next cp rank and receive n from the previous one (distinct buffers).
+   * Required then. */
+  int (*cp_ring)(void *ud, const float *send, float *recv, size_t n);
 } gpt_hooks;
 
 #define GPT_REGION_F 0
@@ -267,6 +277,7 @@ typedef struct gpt_model {
   int32_t *vp_in_host, *vp_tg_host; /* host copies of the last forward's ids and targets */
   double *vp_stats;                 /* host: 3*vp_rows row statistics (max, sum, target) */
   double *vp_host_mx;               /* host: vp_rows maxima of the rank's own slice */
+  struct gpt_cp_state *cp;          /* context parallel's ring buffers (gpt_cp.c), or NULL */
 } gpt_model;
 
 /* Check `cfg` and build the parameter table; allocate parameters and gradients on `dev`.

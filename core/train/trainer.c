@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "formats/init_from.h"
+#include "model/gpt_cp.h"
 #include "../runtime/placement.h"
 #include "../runtime/plugins.h"
 #include "../runtime/pp_split.h"
@@ -103,11 +104,40 @@ static int hook_tp_reduce(void *ud, void *buf, size_t n, int dtype, int op) {
   return 0;
 }
 
+/* Context parallel's ring hop (gpt_hooks.cp_ring): the context_parallel plugin's `ring`. */
+static int hook_cp_ring(void *ud, const float *send, float *recv, size_t n) {
+  loom_trainer *tr = ud;
+  loom_runtime *rt = &tr->rt;
+  const int i = rt->cp_owner;
+  int rc = rt->parallel[i].u.parallel.ring(rt->parallel_ctx[i], send, recv, n);
+  if (rc == LOOM_OK) return 0;
+  return device_caused(tr) ? -1 : loom__hook_error(rt, i, "ring", rc, tr->err, sizeof tr->err);
+}
+
 static gpt_hooks make_hooks(loom_trainer *tr) {
   gpt_hooks h = {.ud = tr, .pre_forward = hook_pre_forward, .post_forward = hook_post_forward,
                  .pre_backward = hook_pre_backward, .post_backward = hook_post_backward,
                  .region = hook_region, .tp_reduce = hook_tp_reduce};
+  if (tr->rt.cp_owner >= 0) h.cp_ring = hook_cp_ring;
   return h;
+}
+
+/* Batch `micro` of `ld` for this rank's data-parallel coordinate (under context parallel the
+ * cp ranks of a group read the same sequences: data_dp groups, data_rank). */
+static void fill_batch(loom_trainer *tr, loom_loader *ld, int micro) {
+  const loom_mesh *m = &tr->rt.mesh;
+  loom_loader_fill(ld, tr->B, m->data_dp, micro, m->data_rank, tr->inputs, tr->targets);
+}
+
+/* The forward's ids and targets for (B, T) host tokens: this rank's chunks under context
+ * parallel (T becomes the local Tl), else the tokens themselves. */
+static void cp_local(loom_trainer *tr, const int32_t **in, const int32_t **tg, int B, int *T) {
+  const loom_mesh *m = &tr->rt.mesh;
+  if (m->cp <= 1) return;
+  gpt_cp_take(tr->cp_inputs, *in, B, *T, m->cp, m->cp_rank);
+  *in = tr->cp_inputs;
+  if (*tg) gpt_cp_take(tr->cp_targets, *tg, B, *T, m->cp, m->cp_rank), *tg = tr->cp_targets;
+  *T /= m->cp;
 }
 
 /* Sum `vals` over the data-parallel group with the comm plugin directly (control traffic: not
@@ -292,9 +322,11 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   if (loom__device_open(rt, cfg->device.threads, e, sizeof e) != 0) return fail(tr, "%s", e);
   if (loom__plugins_create(rt, e, sizeof e) != 0) return fail(tr, "%s", e);
 
-  if (loom_config_check_batch(cfg, rt->mesh.dp, e, sizeof e) != 0) return fail(tr, "%s", e);
+  if (loom_config_check_batch(cfg, rt->mesh.data_dp, e, sizeof e) != 0)
+    return fail(tr, "%s", e);
   tr->B = cfg->train.micro_batch_size;
   tr->T = cfg->train.seq_len;
+  tr->Tl = tr->T / rt->mesh.cp; /* plugins.c checked T % (2 cp) */
   tr->accum = cfg->train.grad_accum_steps;
   tr->G = (uint64_t)cfg->train.global_batch_size;
 
@@ -304,6 +336,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                    .n_layer = cfg->model.n_layer, .n_head = cfg->model.n_head,
                    .n_embd = cfg->model.n_embd, .tp_size = rt->mesh.tp,
                    .tp_rank = rt->mesh.tp_rank, .vocab_parallel = rt->tp_vocab,
+                   .cp_size = rt->mesh.cp, .cp_rank = rt->mesh.cp_rank,
                    .ckpt_policy = cfg->activation_checkpointing.policy,
                    .ckpt_every = cfg->activation_checkpointing.every,
                    .dtype = (int)rt->compute_dtype, .param_dtype = (int)rt->plan.v.param_dtype,
@@ -329,6 +362,9 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                 dops->attention_forward_lse && dops->attention_backward_lse
                     ? " in its acts16 table (16-bit activations)" : "");
   mc.attn_lse = lse && cfg->model.attention != LOOM_ATTN_MATERIALIZED;
+  /* context parallel keeps flash attention's (out, lse) state with its own block kernels
+   * (plugins.c refused "materialized"; gpt_cp_check the device without them) */
+  if (rt->mesh.cp > 1) mc.attn_lse = 1;
   int flags = (rt->shard_params ? GPT_NO_PARAM_STORAGE : 0) |
               (rt->shard_grads ? GPT_NO_GRAD_STORAGE : 0);
   if (gpt_init_ex(&rt->model, &mc, &rt->dev, flags, e, sizeof e) != LOOM_OK)
@@ -373,13 +409,18 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   }
 
   loom_run_data data; /* opened and checked as `loom check` does (preflight.c) */
-  if (loom__data_open(cfg, rt->mesh.dp, &data, e, sizeof e) != 0) return fail(tr, "%s", e);
+  if (loom__data_open(cfg, rt->mesh.data_dp, &data, e, sizeof e) != 0) return fail(tr, "%s", e);
   tr->train = data.train; /* the trainer owns them from here (closed in loom_trainer_free) */
   tr->val = data.val;
   tr->has_val = data.has_val;
   tr->tok = data.tok;
   tr->inputs = malloc((size_t)tr->B * tr->T * sizeof(int32_t));
   tr->targets = malloc((size_t)tr->B * tr->T * sizeof(int32_t));
+  if (rt->mesh.cp > 1) {
+    tr->cp_inputs = malloc((size_t)tr->B * tr->Tl * sizeof(int32_t));
+    tr->cp_targets = malloc((size_t)tr->B * tr->Tl * sizeof(int32_t));
+    if (!tr->cp_inputs || !tr->cp_targets) return fail(tr, "out of host memory (batch)");
+  }
   if (!tr->inputs || !tr->targets) return fail(tr, "out of host memory (batch)");
 
   loom__rng_seed(&tr->rank_rng, cfg->train.seed * 1000003ull + (uint64_t)rt->mesh.world_rank);
@@ -537,8 +578,7 @@ static int pp_forward(void *ud, int micro) {
   loom_runtime *rt = &tr->rt;
   int slot = pp_acquire(ps, micro);
   if (slot < 0) return ps->failed = 1, LOOM_INVALID_USAGE;
-  loom_loader_fill(&tr->train, tr->B, rt->mesh.dp, micro, rt->mesh.dp_rank, tr->inputs,
-                   tr->targets);
+  fill_batch(tr, &tr->train, micro);
   float loss;
   int rc = gpt_stage_forward(&rt->model, slot, tr->inputs, tr->targets, tr->B, tr->T,
                              &ps->hooks, &loss);
@@ -694,6 +734,7 @@ int loom__model_forward(loom_trainer *tr, const int32_t *inputs, const int32_t *
     return device_failed(tr) ? -1 : 0; /* the stage's loss or boundary was read back */
   }
   gpt_hooks hooks = loom__forward_hooks(tr);
+  cp_local(tr, &inputs, &targets, B, &T);
   int rc = gpt_forward(&tr->rt.model, inputs, targets, B, T, &hooks, loss);
   if (rc != LOOM_OK) return pass_failed(tr, "forward", rc);
   return device_failed(tr) ? -1 : 0; /* the loss was read back: a fault has shown */
@@ -716,18 +757,20 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
    * (LOOM_PAR_GRAD_PREDIVIDED, ABI 1.5): then 1/dp is folded in here, which saves the plugin's
    * averaging pass over the whole gradient (bitwise the same for a power-of-two dp: scaling by
    * 2^-k commutes with every rounding of backward and of the sum) */
-  float rows = (float)tr->B * (float)tr->T * (float)tr->accum;
+  float rows = (float)tr->B * (float)tr->Tl * (float)tr->accum; /* this rank's positions */
   if (rt->plan.v.grads_predivided) rows *= (float)rt->mesh.dp;
   float dloss = loss_scale / rows;
   /* known before forward: the fused classifier writes dlogits during the forward */
   gpt_set_train_dloss(&rt->model, dloss);
   if (rt->schedule_owner >= 0 && pp_run_step(tr, dloss, &loss_sum) != 0) return -1;
   for (int micro = 0; rt->schedule_owner < 0 && micro < tr->accum; micro++) {
-    loom_loader_fill(&tr->train, tr->B, rt->mesh.dp, micro, rt->mesh.dp_rank, tr->inputs,
-                     tr->targets);
+    fill_batch(tr, &tr->train, micro);
     CALL_HOOKS(tr, begin_micro, "begin_micro", micro, tr->accum);
     float loss;
-    int rc = gpt_forward(&rt->model, tr->inputs, tr->targets, tr->B, tr->T, &hooks, &loss);
+    const int32_t *in = tr->inputs, *tg = tr->targets;
+    int T = tr->T;
+    cp_local(tr, &in, &tg, tr->B, &T);
+    int rc = gpt_forward(&rt->model, in, tg, tr->B, T, &hooks, &loss);
     if (rc != LOOM_OK) return pass_failed(tr, "forward", rc);
     loss_sum += loss;
     rc = gpt_backward(&rt->model, dloss, &hooks);
@@ -805,8 +848,7 @@ int loom_trainer_eval(loom_trainer *tr, double *val_loss) {
   double sum = 0.0;
   int n = tr->cfg.train.eval_batches;
   for (int i = 0; i < n; i++) {
-    loom_loader_fill(&tr->val, tr->B, rt->mesh.dp, i, rt->mesh.dp_rank, tr->inputs,
-                     tr->targets);
+    fill_batch(tr, &tr->val, i);
     float loss;
     if (loom__model_forward(tr, tr->inputs, tr->targets, tr->B, tr->T, &loss) != 0) return -1;
     sum += loss;
@@ -928,6 +970,8 @@ void loom_trainer_free(loom_trainer *tr) {
   loom_metrics_close(tr);
   free(tr->inputs);
   free(tr->targets);
+  free(tr->cp_inputs);
+  free(tr->cp_targets);
   loom_loader_close(&tr->train);
   if (tr->has_val) loom_loader_close(&tr->val);
   loom_tokenizer_free(&tr->tok);
