@@ -74,7 +74,8 @@ static int call_order(const loom_runtime *rt, int k) {
 }
 
 static uint64_t axis_of(uint64_t caps) {
-  return caps & (LOOM_PAR_CAP_AXIS_DP | LOOM_PAR_CAP_AXIS_TP | LOOM_PAR_CAP_AXIS_PP);
+  return caps & (LOOM_PAR_CAP_AXIS_DP | LOOM_PAR_CAP_AXIS_TP | LOOM_PAR_CAP_AXIS_PP |
+                 LOOM_PAR_CAP_AXIS_CP);
 }
 
 /* The plan of stage `s` (its parameter table m) as plugins see it (parallel_v1.h). */
@@ -261,13 +262,14 @@ static void account(loom_estimate *e, const loom_runtime *rt, const gpt_model *m
   }
   e->bytes[LOOM_MEM_COMM] = 0;
   snprintf(e->formula[LOOM_MEM_COMM], 64, "0 (in place)");
-  /* the data-parallel and tensor-parallel plugins' reports (the pipeline's: account_stage) */
-  for (int pass = 0; pass < 2; pass++)
+  /* the data-parallel, tensor-parallel and context-parallel plugins' reports (the
+   * pipeline's: account_stage) */
+  static const uint64_t passes[] = {LOOM_PAR_CAP_AXIS_DP, LOOM_PAR_CAP_AXIS_TP,
+                                    LOOM_PAR_CAP_AXIS_CP};
+  for (int pass = 0; pass < 3; pass++)
     for (int k = 0; k < rt->n_parallel; k++) {
       int i = call_order(rt, k);
-      if (axis_of(rt->parallel[i].u.hdr.caps) ==
-          (pass ? LOOM_PAR_CAP_AXIS_TP : LOOM_PAR_CAP_AXIS_DP))
-        apply(e, &rep[i]);
+      if (axis_of(rt->parallel[i].u.hdr.caps) == passes[pass]) apply(e, &rep[i]);
     }
   /* mixed precision in the 1.3 layout (16-bit values in fp32 buffers): the fp32 working copy
    * of the largest unit's weights is a parameter (gpt.h) */
@@ -397,7 +399,7 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
     if (axis_of(rt->parallel[i].u.hdr.caps) == LOOM_PAR_CAP_AXIS_PP) apply(e, &rep[i]);
   }
   /* traffic per step per rank */
-  char ftp[sizeof e->comm_formula], fpp[sizeof e->comm_formula];
+  char ftp[sizeof e->comm_formula], fpp[sizeof e->comm_formula], fcp[sizeof e->comm_formula];
   st->dp_comm_bytes = e->axis_dp;
   st->replica_comm_bytes = e->axis_replica;
   st->node_comm_bytes = e->axis_node;
@@ -412,13 +414,17 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
     append(ftp, sizeof ftp, ftp[0] ? " + vp 2(t-1)/t(8BTC+24BT)" : "vp 2(t-1)/t(8BTC+24BT)");
   }
   e->tp_comm_bytes = st->tp_comm_bytes;
-  uint64_t extra = st->tied_comm_bytes + st->p2p_comm_bytes + st->tp_comm_bytes;
+  st->cp_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_CP, fcp, sizeof fcp);
+  e->cp_comm_bytes = st->cp_comm_bytes;
+  uint64_t extra = st->tied_comm_bytes + st->p2p_comm_bytes + st->tp_comm_bytes +
+                   st->cp_comm_bytes;
   e->comm_bytes += extra;
   e->comm_bytes_paper += extra;
-  if (e->tp > 1 || P > 1) {
+  if (e->tp > 1 || P > 1 || fcp[0]) {
     char f[sizeof e->comm_formula];
     snprintf(f, sizeof f, "%s", e->world > 1 ? e->comm_formula : "0 over dp");
     if (ftp[0]) append(f, sizeof f, " + "), append(f, sizeof f, ftp);
+    if (fcp[0]) append(f, sizeof f, " + "), append(f, sizeof f, fcp);
     if (tied) append(f, sizeof f, " + 2(2N-1)/2N*4VC tied wte");
     if (fpp[0]) append(f, sizeof f, " + "), append(f, sizeof f, fpp);
     snprintf(e->comm_formula, sizeof e->comm_formula, "%s", f);
@@ -906,6 +912,8 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e, json_t *inter_no
     json_object_set_new(doc, "stages", stages);
     json_object_set_new(doc, "tp", json_integer(e->tp > 1 ? e->tp : 1));
     json_object_set_new(doc, "tp_comm_bytes", json_integer((json_int_t)e->tp_comm_bytes));
+    json_object_set_new(doc, "cp", json_integer(e->cp > 1 ? e->cp : 1));
+    json_object_set_new(doc, "cp_comm_bytes", json_integer((json_int_t)e->cp_comm_bytes));
     json_object_set_new(doc, "vocab_parallel", json_boolean(e->vocab_parallel));
     json_object_set_new(
         doc, "activation_checkpointing",

@@ -85,6 +85,7 @@ typedef struct loom_estimate_stage {
   uint64_t total, model_states;
   uint64_t comm_bytes;       /* per step per rank: the sum of the four below */
   uint64_t dp_comm_bytes, tied_comm_bytes, p2p_comm_bytes, tp_comm_bytes;
+  uint64_t cp_comm_bytes;    /* context parallel's K/V ring (in comm_bytes) */
   uint64_t replica_comm_bytes; /* hybrid sharding: the host's sum over the replicas (in
                                   comm_bytes; dp_comm_bytes is then the shard group's) */
   uint64_t node_comm_bytes, cross_comm_bytes; /* a hierarchical all-reduce's split of
@@ -116,6 +117,7 @@ typedef struct loom_estimate {
   uint64_t psi_model;       /* the whole model's parameters (per tp rank) */
   int tp;                   /* tensor-parallel size (1 without tensor_parallel) */
   uint64_t tp_comm_bytes;   /* Megatron's f/g all-reduces per step per rank */
+  uint64_t cp_comm_bytes;   /* context parallel's K/V (and dK/dV) ring per step per rank */
   int vocab_parallel;       /* tensor_parallel's vocab_parallel: wte and the logits split */
   int n_plugins;
   struct { char name[64]; uint64_t caps; } plugins[LOOM_MAX_PARALLEL];
