@@ -7,30 +7,44 @@
  * FlashAttention-2 keeps (Dao 2023, Alg. 1: O and L = m + log l); the backward recomputes the
  * block's probabilities from the final lse (Alg. 2), so every block's backward is independent.
  *
- * Masking works on chunk pairs: a query chunk sees a key chunk of a lower global index whole,
- * its own chunk up to the diagonal, a higher one not at all (skipped, no work).
- *
- * Threads: one (b, h) pair per task, each writing only head h's columns of out, dq, dk and dv
- * and its own lse rows, so no two threads touch the same element and the result does not
- * depend on the thread count. Scores of one query row live in a per-thread buffer of the
- * block's Tk floats (loom__cpu_team_scratch). */
+ * Work goes by (query chunk, key chunk) pairs of one (b, h): a key chunk of a lower global index
+ * is seen whole, the query's own chunk up to the diagonal (the scores above it set to -inf), a
+ * higher one not at all (skipped: no work). A visible pair is an (L, L) score tile, L the chunk
+ * length, computed with the context's GEMMs (cpu_gemm.h, fp32 operands):
+ *   forward:  S = Q K^T / sqrt(HS); P = exp(S - m) (rows); O_p = P V / l; lse_p = m + log l;
+ *             (out, lse) merged with (O_p, lse_p);
+ *   backward: P = exp(S - lse); dV += P^T dO; dP = dO V^T; dS = P (dP - D) / sqrt(HS) with
+ *             D = rowsum(dO * out); dQ += dS K; dK += dS^T Q.
+ * Pairs run one after another in a fixed order (the GEMMs and the row loops use the context's
+ * threads), so results do not depend on the thread count beyond oneDNN's own (cpu_gemm.h).
+ * Scratch: two (L, L) tiles and an (L, HS) block, the context's flash scratch
+ * (loom__cpu_team_scratch; the flash kernels never run at the same time). */
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
 
-/* How many keys of key chunk kc (its first ones) a query at offset i of query chunk qc sees. */
-static int visible(const loom_attn_block_v1 *g, int qc, int i, int kc) {
+/* 0: key chunk kc invisible to query chunk qc, 1: whole, 2: up to the diagonal. */
+static int visibility(const loom_attn_block_v1 *g, int qc, int kc) {
   const int a = g->q_chunk[qc], b = g->k_chunk[kc];
-  return b < a ? g->chunk_len : b == a ? i + 1 : 0;
+  return b < a ? 1 : b == a ? 2 : 0;
 }
 
-static float dot(const float *x, const float *y, int n) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int d = 0; d < n; d++) s += x[d] * y[d];
-  return s;
+/* Scratch: S and dP tiles (L*L each), an (L, HS) block and L row values. */
+static float *scratch(void *ctx, int L, int HS, const char *kernel) {
+  size_t stride;
+  return loom__cpu_team_scratch(ctx, 2 * (size_t)L * L + (size_t)L * HS + L, &stride, kernel);
+}
+
+/* S (L,L) = scale * Q (L rows of ldq) K^T (K: L rows of ldk), -inf above the diagonal when
+ * diag. */
+static void scores(void *ctx, float *S, const float *q, int ldq, const float *k, int ldk, int L,
+                   int HS, float scale, int diag) {
+  loom__cpu_gemm(loom__cpu_gemm_of(ctx), 0, 1, L, L, HS, scale, q, ldq, k, ldk, 0.0f, S, L, NULL,
+                 0);
+  if (diag)
+    for (int i = 0; i < L; i++)
+      for (int j = i + 1; j < L; j++) S[(size_t)i * L + j] = -INFINITY;
 }
 
 void loom__cpu_attention_block_forward(void *ctx, float *out, float *lse, const float *q,
@@ -39,99 +53,91 @@ void loom__cpu_attention_block_forward(void *ctx, float *out, float *lse, const 
   const int B = g->B, NH = g->NH, HS = g->HS, L = g->chunk_len, T = g->n_chunks * L;
   const int C = NH * HS;
   const float scale = 1.0f / sqrtf((float)HS);
-  size_t stride;
-  float *rows = loom__cpu_team_scratch(ctx, (size_t)T, &stride, "attention_block_forward");
-#pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < B * NH; bh++) {
-    const int b = bh / NH, h = bh % NH;
-    float *s = rows + (size_t)omp_get_thread_num() * stride;
-    float o[HS > 0 ? HS : 1];
-    for (int t = 0; t < T; t++) {
-      const int qc = t / L, i = t % L;
-      const float *qt = q + ((size_t)b * T + t) * g->q_stride + h * HS;
-      float mx = -INFINITY;
-      int any = 0;
-      for (int kc = 0; kc < g->n_chunks; kc++) {
-        const int n = visible(g, qc, i, kc);
-        for (int j = 0; j < n; j++) {
-          const int u = kc * L + j;
-          s[u] = dot(qt, k + ((size_t)b * T + u) * g->kv_stride + h * HS, HS) * scale;
-          if (s[u] > mx) mx = s[u];
+  float *S = scratch(ctx, L, HS, "attention_block_forward"), *O = S + 2 * (size_t)L * L;
+  float *lb = O + (size_t)L * HS;
+  cpu_gemm *gm = loom__cpu_gemm_of(ctx);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int qc = 0; qc < g->n_chunks; qc++) {
+        int first = !merge; /* the chunk's first visible pair writes (merge 0) */
+        for (int kc = 0; kc < g->n_chunks; kc++) {
+          const int vis = visibility(g, qc, kc);
+          if (!vis) continue;
+          const size_t q0 = (size_t)b * T + (size_t)qc * L, k0 = (size_t)b * T + (size_t)kc * L;
+          scores(ctx, S, q + q0 * g->q_stride + h * HS, g->q_stride,
+                 k + k0 * g->kv_stride + h * HS, g->kv_stride, L, HS, scale, vis == 2);
+          for (int i = 0; i < L; i++) {
+            float *row = S + (size_t)i * L, mx = -INFINITY, l = 0.0f;
+            for (int j = 0; j < L; j++) mx = row[j] > mx ? row[j] : mx;
+            loom__cpu_exp_sub(row, row, (size_t)L, mx);
+            for (int j = 0; j < L; j++) l += row[j];
+            for (int j = 0; j < L; j++) row[j] /= l;
+            lb[i] = mx + logf(l);
+          }
+          /* O = P V: the pair's normalised output */
+          loom__cpu_gemm(gm, 0, 0, L, HS, L, 1.0f, S, L, v + k0 * g->kv_stride + h * HS,
+                         g->kv_stride, 0.0f, O, HS, NULL, 0);
+          for (int i = 0; i < L; i++) {
+            float *ot = out + (q0 + i) * C + h * HS, *lt = lse + ((size_t)b * NH + h) * T +
+                                                           (size_t)qc * L + i;
+            const float *oi = O + (size_t)i * HS;
+            if (first) {
+              memcpy(ot, oi, (size_t)HS * sizeof(float));
+              *lt = lb[i];
+              continue;
+            }
+            /* the online softmax's merge of (ot, *lt) with the pair's (oi, lb[i]) */
+            const float m2 = *lt > lb[i] ? *lt : lb[i];
+            const float ln = m2 + logf(expf(*lt - m2) + expf(lb[i] - m2));
+            const float wa = expf(*lt - ln), wb = expf(lb[i] - ln);
+            for (int d = 0; d < HS; d++) ot[d] = ot[d] * wa + oi[d] * wb;
+            *lt = ln;
+          }
+          first = 0;
         }
-        any |= n > 0;
       }
-      float *ot = out + ((size_t)b * T + t) * C + h * HS;
-      float *lt = lse + ((size_t)b * NH + h) * T + t;
-      if (!any) {
-        if (!merge) { memset(ot, 0, (size_t)HS * sizeof(float)); *lt = -INFINITY; }
-        continue;
-      }
-      float l = 0.0f;
-      for (int d = 0; d < HS; d++) o[d] = 0.0f;
-      for (int kc = 0; kc < g->n_chunks; kc++) {
-        const int n = visible(g, qc, i, kc);
-        for (int j = 0; j < n; j++) {
-          const int u = kc * L + j;
-          const float p = expf(s[u] - mx);
-          const float *vu = v + ((size_t)b * T + u) * g->kv_stride + h * HS;
-          l += p;
-#pragma omp simd
-          for (int d = 0; d < HS; d++) o[d] += p * vu[d];
-        }
-      }
-      const float lb = mx + logf(l);
-      if (!merge || *lt == -INFINITY) {
-        for (int d = 0; d < HS; d++) ot[d] = o[d] / l;
-        *lt = lb;
-        continue;
-      }
-      /* the online softmax's merge of (ot, *lt) with the block's (o / l, lb) */
-      const float m2 = *lt > lb ? *lt : lb;
-      const float ln = m2 + logf(expf(*lt - m2) + expf(lb - m2));
-      const float wa = expf(*lt - ln), wb = expf(lb - ln) / l;
-      for (int d = 0; d < HS; d++) ot[d] = ot[d] * wa + o[d] * wb;
-      *lt = ln;
-    }
-  }
 }
 
 void loom__cpu_attention_block_backward(void *ctx, float *dq, float *dk, float *dv,
                                         const float *dout, const float *q, const float *k,
                                         const float *v, const float *out, const float *lse,
                                         const loom_attn_block_v1 *g) {
-  (void)ctx;
   const int B = g->B, NH = g->NH, HS = g->HS, L = g->chunk_len, T = g->n_chunks * L;
-  const int C = NH * HS;
+  const int C = NH * HS, qs = g->q_stride, ks = g->kv_stride;
   const float scale = 1.0f / sqrtf((float)HS);
-#pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < B * NH; bh++) {
-    const int b = bh / NH, h = bh % NH;
-    for (int t = 0; t < T; t++) {
-      const int qc = t / L, i = t % L;
-      const size_t qr = ((size_t)b * T + t);
-      const float *qt = q + qr * g->q_stride + h * HS;
-      float *dqt = dq + qr * g->q_stride + h * HS;
-      const float *dot_ = dout + qr * C + h * HS;
-      const float D = dot(dot_, out + qr * C + h * HS, HS);
-      const float lt = lse[((size_t)b * NH + h) * T + t];
-      for (int kc = 0; kc < g->n_chunks; kc++) {
-        const int n = visible(g, qc, i, kc);
-        for (int j = 0; j < n; j++) {
-          const size_t kr = (size_t)b * T + kc * L + j;
-          const float *ku = k + kr * g->kv_stride + h * HS;
-          const float *vu = v + kr * g->kv_stride + h * HS;
-          float *dku = dk + kr * g->kv_stride + h * HS;
-          float *dvu = dv + kr * g->kv_stride + h * HS;
-          const float p = expf(dot(qt, ku, HS) * scale - lt);
-          const float ds = p * (dot(dot_, vu, HS) - D) * scale;
-#pragma omp simd
-          for (int d = 0; d < HS; d++) {
-            dvu[d] += p * dot_[d];
-            dqt[d] += ds * ku[d];
-            dku[d] += ds * qt[d];
+  float *P = scratch(ctx, L, HS, "attention_block_backward"), *dP = P + (size_t)L * L;
+  float *D = dP + (size_t)L * L + (size_t)L * HS;
+  cpu_gemm *gm = loom__cpu_gemm_of(ctx);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int qc = 0; qc < g->n_chunks; qc++) {
+        const size_t q0 = (size_t)b * T + (size_t)qc * L;
+        const float *Q = q + q0 * qs + h * HS, *dO = dout + q0 * C + h * HS;
+        const float *lt = lse + ((size_t)b * NH + h) * T + (size_t)qc * L;
+        float *dQ = dq + q0 * qs + h * HS;
+        for (int i = 0; i < L; i++) { /* D = rowsum(dO * out) */
+          const float *x = dO + (size_t)i * C, *y = out + (q0 + i) * C + h * HS;
+          float s = 0.0f;
+          for (int d = 0; d < HS; d++) s += x[d] * y[d];
+          D[i] = s;
+        }
+        for (int kc = 0; kc < g->n_chunks; kc++) {
+          const int vis = visibility(g, qc, kc);
+          if (!vis) continue;
+          const size_t k0 = (size_t)b * T + (size_t)kc * L;
+          const float *K = k + k0 * ks + h * HS, *V = v + k0 * ks + h * HS;
+          float *dK = dk + k0 * ks + h * HS, *dV = dv + k0 * ks + h * HS;
+          scores(ctx, P, Q, qs, K, ks, L, HS, scale, vis == 2);
+          for (int i = 0; i < L; i++)
+            loom__cpu_exp_sub(P + (size_t)i * L, P + (size_t)i * L, (size_t)L, lt[i]);
+          loom__cpu_gemm(gm, 1, 0, L, HS, L, 1.0f, P, L, dO, C, 1.0f, dV, ks, NULL, 0);
+          loom__cpu_gemm(gm, 0, 1, L, L, HS, 1.0f, dO, C, V, ks, 0.0f, dP, L, NULL, 0);
+          for (int i = 0; i < L; i++) {
+            float *pi = P + (size_t)i * L, *di = dP + (size_t)i * L;
+            for (int j = 0; j < L; j++) di[j] = pi[j] * (di[j] - D[i]) * scale;
           }
+          loom__cpu_gemm(gm, 0, 0, L, HS, L, 1.0f, dP, L, K, ks, 1.0f, dQ, qs, NULL, 0);
+          loom__cpu_gemm(gm, 1, 0, L, HS, L, 1.0f, dP, L, Q, qs, 1.0f, dK, ks, NULL, 0);
         }
       }
-    }
-  }
 }
