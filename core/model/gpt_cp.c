@@ -136,7 +136,10 @@ static loom_attn_block_v1 block_of(const gpt_model *m, int B, int T, int NH, int
   const int cp = m->cfg.cp_size, r = m->cfg.cp_rank;
   loom_attn_block_v1 g = {.B = B, .NH = NH, .HS = HS, .n_chunks = 2, .chunk_len = T / 2,
                           .q_stride = 3 * NH * HS, .kv_stride = kv_stride};
-  for (int j = 0; j < 2; j++) g.q_chunk[j] = chunk_of(cp, r, j), g.k_chunk[j] = chunk_of(cp, src, j);
+  for (int j = 0; j < 2; j++) {
+    g.q_chunk[j] = chunk_of(cp, r, j);
+    g.k_chunk[j] = chunk_of(cp, src, j);
+  }
   return g;
 }
 

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Context parallel (context_parallel.so, ring attention over the cp axis): the tiny model on 1
 # rank without any parallel plugin and under cp 2 (each rank holds chunks r and 3-r of the 4
-# chunks of every sequence) with ddp, and cp 2 with gradient accumulation 2, must give the same
+# chunks of every sequence) with ddp, cp 2 with gradient accumulation 2, and cp 2 at T 1024
+# against its own 1-rank run, must give the same
 # per-step loss and grad norm and the same final parameters within compare_runs.py's
 # tolerances (docs/tolerances.md) over 20 steps. Then the traffic: per step the ring's
 # 3 x L x (cp-1) K/V blocks of B*T/cp*2C floats (forward K/V, backward K/V and dK/dV) plus
@@ -18,6 +19,14 @@ for r in cp2 cp2_accum2; do
   echo "== $r vs ref"
   compare "$r" ref
 done
+# a longer sequence: T 1024, chunks of 256 tokens (the CPU block kernels' query-row blocks of
+# 128 against the diagonal's growing key range), one sequence a step
+LONG=(--set model.context_length=1024 --set train.seq_len=1024 --set train.micro_batch_size=1
+      --set train.steps=6)
+run 1 ref_long "${LONG[@]}" --set 'parallel=[]'
+run 2 cp2_long "${LONG[@]}" --set "parallel=[$CP2,{\"plugin\":\"ddp\"}]"
+echo "== cp2_long vs ref_long"
+compare cp2_long ref_long
 
 # traffic (tiny.json: L 2, C 32, T 64, B 4; Psi from the run's own parameter bytes)
 /usr/bin/python3 - "$WORK" <<'PY' || die "context-parallel traffic differs from the ring's count"
@@ -38,19 +47,25 @@ PY
 
 # Refusals, before training, with the numbers.
 CPD="[$CP2,{\"plugin\":\"ddp\"}]"
-expect_refused 2 'train.seq_len (62) must be divisible by 2 x the context-parallel size (2 x 2 = 4)' \
+expect_refused 2 \
+  'train.seq_len (62) must be divisible by 2 x the context-parallel size (2 x 2 = 4)' \
   --set train.seq_len=62 --set "parallel=$CPD"
-expect_refused 3 'context-parallel size 2 does not divide the 3 ranks left after tensor-parallel size 1 x pipeline size 1' \
+expect_refused 3 \
+  'context-parallel size 2 does not divide the 3 ranks left after tensor-parallel size 1 x' \
   --set "parallel=$CPD"
-expect_refused 1 'context parallel (size 2) does not compose with model.attention "materialized"' \
+expect_refused 1 \
+  'context parallel (size 2) does not compose with model.attention "materialized"' \
   --set model.attention=materialized --set "parallel=$CPD"
-expect_refused 1 'context parallel (size 2) does not compose with activation_checkpointing "selective"' \
+expect_refused 1 \
+  'context parallel (size 2) does not compose with activation_checkpointing "selective"' \
   --set 'activation_checkpointing={"policy":"selective"}' --set "parallel=$CPD"
 expect_refused 1 'context parallel (size 2) does not compose with sample.tokens > 0' \
   --set sample.tokens=10 --set "parallel=$CPD"
-expect_refused 1 'context parallel (size 2) does not compose with pipeline parallel (size > 1)' \
+expect_refused 1 \
+  'context parallel (size 2) does not compose with pipeline parallel (size > 1)' \
   --set "parallel=[$CP2,{\"plugin\":\"pipeline\",\"size\":2}]"
-expect_refused 1 "context parallel (size 2) does not compose with tensor_parallel's vocab_parallel" \
+expect_refused 1 \
+  "context parallel (size 2) does not compose with tensor_parallel's vocab_parallel" \
   --set model.n_head=4 \
   --set "parallel=[$CP2,{\"plugin\":\"tensor_parallel\",\"size\":2,\"vocab_parallel\":true}]"
 expect_refused 2 'context parallel (cp 2): it runs in fp32 only' \
