@@ -7,8 +7,10 @@
 #            (chunks r and 3-r of 4), ring attention (attention_block_* kernels)
 # R interleaved rounds of --steps steps each; per row the peak memory per rank (measured, the
 # largest rank's, and `loom estimate`'s: the same bytes), the median step time after the first
-# and the tokens/s it gives (4096 tokens a step). Prints a Markdown table; times are whatever
-# the cores give right now (compare rows within one run).
+# and the tokens/s it gives (4096 tokens a step), and the CPU seconds the ranks used per step
+# (user + system over the whole run, all ranks, / steps: the work, less sensitive than the wall
+# clock to other jobs on the cores). Prints a Markdown table; times are whatever the cores give
+# right now (compare rows within one run).
 #
 #   bench/context_parallel.sh [--build DIR] [--out DIR] [--steps 5] [--rounds 2] [--seq 4096]
 set -euo pipefail
@@ -32,10 +34,12 @@ row() {
   local name=$1 np=$2 threads=$3 par=$4 round=$5
   local args=("${common[@]}" --set device.threads="$threads" --set "parallel=$par")
   printf '   %-7s round %d: %d rank(s) x %d thread(s) ... ' "$name" "$round" "$np" "$threads"
-  local t0=$SECONDS
-  OMP_NUM_THREADS=$threads mpirun -np "$np" --oversubscribe --bind-to none "$bin/loom" train \
-    "$root/configs/tiny.json" "${args[@]}" --set "logging.metrics=$out/$name.r$round.jsonl" \
-    >"$out/$name.r$round.log" 2>&1 || { echo FAILED; tail -20 "$out/$name.r$round.log" >&2; exit 1; }
+  local t0=$SECONDS TIMEFORMAT='%R %U %S'
+  { time OMP_NUM_THREADS=$threads mpirun -np "$np" --oversubscribe --bind-to none "$bin/loom" \
+      train "$root/configs/tiny.json" "${args[@]}" \
+      --set "logging.metrics=$out/$name.r$round.jsonl" \
+      >"$out/$name.r$round.log" 2>&1 || { echo FAILED; tail -20 "$out/$name.r$round.log" >&2
+                                          exit 1; }; } 2>"$out/$name.r$round.time"
   [ "$round" -gt 1 ] || "$bin/loom" estimate "$root/configs/tiny.json" --world "$np" --json \
     "${args[@]}" >"$out/$name.estimate.json"
   echo "$((SECONDS - t0)) s"
@@ -51,30 +55,32 @@ out, rounds, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 MiB = 2 ** 20
 rows = {}
 for name in ("one", "one_2t", "cp2"):
-    ms, peak = [], None
+    ms, peak, cpu = [], None, []
     for r in range(1, rounds + 1):
+        _, u, s = (float(x) for x in open(f"{out}/{name}.r{r}.time").read().split()[-3:])
+        cpu.append((u + s) / len([1 for l in open(f"{out}/{name}.r{r}.jsonl") if '"loss"' in l]))
         recs = [json.loads(l) for l in open(f"{out}/{name}.r{r}.jsonl")]
         steps = [x for x in recs if "loss" in x and "mem_peak_bytes_max" in x]
         ms += [x["ms_per_step"] for x in steps[1:]]
         peak = steps[-1]["mem_peak_bytes_max"]
     est = json.load(open(f"{out}/{name}.estimate.json"))["stages"][0]
-    rows[name] = (peak, est, statistics.median(ms))
+    rows[name] = (peak, est, statistics.median(ms), statistics.median(cpu))
 print(f"\n| T = {T}, L4 H8 C256, 1 sequence a step, fp32 | ranks x threads | peak per rank "
       "(measured = estimate) | activations per rank | K/V ring buffers | ms/step (median) | "
-      "tokens/s |")
-print("|---|---|---|---|---|---|---|")
+      "tokens/s | CPU s/step |")
+print("|---|---|---|---|---|---|---|---|")
 label = {"one": ("1 rank, flash attention", "1 x 1"), "one_2t": ("1 rank, flash attention",
          "1 x 2"), "cp2": ("context_parallel size 2 (ring)", "2 x 1")}
 for name in ("one", "one_2t", "cp2"):
-    peak, est, ms = rows[name]
+    peak, est, ms, cs = rows[name]
     e = est["bytes"]["total"]
     same = "=" if peak["total"] == e else f"estimate {e / MiB:.2f}"
     print(f"| {label[name][0]} | {label[name][1]} | {peak['total'] / MiB:.2f} MiB ({same}) | "
           f"{peak['activations'] / MiB:.2f} MiB | {peak['comm'] / MiB:.2f} MiB | {ms:.0f} | "
-          f"{T / ms * 1000:.0f} |")
+          f"{T / ms * 1000:.0f} | {cs:.2f} |")
 p1, pc = rows["one"][0]["total"], rows["cp2"][0]["total"]
 a1, ac = rows["one"][0]["activations"], rows["cp2"][0]["activations"]
 print(f"\ncp2 / 1 rank: peak per rank {pc / p1:.3f}, activations {ac / a1:.3f}; tokens/s "
       f"{rows['one'][2] / rows['cp2'][2]:.2f}x of 1 x 1, {rows['one_2t'][2] / rows['cp2'][2]:.2f}x "
-      "of 1 x 2")
+      f"of 1 x 2; CPU per step {rows['cp2'][3] / rows['one'][3]:.2f}x of 1 x 1")
 PY

@@ -940,9 +940,9 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   /* selective: the probabilities (or lse) again from the saved q, k (the attention output it
    * also writes goes to dfch_gelu, free by now: the saved atty stays untouched) */
   load16(m, l, SAVED_QKV, b.qkv); /* read by the selective recompute and attention_backward */
-  if (block_checkpointed(&m->cfg, l) && !block_full_ckpt(&m->cfg, l))
-    if ((rc = attn_forward(m, h, s.dfch_gelu, b.att, b.qkv, B, T, NH, HS)) != LOOM_OK)
-      return rc;
+  if (block_checkpointed(&m->cfg, l) && !block_full_ckpt(&m->cfg, l) &&
+      (rc = attn_forward(m, h, s.dfch_gelu, b.att, b.qkv, B, T, NH, HS)) != LOOM_OK)
+    return rc;
   /* the lse backward reads the saved output as well; 16-bit saved copies widen it into
    * dfch_gelu (b.atty shares qkv's widening buffer), after the recompute that used it */
   const float *atty = b.atty;

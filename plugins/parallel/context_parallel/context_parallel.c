@@ -85,7 +85,7 @@ static int cp_estimate(const loom_host_api_v1 *api, loom_host *host, const loom_
                  C = (uint64_t)pl->n_embd, tp = pl->tp > 1 ? (uint64_t)pl->tp : 1;
   const uint64_t kv = B * T * 2 * (C / tp) * 4;
   out->bytes[LOOM_MEM_COMM] = 4 * al64(kv) + 2 * al64(T * C * 4);
-  snprintf(out->formula[LOOM_MEM_COMM], 64, "cp ring 4x(BT/cp)2C/tp+2(T/cp)C");
+  snprintf(out->formula[LOOM_MEM_COMM], 64, "cp K/V ring + wpe rows");
   out->comm_bytes = (uint64_t)pl->n_micro * (cp - 1) * kv *
                     (3 * (uint64_t)pl->n_blocks + (uint64_t)pl->n_recomputed);
   snprintf(out->comm_formula, sizeof out->comm_formula,
