@@ -5,6 +5,9 @@
 #   one_2t   1 rank, 2 threads (the same two cores as cp2, in one process)
 #   cp2      2 ranks x 1 thread, context_parallel size 2 with ddp: each rank holds 2048 tokens
 #            (chunks r and 3-r of 4), ring attention (attention_block_* kernels)
+#   ddp2     2 ranks x 1 thread, ddp, a sequence per rank (2 a step): what two ranks of this
+#            machine give without context parallel (the scaling cp2's tokens/s is to be read
+#            against; it holds a whole sequence per rank, 1-rank memory)
 # R interleaved rounds of --steps steps each; per row the peak memory per rank (measured, the
 # largest rank's, and `loom estimate`'s: the same bytes), the median step time after the first
 # and the tokens/s it gives (4096 tokens a step), and the CPU seconds the ranks used per step
@@ -48,13 +51,15 @@ for r in $(seq 1 "$rounds"); do
   row one 1 1 '[]' "$r"
   row cp2 2 1 "$CP2" "$r"
   row one_2t 1 2 '[]' "$r"
+  row ddp2 2 1 '[{"plugin":"ddp"}]' "$r"
 done
 /usr/bin/python3 - "$out" "$rounds" "$seq" <<'PY'
 import json, statistics, sys
 out, rounds, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 MiB = 2 ** 20
 rows = {}
-for name in ("one", "one_2t", "cp2"):
+NAMES = ("one", "one_2t", "ddp2", "cp2")
+for name in NAMES:
     ms, peak, cpu = [], None, []
     for r in range(1, rounds + 1):
         _, u, s = (float(x) for x in open(f"{out}/{name}.r{r}.time").read().split()[-3:])
@@ -70,14 +75,16 @@ print(f"\n| T = {T}, L4 H8 C256, 1 sequence a step, fp32 | ranks x threads | pea
       "tokens/s | CPU s/step |")
 print("|---|---|---|---|---|---|---|---|")
 label = {"one": ("1 rank, flash attention", "1 x 1"), "one_2t": ("1 rank, flash attention",
-         "1 x 2"), "cp2": ("context_parallel size 2 (ring)", "2 x 1")}
-for name in ("one", "one_2t", "cp2"):
+         "1 x 2"), "ddp2": ("ddp, a sequence per rank (2 a step)", "2 x 1"),
+         "cp2": ("context_parallel size 2 (ring)", "2 x 1")}
+for name in NAMES:
     peak, est, ms, cs = rows[name]
     e = est["bytes"]["total"]
     same = "=" if peak["total"] == e else f"estimate {e / MiB:.2f}"
+    seqs = 2 if name == "ddp2" else 1
     print(f"| {label[name][0]} | {label[name][1]} | {peak['total'] / MiB:.2f} MiB ({same}) | "
           f"{peak['activations'] / MiB:.2f} MiB | {peak['comm'] / MiB:.2f} MiB | {ms:.0f} | "
-          f"{T / ms * 1000:.0f} | {cs:.2f} |")
+          f"{seqs * T / ms * 1000:.0f} | {cs:.2f} |")
 p1, pc = rows["one"][0]["total"], rows["cp2"][0]["total"]
 a1, ac = rows["one"][0]["activations"], rows["cp2"][0]["activations"]
 print(f"\ncp2 / 1 rank: peak per rank {pc / p1:.3f}, activations {ac / a1:.3f}; tokens/s "

@@ -76,16 +76,16 @@ static int read_pp(loom_runtime *rt, int i, json_t *v, char *err, size_t errlen)
   return 0;
 }
 
-/* The context-parallel entry's host-level "size" (cp, ABI 1.12): every sequence is cut into
- * 2*cp chunks (two per rank, the load-balanced causal split), so train.seq_len must be a
- * multiple of 2*cp. Taken out of the options the plugin sees. */
-static int read_cp(loom_runtime *rt, int i, json_t *v, char *err, size_t errlen) {
-  loom_config *cfg = rt->cfg;
-  loom_plugin_cfg *pc = &cfg->parallel[i];
+/* *size = the entry's "size" v for the `axis` ("tensor-parallel", "context-parallel"): required,
+ * an integer in [1, 4096]. */
+static int axis_size(loom_runtime *rt, int i, json_t *v, const char *axis, int *size, char *err,
+                     size_t errlen) {
+  const loom_config *cfg = rt->cfg;
+  const loom_plugin_cfg *pc = &cfg->parallel[i];
   if (!v) {
-    snprintf(err, errlen, "%s: %s.size: plugin '%s' works on the context-parallel axis and "
-             "needs its size, e.g. {\"plugin\": \"%s\", \"size\": 2}", cfg->path,
-             pc->json_path, pc->name, pc->name);
+    snprintf(err, errlen, "%s: %s.size: plugin '%s' works on the %s axis and needs its size, "
+             "e.g. {\"plugin\": \"%s\", \"size\": 2}", cfg->path, pc->json_path, pc->name,
+             axis, pc->name);
     return -1;
   }
   if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 4096) {
@@ -95,7 +95,18 @@ static int read_cp(loom_runtime *rt, int i, json_t *v, char *err, size_t errlen)
     free(got);
     return -1;
   }
-  int cp = (int)json_integer_value(v);
+  *size = (int)json_integer_value(v);
+  return 0;
+}
+
+/* The context-parallel entry's host-level "size" (cp, ABI 1.12): every sequence is cut into
+ * 2*cp chunks (two per rank, the load-balanced causal split), so train.seq_len must be a
+ * multiple of 2*cp. Taken out of the options the plugin sees. */
+static int read_cp(loom_runtime *rt, int i, json_t *v, char *err, size_t errlen) {
+  loom_config *cfg = rt->cfg;
+  loom_plugin_cfg *pc = &cfg->parallel[i];
+  int cp;
+  if (axis_size(rt, i, v, "context-parallel", &cp, err, errlen) != 0) return -1;
   int T = cfg->train.seq_len;
   if (T % (2 * cp) != 0) {
     snprintf(err, errlen, "%s: %s.size: train.seq_len (%d) must be divisible by 2 x the "
@@ -143,20 +154,8 @@ static int read_axis_size(loom_runtime *rt, int i, uint64_t caps, char *err, siz
              pc->json_path, pc->name, rt->parallel[i].path);
     return -1;
   }
-  if (!v) {
-    snprintf(err, errlen, "%s: %s.size: plugin '%s' works on the tensor-parallel axis and needs "
-             "its size, e.g. {\"plugin\": \"%s\", \"size\": 2}", cfg->path, pc->json_path,
-             pc->name, pc->name);
-    return -1;
-  }
-  if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 4096) {
-    char *got = json_dumps(v, JSON_ENCODE_ANY);
-    snprintf(err, errlen, "%s: %s.size: expected an integer in [1, 4096], got %s", cfg->path,
-             pc->json_path, got ? got : "?");
-    free(got);
-    return -1;
-  }
-  int tp = (int)json_integer_value(v);
+  int tp;
+  if (axis_size(rt, i, v, "tensor-parallel", &tp, err, errlen) != 0) return -1;
   if (cfg->model.n_head % tp != 0) {
     snprintf(err, errlen, "%s: %s.size: model.n_head (%d) must be divisible by the "
              "tensor-parallel size (%d): each rank computes n_head/tp heads", cfg->path,
