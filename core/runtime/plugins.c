@@ -148,8 +148,8 @@ static int read_axis_size(loom_runtime *rt, int i, uint64_t caps, char *err, siz
   if (!(caps & LOOM_PAR_CAP_AXIS_TP)) {
     if (!v) return 0;
     snprintf(err, errlen, "%s: %s.size: plugin '%s' (%s) does not work on the tensor-parallel, "
-             "pipeline or context-parallel axis (it declares none of LOOM_PAR_CAP_AXIS_TP, _PP, "
-             "_CP), so it takes "
+             "pipeline or context-parallel axis (it does not declare LOOM_PAR_CAP_AXIS_TP, _PP "
+             "or _CP), so it takes "
              "no \"size\"; the data-parallel size is the rest of the world", cfg->path,
              pc->json_path, pc->name, rt->parallel[i].path);
     return -1;

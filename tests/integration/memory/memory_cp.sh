@@ -23,8 +23,7 @@ case_ one 1 '[]' --set model.n_head=4
 case_ cp2 2 "[$CP2,{\"plugin\":\"ddp\"}]" --set model.n_head=4
 case_ cp2_tp2 4 "[$CP2,{\"plugin\":\"tensor_parallel\",\"size\":2},{\"plugin\":\"ddp\"}]" \
   --set model.n_head=4
-/usr/bin/python3 - "$WORK" "${RUNS[@]}" <<'PY' ||
-  die "context-parallel memory or traffic differs from loom estimate"
+/usr/bin/python3 - "$WORK" "${RUNS[@]}" <<'PY' || die "cp memory or traffic != loom estimate"
 import json, os, sys
 sys.path.insert(0, os.path.join(os.environ["LOOM_SRC"], "tests", "integration", "lib"))
 from runs import records
