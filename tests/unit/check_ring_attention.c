@@ -39,20 +39,8 @@ static void teardown(void) {
   loom__dev_close(&dev);
 }
 
-static double urand(void) { /* xorshift64: [-1, 1) */
-  rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
-  return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
-static float *randf(size_t n, double scale) {
-  float *x = host_scratch(n * sizeof *x);
-  for (size_t i = 0; i < n; i++) x[i] = (float)(scale * urand());
-  return x;
-}
-static float *zerof(size_t n) {
-  float *x = host_scratch(n * sizeof *x);
-  memset(x, 0, n * sizeof *x);
-  return x;
-}
+static float *randf(size_t n, double scale) { return host_scratch_uniform(&rng_state, n, scale); }
+static float *zerof(size_t n) { return host_scratch(n * sizeof(float)); } /* zeroed */
 
 /* Global chunk j (0, 1) of cp rank r (gpt_cp.c's placement). */
 static int chunk_of(int cp, int r, int j) { return j == 0 ? r : 2 * cp - 1 - r; }
