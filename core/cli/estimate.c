@@ -75,7 +75,8 @@ static int call_order(const loom_runtime *rt, int k) {
 }
 
 static uint64_t axis_of(uint64_t caps) {
-  return caps & (LOOM_PAR_CAP_AXIS_DP | LOOM_PAR_CAP_AXIS_TP | LOOM_PAR_CAP_AXIS_PP);
+  return caps & (LOOM_PAR_CAP_AXIS_DP | LOOM_PAR_CAP_AXIS_TP | LOOM_PAR_CAP_AXIS_PP |
+                 LOOM_PAR_CAP_AXIS_CP);
 }
 
 /* The plan of stage `s` (its parameter table m) as plugins see it (parallel_v1.h). */
@@ -117,6 +118,7 @@ static void fill_plan(const loom_estimate *e, const gpt_model *m, int s, const u
   pl->param_dtype = e->param_dtype;
   pl->grad_dtype = e->grad_dtype;
   pl->grads_predivided = e->predivide && e->world > 1;
+  pl->cp = e->cp; /* world and seq_len above are already dp x cp and the local T / cp */
 }
 
 /* A plugin's strings end within their arrays, whatever it wrote. */
@@ -269,13 +271,14 @@ static void account(loom_estimate *e, const loom_runtime *rt, const gpt_model *m
   }
   e->bytes[LOOM_MEM_COMM] = 0;
   snprintf(e->formula[LOOM_MEM_COMM], 64, "0 (in place)");
-  /* the data-parallel and tensor-parallel plugins' reports (the pipeline's: account_stage) */
-  for (int pass = 0; pass < 2; pass++)
+  /* the data-parallel, tensor-parallel and context-parallel plugins' reports (the
+   * pipeline's: account_stage) */
+  static const uint64_t passes[] = {LOOM_PAR_CAP_AXIS_DP, LOOM_PAR_CAP_AXIS_TP,
+                                    LOOM_PAR_CAP_AXIS_CP};
+  for (int pass = 0; pass < 3; pass++)
     for (int k = 0; k < rt->n_parallel; k++) {
       int i = call_order(rt, k);
-      if (axis_of(rt->parallel[i].u.hdr.caps) ==
-          (pass ? LOOM_PAR_CAP_AXIS_TP : LOOM_PAR_CAP_AXIS_DP))
-        apply(e, &rep[i]);
+      if (axis_of(rt->parallel[i].u.hdr.caps) == passes[pass]) apply(e, &rep[i]);
     }
   /* mixed precision in the 1.3 layout (16-bit values in fp32 buffers): the fp32 working copy
    * of the largest unit's weights is a parameter (gpt.h) */
@@ -432,7 +435,7 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
     if (axis_of(rt->parallel[i].u.hdr.caps) == LOOM_PAR_CAP_AXIS_PP) apply(e, &rep[i]);
   }
   /* traffic per step per rank */
-  char ftp[sizeof e->comm_formula], fpp[sizeof e->comm_formula];
+  char ftp[sizeof e->comm_formula], fpp[sizeof e->comm_formula], fcp[sizeof e->comm_formula];
   st->dp_comm_bytes = e->axis_dp;
   st->replica_comm_bytes = e->axis_replica;
   st->node_comm_bytes = e->axis_node;
@@ -465,13 +468,17 @@ static void account_stage(loom_estimate *e, const loom_runtime *rt, const gpt_mo
     append(ftp, sizeof ftp, ftp[0] ? " + vp 2(t-1)/t(8BTC+24BT)" : "vp 2(t-1)/t(8BTC+24BT)");
   }
   e->tp_comm_bytes = st->tp_comm_bytes;
-  uint64_t extra = st->tied_comm_bytes + st->p2p_comm_bytes + st->tp_comm_bytes;
+  st->cp_comm_bytes = axis_comm(rt, rep, LOOM_PAR_CAP_AXIS_CP, fcp, sizeof fcp);
+  e->cp_comm_bytes = st->cp_comm_bytes;
+  uint64_t extra = st->tied_comm_bytes + st->p2p_comm_bytes + st->tp_comm_bytes +
+                   st->cp_comm_bytes;
   e->comm_bytes += extra;
   e->comm_bytes_paper += extra;
-  if (e->tp > 1 || P > 1) {
+  if (e->tp > 1 || P > 1 || fcp[0]) {
     char f[sizeof e->comm_formula];
     snprintf(f, sizeof f, "%s", e->world > 1 ? e->comm_formula : "0 over dp");
     if (ftp[0]) append(f, sizeof f, " + "), append(f, sizeof f, ftp);
+    if (fcp[0]) append(f, sizeof f, " + "), append(f, sizeof f, fcp);
     if (tied) append(f, sizeof f, " + 2(2N-1)/2N*4VC tied wte");
     if (fpp[0]) append(f, sizeof f, " + "), append(f, sizeof f, fpp);
     snprintf(e->comm_formula, sizeof e->comm_formula, "%s", f);
@@ -506,6 +513,8 @@ static int estimate_hosts(loom_runtime *rt, int dp, int dp_shard) {
   mm->world_size = dp * mm->tp * mm->pp;
   mm->dp_shard = dp_shard > 0 ? dp_shard : dp; /* loom__estimate_mesh's ("node" resolved) */
   mm->dp_replica = dp / mm->dp_shard;
+  mm->cp = rt->cp_size > 1 ? rt->cp_size : 1;
+  mm->data_dp = dp / mm->cp;
   const loom_config *cfg = rt->cfg;
   for (int i = 0; i < rt->n_parallel; i++) {
     const loom_plugin_cfg *pc = &cfg->parallel[i];
@@ -581,6 +590,15 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
     goto out;
   }
   world /= e->tp * e->pp;
+  /* context parallel: world stays the dp x cp gradient group (mesh.c); the data-parallel
+   * batch split is over world / cp, and each rank holds T / cp tokens of a sequence */
+  e->cp = rt->cp_size > 1 ? rt->cp_size : 1;
+  if (world % e->cp != 0) {
+    snprintf(err, errlen, "%s: --world %d: context-parallel size %d does not divide the %d "
+             "ranks left after tensor-parallel size %d x pipeline stages %d", cfg->path,
+             world * e->tp * e->pp, e->cp, world, e->tp, e->pp);
+    goto out;
+  }
   e->world = world;
   if (loom__estimate_mesh(rt, e, err, errlen) != 0) goto out;
   e->n_plugins = rt->n_parallel;
@@ -589,7 +607,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
     e->plugins[i].caps = rt->parallel[i].u.hdr.caps;
   }
   /* the batch before the storage plan: a DeepSpeed file's rule may derive grad_accum_steps */
-  if (loom_config_check_batch(cfg, world, err, errlen) != 0) goto out;
+  if (loom_config_check_batch(cfg, world / e->cp, err, errlen) != 0) goto out;
   /* the storage plan the host will follow (storage_plan.c), for `world` data-parallel ranks:
    * the dtypes of the flat buffers, and whether the gradient sync only sums (predivided) */
   loom__storage_plan(rt, e->dtype, world, &rt->plan);
@@ -608,7 +626,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   e->vocab_size = cfg->model.vocab_size;
   e->context_length = cfg->model.context_length;
   e->micro_batch = cfg->train.micro_batch_size;
-  e->seq_len = cfg->train.seq_len;
+  e->seq_len = cfg->train.seq_len / e->cp; /* per rank (read_cp checked T % (2 cp)) */
   e->accum = cfg->train.grad_accum_steps;
   /* the parameter tables only: no device, no storage */
   gpt_config full = {.vocab_size = cfg->model.vocab_size,
@@ -624,6 +642,7 @@ int loom_estimate_compute(const char *config_path, const char *const *overrides,
   /* flash attention as the trainer decides it (model.attention "flash" on a device without
    * the slots is the trainer's error; here it is sized as materialised) */
   full.attn_lse = dev_lse && cfg->model.attention != LOOM_ATTN_MATERIALIZED;
+  if (e->cp > 1) full.attn_lse = 1, full.cp_size = e->cp; /* the ring keeps (out, lse) */
   e->attn_lse = full.attn_lse;
   /* as the trainer: the whole model without tp takes them (gpt_config.acts_typed) */
   e->acts16 = dev_acts16 && e->dtype != LOOM_F32 && e->tp == 1 && e->pp == 1;
@@ -788,6 +807,11 @@ void loom_estimate_print(FILE *out, const loom_estimate *e) {
             e->vocab_parallel ? "; wte and the logits over the vocabulary" : "", tp,
             e->vocab_parallel ? " + the row statistics'" : "",
             (unsigned long long)e->tp_comm_bytes);
+  if (e->cp > 1)
+    fprintf(out, "context parallel: cp %d (dp above counts the dp x cp gradient group: %d "
+            "batch groups x %d); each rank holds T/cp = %d tokens of every sequence, so the "
+            "activations below are 1/cp; the K/V ring is in the communication below\n", e->cp,
+            e->world / e->cp, e->cp, e->seq_len);
   if (e->note[0]) fprintf(out, "%s\n", e->note);
   fprintf(out, "model: Psi = %llu parameters (n_layer %d, n_head %d, n_embd %d, vocab %d, "
           "context %d); per rank: micro-batch %d x %d tokens, accum %d\n",
@@ -965,6 +989,8 @@ int loom_estimate_print_json(FILE *out, const loom_estimate *e, json_t *inter_no
     json_object_set_new(doc, "stages", stages);
     json_object_set_new(doc, "tp", json_integer(e->tp > 1 ? e->tp : 1));
     json_object_set_new(doc, "tp_comm_bytes", json_integer((json_int_t)e->tp_comm_bytes));
+    json_object_set_new(doc, "cp", json_integer(e->cp > 1 ? e->cp : 1));
+    json_object_set_new(doc, "cp_comm_bytes", json_integer((json_int_t)e->cp_comm_bytes));
     json_object_set_new(doc, "vocab_parallel", json_boolean(e->vocab_parallel));
     json_object_set_new(doc, "sequence_parallel", json_boolean(e->sequence_parallel));
     json_object_set_new(

@@ -85,6 +85,7 @@ typedef struct loom_estimate_stage {
   uint64_t total, model_states;
   uint64_t comm_bytes;       /* per step per rank: the sum of the four below */
   uint64_t dp_comm_bytes, tied_comm_bytes, p2p_comm_bytes, tp_comm_bytes;
+  uint64_t cp_comm_bytes;    /* context parallel's K/V ring (in comm_bytes) */
   uint64_t replica_comm_bytes; /* hybrid sharding: the host's sum over the replicas (in
                                   comm_bytes; dp_comm_bytes is then the shard group's) */
   uint64_t node_comm_bytes, cross_comm_bytes; /* a hierarchical all-reduce's split of
@@ -94,7 +95,9 @@ typedef struct loom_estimate_stage {
 typedef struct loom_estimate {
   char config[LOOM_PATH_MAX];
   char device[160];      /* device.type, and the plugin file for a device plugin */
-  int world;                /* N = data-parallel ranks (the world / (tp * pp)) */
+  int world;                /* N = data-parallel ranks (the world / (tp * pp)); under
+                               context parallel the dp x cp gradient group */
+  int cp;                   /* context-parallel size (1 without) */
   int ranks_per_node;       /* --ranks-per-node: the launcher's ranks per node (0 unknown);
                                resolves shard_size "node" and a hierarchical all-reduce over
                                the launcher's nodes */
@@ -114,6 +117,7 @@ typedef struct loom_estimate {
   uint64_t psi_model;       /* the whole model's parameters (per tp rank) */
   int tp;                   /* tensor-parallel size (1 without tensor_parallel) */
   uint64_t tp_comm_bytes;   /* Megatron's f/g all-reduces per step per rank */
+  uint64_t cp_comm_bytes;   /* context parallel's K/V (and dK/dV) ring per step per rank */
   int vocab_parallel;       /* tensor_parallel's vocab_parallel: wte and the logits split */
   int sequence_parallel;    /* tensor_parallel's sequence_parallel: LayerNorms sharded on T */
   int n_plugins;

@@ -214,6 +214,8 @@ static const loom_device_v1 cpu_device = {
     .attention_forward_lse = loom__cpu_attention_forward_lse,
     .attention_backward_lse = loom__cpu_attention_backward_lse,
     .error = NULL, /* ABI 1.10: no fault the host could not see (a CPU kernel does not fail) */
+    .attention_block_forward = loom__cpu_attention_block_forward,
+    .attention_block_backward = loom__cpu_attention_block_backward,
 };
 
 const loom_device_v1 *loom__cpu_device(void) { return &cpu_device; }

@@ -256,7 +256,7 @@ int loom__cpu_flash_set_isa(int level) {
 /* Per-thread scratch of `per` floats for the team about to start: thread i's at the result +
  * i * *stride (64-byte aligned). Out of memory: a message and abort (no error return; a
  * missing result would be worse). */
-static float *team_scratch(void *ctx, size_t per, size_t *stride, const char *kernel) {
+float *loom__cpu_team_scratch(void *ctx, size_t per, size_t *stride, const char *kernel) {
   loom_cpu_scratch *s = &((loom_cpu_ctx *)ctx)->flash;
   *stride = (per + 15) / 16 * 16;
   const size_t n = *stride * (size_t)omp_get_max_threads();
@@ -507,7 +507,7 @@ static void flash_forward(void *ctx, loom_dtype dt, void *out, float *lse, const
   const int HSP = round16(HS), TP = round16(T);
   const size_t per = 3 * (size_t)T * HSP + (size_t)HS * TP + BR * HSP + BR * BCF + 2 * BR;
   size_t stride;
-  float *base = team_scratch(ctx, per, &stride, "attention_forward_lse");
+  float *base = loom__cpu_team_scratch(ctx, per, &stride, "attention_forward_lse");
   fwd_fn *head = fwds[pick_variant()];
   loom__cpu_half_init(); /* the F16C probe, before any thread converts */
   const int units = B * NH;
@@ -527,7 +527,7 @@ static void flash_backward(void *ctx, loom_dtype dt, void *dqkv, const void *dou
   const size_t per = 5 * (size_t)T * HSP + 2 * (size_t)HS * TP + 2 * (size_t)TP +
                      2 * BCB * HSP + 2 * BR * BCB + HSP;
   size_t stride;
-  float *base = team_scratch(ctx, per, &stride, "attention_backward_lse");
+  float *base = loom__cpu_team_scratch(ctx, per, &stride, "attention_backward_lse");
   bwd_fn *head = bwds[pick_variant()];
   loom__cpu_half_init();
   const int units = B * NH;

@@ -80,6 +80,18 @@ void loom__cpu_attention_backward_lse(void *ctx, float *dqkv, const float *dout,
                                       int B, int T, int NH, int HS);
 /* Frees ctx->flash; cpu_device.c's destroy. */
 void loom__cpu_flash_free(loom_cpu_ctx *c);
+/* Per-thread scratch of `per` floats (the context's flash scratch, grown on first use) for the
+ * team about to start: thread i's at the result + i * *stride, 64-byte aligned. Out of memory:
+ * a message naming `kernel` and abort. */
+float *loom__cpu_team_scratch(void *ctx, size_t per, size_t *stride, const char *kernel);
+/* Ring attention's block kernels (cpu_ring_attention.c, device ABI 1.13). */
+void loom__cpu_attention_block_forward(void *ctx, float *out, float *lse, const float *q,
+                                       const float *k, const float *v,
+                                       const loom_attn_block_v1 *g, int merge);
+void loom__cpu_attention_block_backward(void *ctx, float *dq, float *dk, float *dv,
+                                        const float *dout, const float *q, const float *k,
+                                        const float *v, const float *out, const float *lse,
+                                        const loom_attn_block_v1 *g);
 /* Test hook: the flash micro-kernel's variant, 0 baseline, 1 AVX2+FMA, 2 AVX-512, capped at what
  * the CPU has (negative: the best); returns the variant now in use. Call it outside parallel
  * regions; the choice is process-wide. */

@@ -12,6 +12,7 @@
  * Gradient contract (device_v1.h): parameter gradients accumulate (+=); the activation-gradient
  * scratch buffers are zeroed here before each kernel that accumulates into them. */
 #include "gpt.h"
+#include "gpt_cp.h"
 
 #include <assert.h>
 #include <limits.h>
@@ -524,6 +525,14 @@ static void k_attention_backward(gpt_model *m, float *dqkv, float *datt, const f
   else if (A16) A16->attention_backward(CTX, dqkv, datt, dout, qkv, att, B, T, NH, HS);
   else OPS->attention_backward(CTX, dqkv, datt, dout, qkv, att, B, T, NH, HS);
 }
+
+/* Attention, or under context parallel its ring over the cp ranks (gpt_cp.c). */
+static int attn_forward(gpt_model *m, const gpt_hooks *h, float *out, float *att,
+                        const float *qkv, int B, int T, int NH, int HS) {
+  if (m->cfg.cp_size > 1) return gpt_cp_attention_forward(m, h, out, att, qkv, B, T, NH, HS);
+  k_attention_forward(m, out, att, qkv, B, T, NH, HS);
+  return LOOM_OK;
+}
 static void k_gelu_forward(gpt_model *m, float *out, const float *inp, size_t n) {
   if (A16) A16->gelu_forward(CTX, out, inp, n);
   else OPS->gelu_forward(CTX, out, inp, n);
@@ -883,7 +892,7 @@ static int block_forward(gpt_model *m, int u, const gpt_hooks *h, int recompute)
   mm_forward(m, b.qkv, x1, P(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * Cl);
   store16(m, b.qkv, NCl * 3);
   save16(m, l, SAVED_QKV, b.qkv);
-  k_attention_forward(m, b.atty, b.att, b.qkv, B, T, NH, HS);
+  if ((rc = attn_forward(m, h, b.atty, b.att, b.qkv, B, T, NH, HS)) != LOOM_OK) return rc;
   store16(m, b.atty, NCl);
   save16(m, l, SAVED_ATTY, b.atty);
   float *o2 = sp ? spx : b.res2; /* the partial output, whole (B,T,C) */
@@ -990,14 +999,19 @@ static int block_backward(gpt_model *m, int u, const gpt_hooks *h) {
   /* selective: the probabilities (or lse) again from the saved q, k (the attention output it
    * also writes goes to dfch_gelu, free by now: the saved atty stays untouched) */
   load16(m, l, SAVED_QKV, b.qkv); /* read by the selective recompute and attention_backward */
-  if (block_checkpointed(&m->cfg, l) && !block_full_ckpt(&m->cfg, l))
-    k_attention_forward(m, s.dfch_gelu, b.att, b.qkv, B, T, NH, HS);
+  if (block_checkpointed(&m->cfg, l) && !block_full_ckpt(&m->cfg, l) &&
+      (rc = attn_forward(m, h, s.dfch_gelu, b.att, b.qkv, B, T, NH, HS)) != LOOM_OK)
+    return rc;
   /* the lse backward reads the saved output as well; 16-bit saved copies widen it into
    * dfch_gelu (b.atty shares qkv's widening buffer), after the recompute that used it */
   const float *atty = b.atty;
   if (m->cfg.attn_lse && keeps16(m, l)) atty = load16(m, l, SAVED_ATTY, s.dfch_gelu);
   act_zero(m, s.dqkv, NCl * 3);
-  k_attention_backward(m, s.dqkv, s.datt, s.datty, b.qkv, atty, b.att, B, T, NH, HS);
+  if (m->cfg.cp_size > 1)
+    rc = gpt_cp_attention_backward(m, h, s.dqkv, s.datty, b.qkv, atty, b.att, B, T, NH, HS);
+  else
+    k_attention_backward(m, s.dqkv, s.datt, s.datty, b.qkv, atty, b.att, B, T, NH, HS);
+  if (rc != LOOM_OK) return rc;
   store16(m, s.dqkv, NCl * 3);
   const float *x1 = load16(m, l, SAVED_LN1, b.ln1);
   if (sp && (rc = gpt_sp_all_gather(m, h, b.ln1, spx, dln)) != LOOM_OK) return rc;
@@ -1336,6 +1350,9 @@ static int unit_forward(gpt_model *m, int u, const gpt_hooks *h) {
     store16(m, m->acts->encoded, gpt_sp_rows(&m->cfg, m->B, m->T) * m->cfg.n_embd);
     return LOOM_OK;
   }
+  if (u == 0 && m->cfg.cp_size > 1)
+    return gpt_cp_embed_forward(m, m->acts->encoded, m->inputs, W(GPT_WTE), W(GPT_WPE), m->B,
+                                m->T, m->cfg.n_embd);
   if (u == 0) {
     if (A16)
       A16->encoder_forward(CTX, m->acts->encoded, m->inputs, W(GPT_WTE), W(GPT_WPE), m->B, m->T,
@@ -1363,6 +1380,10 @@ static int unit_backward(gpt_model *m, int u, float dloss, const gpt_hooks *h) {
   }
   if (u == 0 && cfg_vp(&m->cfg)) {
     vp_embed_backward(m, u, dres);
+  } else if (u == 0 && m->cfg.cp_size > 1) {
+    int rc = gpt_cp_embed_backward(m, G(GPT_WTE), G(GPT_WPE), m->acts->dres, m->inputs, m->B,
+                                   m->T, m->cfg.n_embd);
+    if (rc != LOOM_OK) return rc;
   } else if (u == 0) {
     if (A16)
       A16->encoder_backward(CTX, G(GPT_WTE), G(GPT_WPE), dres, m->inputs, m->B, m->T,
@@ -1607,6 +1628,10 @@ int gpt_init_ex(gpt_model *m, const gpt_config *cfg, loom_dev *dev, int flags, c
     free(a16);
     return LOOM_UNSUPPORTED;
   }
+  if ((rc = gpt_cp_check(cfg, dev, err, errlen)) != LOOM_OK) {
+    free(a16);
+    return rc;
+  }
   /* vocabulary parallel runs the slice through the fused classifier (vp_crossentropy_fused) */
   if (cfg_vp(cfg) && dev && !dev->ops->crossentropy_fused) {
     if (err)
@@ -1752,6 +1777,7 @@ void gpt_free(gpt_model *m) {
     loom__dev_free(m->dev, m->vp_zero);
     loom__dev_free(m->dev, m->vp_junk);
     loom__dev_free(m->dev, m->vp_red);
+    gpt_cp_free(m);
     loom__dev_free(m->dev, m->gwork);
     loom__dev_free(m->dev, m->gstage);
     loom__dev_free(m->dev, m->grads_memory);

@@ -135,6 +135,12 @@ typedef struct gpt_config {
    * Under bf16/fp16 the shards hold 16-bit values in fp32 buffers (as tp's regions); the hooks
    * may carry them packed in 16 bits (the trainer's do). */
   int sequence_parallel;
+  /* Context parallel (gpt_cp.h; context_parallel.so): this rank is cp_rank of cp_size ranks
+   * that each hold T/cp tokens of every sequence (chunks cp_rank and 2*cp_size-1-cp_rank of
+   * 2*cp_size), so forward and backward get the LOCAL T; attention runs as a ring over them
+   * (gpt_hooks.cp_ring). 0 or 1: off. Needs attn_lse, fp32, one stage, no vocab_parallel. */
+  int cp_size;
+  int cp_rank;
 } gpt_config;
 
 /* Activation checkpointing policies (Chen et al. 2016; Korthikanti et al. 2022, §5):
@@ -219,6 +225,10 @@ typedef struct gpt_hooks {
    * (tp*n floats). Required then (the model fails the pass without them). */
   int (*tp_all_gather)(void *ud, const float *shard, float *full, size_t n);
   int (*tp_reduce_scatter)(void *ud, const float *full, float *shard, size_t n);
+  /* Context parallel (gpt_config.cp_size > 1): one hop of the ring, send n floats of device
+   * memory to the next cp rank and receive n from the previous one (distinct buffers).
+   * Required then. */
+  int (*cp_ring)(void *ud, const float *send, float *recv, size_t n);
 } gpt_hooks;
 
 #define GPT_REGION_F 0
@@ -296,6 +306,7 @@ typedef struct gpt_model {
   int32_t *vp_in_host, *vp_tg_host; /* host copies of the last forward's ids and targets */
   double *vp_stats;                 /* host: 3*vp_rows row statistics (max, sum, target) */
   double *vp_host_mx;               /* host: vp_rows maxima of the rank's own slice */
+  struct gpt_cp_state *cp;          /* context parallel's ring buffers (gpt_cp.c), or NULL */
 } gpt_model;
 
 /* Check `cfg` and build the parameter table; allocate parameters and gradients on `dev`.

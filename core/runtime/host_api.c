@@ -120,6 +120,7 @@ static int host_rank(loom_host *h, loom_axis axis) {
     case LOOM_AXIS_PP: return m->pp_rank;
     case LOOM_AXIS_DP_SHARD: return m->shard_rank;
     case LOOM_AXIS_DP_REPLICA: return m->replica_rank;
+    case LOOM_AXIS_CP: return m->cp_rank;
   }
   return -1;
 }
@@ -132,17 +133,18 @@ static int host_size(loom_host *h, loom_axis axis) {
     case LOOM_AXIS_PP: return m->pp;
     case LOOM_AXIS_DP_SHARD: return m->dp_shard;
     case LOOM_AXIS_DP_REPLICA: return m->dp_replica;
+    case LOOM_AXIS_CP: return m->cp;
   }
   return -1;
 }
 static loom_comm *host_comm(loom_host *h, loom_axis axis) {
-  return (unsigned)axis < 6 ? h->rt->mesh.axis[axis] : NULL;
+  return (unsigned)axis < 7 ? h->rt->mesh.axis[axis] : NULL;
 }
 
 /* ---- collectives, counted ---- */
 static int comm_size_of(loom_runtime *rt, loom_comm *c) {
   if (c && c == rt->emb_comm) return 2 * rt->mesh.dp;
-  for (int a = 0; a < 6; a++)
+  for (int a = 0; a < 7; a++)
     if (rt->mesh.axis[a] == c) return host_size(&rt->comm_host, (loom_axis)a);
   return 0;
 }

@@ -152,6 +152,26 @@ int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) 
   m->tp_rank = m->world_rank % tp;
   m->dp_rank = (m->world_rank / tp) % m->dp;
   m->pp_rank = m->world_rank / (tp * m->dp);
+  /* context parallel: the cp ranks of a sequence are consecutive dp ranks (cp innermost of
+   * dp, inside tp as Megatron-LM's tp-cp-dp-pp order), so DP stays the dp x cp gradient
+   * group that every data-parallel plugin reduces over */
+  const int cp = rt->cp_size > 1 ? rt->cp_size : 1;
+  if (m->dp % cp != 0) {
+    snprintf(err, errlen, "%s: parallel: context-parallel size %d does not divide the %d ranks "
+             "left after tensor-parallel size %d x pipeline size %d (world %d): run a multiple "
+             "of %d ranks", cfg->path, cp, m->dp, tp, pp, m->world_size, tp * pp * cp);
+    return -1;
+  }
+  if (cp > 1 && rt->shard_size) {
+    snprintf(err, errlen, "%s: %s.shard_size: hybrid sharding does not compose with context "
+             "parallel (cp %d) in this loom: shard over the whole dp x cp group (drop "
+             "shard_size)", cfg->path, cfg->parallel[rt->shard_owner].json_path, cp);
+    return -1;
+  }
+  m->cp = cp;
+  m->cp_rank = m->dp_rank % cp;
+  m->data_dp = m->dp / cp;
+  m->data_rank = m->dp_rank / cp;
   m->axis[LOOM_AXIS_WORLD] = c->world_comm(rt->comm_ctx);
   int K;
   if (shard_size_of(rt, &K, err, errlen) != 0) return -1;
@@ -167,6 +187,7 @@ int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) 
     {LOOM_AXIS_PP, m->dp_rank * tp + m->tp_rank, m->pp_rank},
     {LOOM_AXIS_DP_SHARD, fixed * R + m->replica_rank, m->shard_rank},
     {LOOM_AXIS_DP_REPLICA, fixed * K + m->shard_rank, m->replica_rank},
+    {LOOM_AXIS_CP, fixed * m->data_dp + m->data_rank, m->cp_rank},
   };
   for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
     if (c->split(rt->comm_ctx, m->axis[LOOM_AXIS_WORLD], splits[i].color, splits[i].key,
@@ -194,7 +215,7 @@ int loom__mesh_init(loom_runtime *rt, int tp, int pp, char *err, size_t errlen) 
 void loom__mesh_free(loom_runtime *rt) {
   if (!rt->comm_ctx) return;
   const loom_comm_v1 *c = &rt->comm_plugin.u.comm;
-  for (int a = LOOM_AXIS_DP; a <= LOOM_AXIS_DP_REPLICA; a++)
+  for (int a = LOOM_AXIS_DP; a <= LOOM_AXIS_CP; a++)
     if (rt->mesh.axis[a]) c->comm_free(rt->comm_ctx, rt->mesh.axis[a]);
   if (rt->emb_comm) c->comm_free(rt->comm_ctx, rt->emb_comm);
   rt->emb_comm = NULL;

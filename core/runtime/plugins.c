@@ -14,7 +14,7 @@
   (LOOM_PAR_CAP_GRAD_SYNC | LOOM_PAR_CAP_OPTIMIZER | LOOM_PAR_CAP_SHARD_PARAMS |           \
    LOOM_PAR_CAP_SHARD_GRADS | LOOM_PAR_CAP_SHARD_OPTIM | LOOM_PAR_CAP_AXIS_DP |            \
    LOOM_PAR_CAP_SPLIT_LAYERS | LOOM_PAR_CAP_AXIS_TP | LOOM_PAR_CAP_SCHEDULE |              \
-   LOOM_PAR_CAP_AXIS_PP)
+   LOOM_PAR_CAP_AXIS_PP | LOOM_PAR_CAP_AXIS_CP)
 
 static const struct { uint64_t bit; const char *role; } roles[] = {
   {LOOM_PAR_CAP_GRAD_SYNC, "data-parallel gradient sync"},
@@ -25,6 +25,7 @@ static const struct { uint64_t bit; const char *role; } roles[] = {
   {LOOM_PAR_CAP_SPLIT_LAYERS, "the layer split (tensor parallel)"},
   {LOOM_PAR_CAP_AXIS_TP, "the tensor-parallel axis"},
   {LOOM_PAR_CAP_AXIS_PP, "the pipeline-parallel axis"},
+  {LOOM_PAR_CAP_AXIS_CP, "the context-parallel axis"},
 };
 
 /* The pipeline entry's host-level keys: "size" (the number of stages, pp) and optionally
@@ -102,25 +103,16 @@ static int read_pp(loom_runtime *rt, int i, json_t *v, char *err, size_t errlen)
   return 0;
 }
 
-/* "size" is a host-level key of a parallel entry: the size of the plugin's mesh axis (tp for
- * LOOM_PAR_CAP_AXIS_TP). Read it, check it, and take it out of the options the plugin sees. */
-static int read_axis_size(loom_runtime *rt, int i, uint64_t caps, char *err, size_t errlen) {
-  loom_config *cfg = rt->cfg;
-  loom_plugin_cfg *pc = &cfg->parallel[i];
-  json_t *v = pc->options ? json_object_get(pc->options, "size") : NULL;
-  if (caps & LOOM_PAR_CAP_AXIS_PP) return read_pp(rt, i, v, err, errlen);
-  if (!(caps & LOOM_PAR_CAP_AXIS_TP)) {
-    if (!v) return 0;
-    snprintf(err, errlen, "%s: %s.size: plugin '%s' (%s) does not work on the tensor-parallel "
-             "or pipeline axis (it does not declare LOOM_PAR_CAP_AXIS_TP or _PP), so it takes "
-             "no \"size\"; the data-parallel size is the rest of the world", cfg->path,
-             pc->json_path, pc->name, rt->parallel[i].path);
-    return -1;
-  }
+/* *size = the entry's "size" v for the `axis` ("tensor-parallel", "context-parallel"): required,
+ * an integer in [1, 4096]. */
+static int axis_size(loom_runtime *rt, int i, json_t *v, const char *axis, int *size, char *err,
+                     size_t errlen) {
+  const loom_config *cfg = rt->cfg;
+  const loom_plugin_cfg *pc = &cfg->parallel[i];
   if (!v) {
-    snprintf(err, errlen, "%s: %s.size: plugin '%s' works on the tensor-parallel axis and needs "
-             "its size, e.g. {\"plugin\": \"%s\", \"size\": 2}", cfg->path, pc->json_path,
-             pc->name, pc->name);
+    snprintf(err, errlen, "%s: %s.size: plugin '%s' works on the %s axis and needs its size, "
+             "e.g. {\"plugin\": \"%s\", \"size\": 2}", cfg->path, pc->json_path, pc->name,
+             axis, pc->name);
     return -1;
   }
   if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 4096) {
@@ -130,7 +122,67 @@ static int read_axis_size(loom_runtime *rt, int i, uint64_t caps, char *err, siz
     free(got);
     return -1;
   }
-  int tp = (int)json_integer_value(v);
+  *size = (int)json_integer_value(v);
+  return 0;
+}
+
+/* The context-parallel entry's host-level "size" (cp, ABI 1.13): every sequence is cut into
+ * 2*cp chunks (two per rank, the load-balanced causal split), so train.seq_len must be a
+ * multiple of 2*cp. Taken out of the options the plugin sees. */
+static int read_cp(loom_runtime *rt, int i, json_t *v, char *err, size_t errlen) {
+  loom_config *cfg = rt->cfg;
+  loom_plugin_cfg *pc = &cfg->parallel[i];
+  int cp;
+  if (axis_size(rt, i, v, "context-parallel", &cp, err, errlen) != 0) return -1;
+  int T = cfg->train.seq_len;
+  if (T % (2 * cp) != 0) {
+    snprintf(err, errlen, "%s: %s.size: train.seq_len (%d) must be divisible by 2 x the "
+             "context-parallel size (2 x %d = %d): each rank holds two of the 2*cp chunks of "
+             "every sequence (the load-balanced causal split)", cfg->path, pc->json_path, T,
+             cp, 2 * cp);
+    return -1;
+  }
+  const char *no = NULL;
+  if (cp > 1 && cfg->model.attention == LOOM_ATTN_MATERIALIZED)
+    no = "model.attention \"materialized\": ring attention keeps flash attention's (out, lse) "
+         "state (use \"auto\" or \"flash\")";
+  else if (cp > 1 && cfg->activation_checkpointing.policy == GPT_CKPT_SELECTIVE)
+    no = "activation_checkpointing \"selective\": under the ring's (out, lse) state there are "
+         "no probabilities to drop, and recomputing them would run the ring again (use "
+         "\"full\" or \"none\")";
+  else if (cp > 1 && cfg->sample.tokens > 0)
+    no = "sample.tokens > 0: sampling under context parallel is not implemented (sample from "
+         "the run's checkpoint on one rank)";
+  if (no) {
+    snprintf(err, errlen, "%s: %s: context parallel (size %d) does not compose with %s",
+             cfg->path, pc->json_path, cp, no);
+    return -1;
+  }
+  rt->cp_size = cp;
+  rt->cp_owner = i;
+  json_object_del(pc->options, "size");
+  return 0;
+}
+
+/* "size" is a host-level key of a parallel entry: the size of the plugin's mesh axis (tp for
+ * LOOM_PAR_CAP_AXIS_TP). Read it, check it, and take it out of the options the plugin sees. */
+static int read_axis_size(loom_runtime *rt, int i, uint64_t caps, char *err, size_t errlen) {
+  loom_config *cfg = rt->cfg;
+  loom_plugin_cfg *pc = &cfg->parallel[i];
+  json_t *v = pc->options ? json_object_get(pc->options, "size") : NULL;
+  if (caps & LOOM_PAR_CAP_AXIS_PP) return read_pp(rt, i, v, err, errlen);
+  if (caps & LOOM_PAR_CAP_AXIS_CP) return read_cp(rt, i, v, err, errlen);
+  if (!(caps & LOOM_PAR_CAP_AXIS_TP)) {
+    if (!v) return 0;
+    snprintf(err, errlen, "%s: %s.size: plugin '%s' (%s) does not work on the tensor-parallel, "
+             "pipeline or context-parallel axis (it does not declare LOOM_PAR_CAP_AXIS_TP, _PP "
+             "or _CP), so it takes "
+             "no \"size\"; the data-parallel size is the rest of the world", cfg->path,
+             pc->json_path, pc->name, rt->parallel[i].path);
+    return -1;
+  }
+  int tp;
+  if (axis_size(rt, i, v, "tensor-parallel", &tp, err, errlen) != 0) return -1;
   if (cfg->model.n_head % tp != 0) {
     snprintf(err, errlen, "%s: %s.size: model.n_head (%d) must be divisible by the "
              "tensor-parallel size (%d): each rank computes n_head/tp heads", cfg->path,
@@ -221,6 +273,8 @@ int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
   rt->tp_size = rt->pp_size = rt->pp_chunks = 1;
   rt->shard_size = 0;
   rt->shard_owner = -1;
+  rt->cp_owner = -1;
+  rt->cp_size = 1;
   char ce[1200];
   if (loom__plugin_open(&rt->comm_plugin, cfg->comm.name, LOOM_KIND_COMM, ce, sizeof ce) != 0) {
     snprintf(err, errlen, "%s: %s: %s", cfg->path, cfg->comm.json_path, ce);
@@ -255,10 +309,18 @@ int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
           return -1;
         }
     }
-    uint64_t axes = caps & (LOOM_PAR_CAP_AXIS_DP | LOOM_PAR_CAP_AXIS_TP | LOOM_PAR_CAP_AXIS_PP);
+    uint64_t axes = caps & (LOOM_PAR_CAP_AXIS_DP | LOOM_PAR_CAP_AXIS_TP |
+                            LOOM_PAR_CAP_AXIS_PP | LOOM_PAR_CAP_AXIS_CP);
     if (axes == 0 || (axes & (axes - 1)) != 0) {
       snprintf(err, errlen, "%s: %s: plugin '%s' (%s) must declare exactly one mesh axis "
-               "(LOOM_PAR_CAP_AXIS_DP, _TP or _PP)", cfg->path, pc->json_path, pc->name,
+               "(LOOM_PAR_CAP_AXIS_DP, _TP, _PP or _CP)", cfg->path, pc->json_path, pc->name,
+               rt->parallel[i].path);
+      return -1;
+    }
+    if ((caps & LOOM_PAR_CAP_AXIS_CP) &&
+        (!LOOM_COVERS(&rt->parallel[i].u.parallel, ring) || !rt->parallel[i].u.parallel.ring)) {
+      snprintf(err, errlen, "%s: %s: plugin '%s' (%s) works on the context-parallel axis but "
+               "its ring callback is NULL", cfg->path, pc->json_path, pc->name,
                rt->parallel[i].path);
       return -1;
     }
@@ -301,6 +363,15 @@ int loom__plugins_open(loom_runtime *rt, char *err, size_t errlen) {
     if (caps & LOOM_PAR_CAP_SHARD_PARAMS) rt->shard_params = 1;
     if (caps & LOOM_PAR_CAP_SHARD_GRADS) rt->shard_grads = 1;
     if (caps & LOOM_PAR_CAP_OPTIMIZER) rt->optimizer_owner = i;
+  }
+  if (rt->cp_size > 1 && (rt->pp_size > 1 || rt->tp_vocab || rt->tp_seq)) {
+    snprintf(err, errlen, "%s: %s: context parallel (size %d) does not compose with %s in this "
+             "loom: its ring runs on the whole model of one stage, with the embedding's "
+             "positions taken per chunk", cfg->path, cfg->parallel[rt->cp_owner].json_path,
+             rt->cp_size, rt->pp_size > 1 ? "pipeline parallel (size > 1)"
+                          : rt->tp_vocab ? "tensor_parallel's vocab_parallel"
+                                         : "tensor_parallel's sequence_parallel (both shard T)");
+    return -1;
   }
   if (rt->pp_size > 1 && (rt->shard_params || rt->shard_grads)) {
     snprintf(err, errlen, "%s: parallel: pipeline parallel (%d stages) composes with ddp and "

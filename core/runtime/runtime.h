@@ -47,7 +47,11 @@ typedef struct loom_mesh {
   int dp_shard, dp_replica;      /* hybrid sharding (ABI 1.11): dp = dp_shard * dp_replica;
                                     without "shard_size" dp_shard = dp, dp_replica = 1 */
   int shard_rank, replica_rank;  /* dp_rank % dp_shard, dp_rank / dp_shard */
-  loom_comm *axis[6];            /* indexed by loom_axis; axis[WORLD] is the plugin's world */
+  /* context parallel (ABI 1.13): dp above is the gradient group dp x cp (host_v1.h,
+   * LOOM_AXIS_CP); data_dp = dp / cp ranks read distinct batches, data_rank = dp_rank / cp is
+   * this rank's, cp_rank = dp_rank % cp its place in the ring. cp 1: data_dp = dp. */
+  int cp, cp_rank, data_dp, data_rank;
+  loom_comm *axis[7];            /* indexed by loom_axis; axis[WORLD] is the plugin's world */
 } loom_mesh;
 
 struct loom_runtime {
@@ -78,6 +82,8 @@ struct loom_runtime {
   int tp_seq;            /* its "sequence_parallel": LayerNorms and residuals sharded along T */
   int schedule_owner;    /* the pipeline plugin (LOOM_PAR_CAP_SCHEDULE) or -1 */
   int pp_size;           /* its "size" (1 without one): the mesh's pp */
+  int cp_owner;          /* the context-parallel plugin (LOOM_PAR_CAP_AXIS_CP) or -1 */
+  int cp_size;           /* its "size" (1 without one): the mesh's cp */
   int shard_size;        /* the hybrid sharding plugin's "shard_size": K, LOOM_SHARD_NODE
                             ("node": the ranks per node / tp), or 0 (none: K = dp) */
   int shard_owner;       /* the plugin it was given to, or -1 */

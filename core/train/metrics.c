@@ -155,6 +155,9 @@ void loom_metrics_start(loom_trainer *tr) {
     snprintf(meshbuf, sizeof meshbuf, "pp %d x dp %d x tp %d, stage %d: units %d..%d",
              rt->mesh.pp, rt->mesh.dp, rt->mesh.tp, rt->mesh.pp_rank, rt->model.first_unit,
              rt->model.last_unit);
+  else if (rt->mesh.cp > 1) /* context parallel: dp counts dp x cp (mesh.c) */
+    snprintf(meshbuf, sizeof meshbuf, "dp %d x cp %d x tp %d, T/cp = %d tokens a rank",
+             rt->mesh.data_dp, rt->mesh.cp, rt->mesh.tp, tr->Tl);
   else if (rt->mesh.tp > 1)
     snprintf(meshbuf, sizeof meshbuf, "dp %d x tp %d", rt->mesh.dp, rt->mesh.tp);
   else
@@ -163,7 +166,7 @@ void loom_metrics_start(loom_trainer *tr) {
          "global batch %llu x %d tokens (micro %d x accum %d x dp %d)\n",
          global, tpbuf, c->model.n_layer, c->model.n_head, c->model.n_embd,
          c->model.vocab_size, rt->mesh.world_size, meshbuf, (unsigned long long)tr->G,
-         tr->T, tr->B, tr->accum, rt->mesh.dp);
+         tr->T, tr->B, tr->accum, rt->mesh.data_dp);
   /* where the launcher put the ranks: nodes, and each rank's place on its node */
   if (rt->placement[0]) printf("loom: placement: %s\n", rt->placement);
   char cpu[160];

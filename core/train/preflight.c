@@ -60,6 +60,13 @@ static int stand_in_mesh(loom_runtime *rt, int world, char *err, size_t errlen) 
                 rt->cfg->parallel[rt->shard_owner].json_path, K, m->dp, world, tp, pp);
   m->dp_shard = K;
   m->dp_replica = m->dp / K;
+  /* context parallel: dp counts the dp x cp gradient group (mesh.c) */
+  m->cp = rt->cp_size > 1 ? rt->cp_size : 1;
+  if (m->dp % m->cp != 0)
+    return fail(err, errlen, "%s: parallel: context-parallel size %d does not divide the %d "
+                "ranks left after tensor-parallel size %d x pipeline size %d (world %d; check "
+                "with --world N)", rt->cfg->path, m->cp, m->dp, tp, pp, world);
+  m->data_dp = m->dp / m->cp;
   return 0;
 }
 
@@ -217,9 +224,9 @@ int loom_preflight(const char *config_path, const char *const *overrides, int n_
    * first error differs only when both are wrong), then create(), where the plugins validate
    * their own options (unknown keys, types, ranges) and the checkpoint plugin makes its
    * directory: a config whose data is missing leaves nothing behind */
-  if (loom_config_check_batch(cfg, rt->mesh.dp, err, errlen) != 0) goto out;
+  if (loom_config_check_batch(cfg, rt->mesh.data_dp, err, errlen) != 0) goto out;
   if (check_model(rt, err, errlen) != 0) goto out;
-  if (check_data(cfg, rt->mesh.dp, err, errlen) != 0) goto out;
+  if (check_data(cfg, rt->mesh.data_dp, err, errlen) != 0) goto out;
   if (cfg->logging.metrics[0] && loom__check_output_path(cfg->logging.metrics, e, sizeof e)) {
     fail(err, errlen, "%s: logging.metrics: %s", cfg->path, e);
     goto out;

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "formats/init_from.h"
+#include "model/gpt_cp.h"
 #include "../runtime/placement.h"
 #include "../runtime/plugins.h"
 #include "../runtime/pp_split.h"
@@ -173,6 +174,15 @@ static int hook_tp_reduce_scatter(void *ud, const float *full, float *shard, siz
   if (!rc && st) rc = d->convert(tr->rt.dev.ctx, shard, LOOM_F32, st + tpn * es, dt, n);
   return rc != LOOM_OK ? tp_sp_failed(tr, "reduce-scatter", n) : 0;
 }
+/* Context parallel's ring hop (gpt_hooks.cp_ring): the context_parallel plugin's `ring`. */
+static int hook_cp_ring(void *ud, const float *send, float *recv, size_t n) {
+  loom_trainer *tr = ud;
+  loom_runtime *rt = &tr->rt;
+  const int i = rt->cp_owner;
+  int rc = rt->parallel[i].u.parallel.ring(rt->parallel_ctx[i], send, recv, n);
+  if (rc == LOOM_OK) return 0;
+  return device_caused(tr) ? -1 : loom__hook_error(rt, i, "ring", rc, tr->err, sizeof tr->err);
+}
 
 static gpt_hooks make_hooks(loom_trainer *tr) {
   gpt_hooks h = {.ud = tr, .pre_forward = hook_pre_forward, .post_forward = hook_post_forward,
@@ -180,7 +190,26 @@ static gpt_hooks make_hooks(loom_trainer *tr) {
                  .region = hook_region, .tp_reduce = hook_tp_reduce,
                  .tp_all_gather = hook_tp_all_gather,
                  .tp_reduce_scatter = hook_tp_reduce_scatter};
+  if (tr->rt.cp_owner >= 0) h.cp_ring = hook_cp_ring;
   return h;
+}
+
+/* Batch `micro` of `ld` for this rank's data-parallel coordinate (under context parallel the
+ * cp ranks of a group read the same sequences: data_dp groups, data_rank). */
+static void fill_batch(loom_trainer *tr, loom_loader *ld, int micro) {
+  const loom_mesh *m = &tr->rt.mesh;
+  loom_loader_fill(ld, tr->B, m->data_dp, micro, m->data_rank, tr->inputs, tr->targets);
+}
+
+/* The forward's ids and targets for (B, T) host tokens: this rank's chunks under context
+ * parallel (T becomes the local Tl), else the tokens themselves. */
+static void cp_local(loom_trainer *tr, const int32_t **in, const int32_t **tg, int B, int *T) {
+  const loom_mesh *m = &tr->rt.mesh;
+  if (m->cp <= 1) return;
+  gpt_cp_take(tr->cp_inputs, *in, B, *T, m->cp, m->cp_rank);
+  *in = tr->cp_inputs;
+  if (*tg) gpt_cp_take(tr->cp_targets, *tg, B, *T, m->cp, m->cp_rank), *tg = tr->cp_targets;
+  *T /= m->cp;
 }
 
 /* Sum `vals` over the data-parallel group with the comm plugin directly (control traffic: not
@@ -377,8 +406,9 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   if (check_same_config(tr) != 0) return -1;
   /* the batch first: under a DeepSpeed file it derives grad_accum_steps, which the storage plan
    * and the plugins' create read */
-  if (loom_config_check_batch(cfg, rt->mesh.dp, e, sizeof e) != 0) return fail(tr, "%s", e);
-  if (rt->mesh.world_rank == 0) deepspeed_summary(cfg, rt->mesh.dp);
+  if (loom_config_check_batch(cfg, rt->mesh.data_dp, e, sizeof e) != 0)
+    return fail(tr, "%s", e);
+  if (rt->mesh.world_rank == 0) deepspeed_summary(cfg, rt->mesh.data_dp);
   if (rt->mesh.dp > 1 && rt->grad_sync_owner < 0)
     return fail(tr, "%s: parallel: %d data-parallel ranks but no plugin owns gradient sync: "
                 "the replicas would drift apart (add {\"plugin\": \"ddp\"})", cfg->path,
@@ -390,6 +420,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
 
   tr->B = cfg->train.micro_batch_size;
   tr->T = cfg->train.seq_len;
+  tr->Tl = tr->T / rt->mesh.cp; /* plugins.c checked T % (2 cp) */
   tr->accum = cfg->train.grad_accum_steps;
   tr->G = (uint64_t)cfg->train.global_batch_size;
 
@@ -400,6 +431,7 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                    .n_embd = cfg->model.n_embd, .tp_size = rt->mesh.tp,
                    .tp_rank = rt->mesh.tp_rank, .vocab_parallel = rt->tp_vocab,
                    .sequence_parallel = rt->tp_seq,
+                   .cp_size = rt->mesh.cp, .cp_rank = rt->mesh.cp_rank,
                    .ckpt_policy = cfg->activation_checkpointing.policy,
                    .ckpt_every = cfg->activation_checkpointing.every,
                    .dtype = (int)rt->compute_dtype, .param_dtype = (int)rt->plan.v.param_dtype,
@@ -425,6 +457,9 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
                 dops->attention_forward_lse && dops->attention_backward_lse
                     ? " in its acts16 table (16-bit activations)" : "");
   mc.attn_lse = lse && cfg->model.attention != LOOM_ATTN_MATERIALIZED;
+  /* context parallel keeps flash attention's (out, lse) state with its own block kernels
+   * (plugins.c refused "materialized"; gpt_cp_check the device without them) */
+  if (rt->mesh.cp > 1) mc.attn_lse = 1;
   int flags = (rt->shard_params ? GPT_NO_PARAM_STORAGE : 0) |
               (rt->shard_grads ? GPT_NO_GRAD_STORAGE : 0);
   if (gpt_init_ex(&rt->model, &mc, &rt->dev, flags, e, sizeof e) != LOOM_OK)
@@ -469,13 +504,18 @@ int loom_trainer_init(loom_trainer *tr, const char *config_path, const char *con
   }
 
   loom_run_data data; /* opened and checked as `loom check` does (preflight.c) */
-  if (loom__data_open(cfg, rt->mesh.dp, &data, e, sizeof e) != 0) return fail(tr, "%s", e);
+  if (loom__data_open(cfg, rt->mesh.data_dp, &data, e, sizeof e) != 0) return fail(tr, "%s", e);
   tr->train = data.train; /* the trainer owns them from here (closed in loom_trainer_free) */
   tr->val = data.val;
   tr->has_val = data.has_val;
   tr->tok = data.tok;
   tr->inputs = malloc((size_t)tr->B * tr->T * sizeof(int32_t));
   tr->targets = malloc((size_t)tr->B * tr->T * sizeof(int32_t));
+  if (rt->mesh.cp > 1) {
+    tr->cp_inputs = malloc((size_t)tr->B * tr->Tl * sizeof(int32_t));
+    tr->cp_targets = malloc((size_t)tr->B * tr->Tl * sizeof(int32_t));
+    if (!tr->cp_inputs || !tr->cp_targets) return fail(tr, "out of host memory (batch)");
+  }
   if (!tr->inputs || !tr->targets) return fail(tr, "out of host memory (batch)");
 
   loom__rng_seed(&tr->rank_rng, cfg->train.seed * 1000003ull + (uint64_t)rt->mesh.world_rank);
@@ -639,8 +679,7 @@ static int pp_forward_chunk(void *ud, int micro, int chunk) {
   loom_runtime *rt = &tr->rt;
   int slot = pp_acquire(ps, micro, chunk);
   if (slot < 0) return ps->failed = 1, LOOM_INVALID_USAGE;
-  loom_loader_fill(&tr->train, tr->B, rt->mesh.dp, micro, rt->mesh.dp_rank, tr->inputs,
-                   tr->targets);
+  fill_batch(tr, &tr->train, micro);
   float loss;
   int rc = gpt_chunk_forward(&rt->model, chunk, slot, tr->inputs, tr->targets, tr->B, tr->T,
                              &ps->hooks, &loss);
@@ -830,6 +869,7 @@ int loom__model_forward(loom_trainer *tr, const int32_t *inputs, const int32_t *
     return device_failed(tr) ? -1 : 0; /* the stage's loss or boundary was read back */
   }
   gpt_hooks hooks = loom__forward_hooks(tr);
+  cp_local(tr, &inputs, &targets, B, &T);
   int rc = gpt_forward(&tr->rt.model, inputs, targets, B, T, &hooks, loss);
   if (rc != LOOM_OK) return pass_failed(tr, "forward", rc);
   return device_failed(tr) ? -1 : 0; /* the loss was read back: a fault has shown */
@@ -852,18 +892,20 @@ static int train_step(loom_trainer *tr, int step, double lr, loom_step_metrics *
    * (LOOM_PAR_GRAD_PREDIVIDED, ABI 1.5): then 1/dp is folded in here, which saves the plugin's
    * averaging pass over the whole gradient (bitwise the same for a power-of-two dp: scaling by
    * 2^-k commutes with every rounding of backward and of the sum) */
-  float rows = (float)tr->B * (float)tr->T * (float)tr->accum;
+  float rows = (float)tr->B * (float)tr->Tl * (float)tr->accum; /* this rank's positions */
   if (rt->plan.v.grads_predivided) rows *= (float)rt->mesh.dp;
   float dloss = loss_scale / rows;
   /* known before forward: the fused classifier writes dlogits during the forward */
   gpt_set_train_dloss(&rt->model, dloss);
   if (rt->schedule_owner >= 0 && pp_run_step(tr, dloss, &loss_sum) != 0) return -1;
   for (int micro = 0; rt->schedule_owner < 0 && micro < tr->accum; micro++) {
-    loom_loader_fill(&tr->train, tr->B, rt->mesh.dp, micro, rt->mesh.dp_rank, tr->inputs,
-                     tr->targets);
+    fill_batch(tr, &tr->train, micro);
     CALL_HOOKS(tr, begin_micro, "begin_micro", micro, tr->accum);
     float loss;
-    int rc = gpt_forward(&rt->model, tr->inputs, tr->targets, tr->B, tr->T, &hooks, &loss);
+    const int32_t *in = tr->inputs, *tg = tr->targets;
+    int T = tr->T;
+    cp_local(tr, &in, &tg, tr->B, &T);
+    int rc = gpt_forward(&rt->model, in, tg, tr->B, T, &hooks, &loss);
     if (rc != LOOM_OK) return pass_failed(tr, "forward", rc);
     loss_sum += loss;
     rc = gpt_backward(&rt->model, dloss, &hooks);
@@ -941,8 +983,7 @@ int loom_trainer_eval(loom_trainer *tr, double *val_loss) {
   double sum = 0.0;
   int n = tr->cfg.train.eval_batches;
   for (int i = 0; i < n; i++) {
-    loom_loader_fill(&tr->val, tr->B, rt->mesh.dp, i, rt->mesh.dp_rank, tr->inputs,
-                     tr->targets);
+    fill_batch(tr, &tr->val, i);
     float loss;
     if (loom__model_forward(tr, tr->inputs, tr->targets, tr->B, tr->T, &loss) != 0) return -1;
     sum += loss;
@@ -1066,6 +1107,8 @@ void loom_trainer_free(loom_trainer *tr) {
   loom_metrics_close(tr);
   free(tr->inputs);
   free(tr->targets);
+  free(tr->cp_inputs);
+  free(tr->cp_targets);
   loom_loader_close(&tr->train);
   if (tr->has_val) loom_loader_close(&tr->val);
   loom_tokenizer_free(&tr->tok);

@@ -38,6 +38,10 @@ typedef struct loom_trainer {
   int data_seg_step;
   uint64_t data_seg_cursor;
   int32_t *inputs, *targets; /* host (B,T) staging */
+  /* context parallel (mesh.cp > 1): Tl = T / cp tokens per sequence on this rank, and the host
+   * (B,Tl) staging of its chunks (gpt_cp_take); Tl = T and NULL otherwise */
+  int Tl;
+  int32_t *cp_inputs, *cp_targets;
   FILE *metrics;
   struct loom_tb_writer *tb; /* logging.tensorboard's event file (rank 0), NULL = none */
   int progress_live;       /* stdout is a terminal: the progress line is redrawn in place */

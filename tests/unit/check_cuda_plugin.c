@@ -66,11 +66,14 @@ START_TEST(every_slot_set) {
    * (issue 19's notes). Likewise ABI 1.8's acts16 (NULL: the host keeps fp32 activation
    * buffers) until cuda.so has 16-bit activation kernels, and ABI 1.9's flash attention (NULL:
    * the host keeps the materialised probabilities) until a GPU has run and measured a tiled
-   * kernel (issue 20's notes). */
+   * kernel (issue 20's notes); and ABI 1.13's ring-attention blocks (NULL: the host refuses
+   * context parallel on cuda.so, naming the slots) until a GPU has run them (issue 24). */
   const void *left_null[] = {(const void *)dev->matmul_forward_w,
                              (const void *)dev->matmul_backward_w, (const void *)dev->acts16,
                              (const void *)dev->attention_forward_lse,
-                             (const void *)dev->attention_backward_lse};
+                             (const void *)dev->attention_backward_lse,
+                             (const void *)dev->attention_block_forward,
+                             (const void *)dev->attention_block_backward};
 #undef SLOT
   /* the lists cover the whole table: one pointer per slot after the header */
   ck_assert_uint_eq(sizeof slots / sizeof slots[0] + sizeof left_null / sizeof left_null[0],

@@ -43,15 +43,8 @@ static void teardown(void) {
   loom__dev_close(&dev);
 }
 
-static double urand(void) { /* xorshift64: [-1, 1) */
-  rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
-  return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
-static float *randf(size_t n, double scale) {
-  float *x = host_scratch(n * sizeof *x);
-  for (size_t i = 0; i < n; i++) x[i] = (float)(scale * urand());
-  return x;
-}
+static double urand(void) { return host_urand(&rng_state); }
+static float *randf(size_t n, double scale) { return host_scratch_uniform(&rng_state, n, scale); }
 static float *copyf(const float *x, size_t n) {
   float *y = host_scratch(n * sizeof *y);
   memcpy(y, x, n * sizeof *y);

@@ -532,7 +532,8 @@ START_TEST(test_hooks) {
   gpt_init_weights(&model, 1);
   int32_t *inp = rand_tokens((size_t)B * T, tiny.vocab_size);
   hook_log log = {.fail_at = -1};
-  gpt_hooks hooks = {&log, h_pre_fwd, h_post_fwd, h_pre_bwd, h_post_bwd, NULL, NULL, NULL, NULL};
+  gpt_hooks hooks = {&log, h_pre_fwd, h_post_fwd, h_pre_bwd, h_post_bwd, NULL, NULL, NULL, NULL,
+                     NULL};
   ck_assert_int_eq(gpt_forward(&model, inp, inp, B, T, &hooks, NULL), LOOM_OK);
   ck_assert_int_eq(log.n, 2 * U);
   for (int u = 0; u < U; u++) {

@@ -213,7 +213,7 @@ START_TEST(test_new_minor_min_copy) {
   ck_assert_msg(loom__plugin_open(&plug, FIXTURES "/new_minor.so", LOOM_KIND_PARALLEL, err,
                                   sizeof err) == 0, "%s", err);
   ck_assert_int_eq(plug.u.hdr.abi_major, LOOM_ABI_MAJOR);
-  ck_assert_int_eq(plug.u.hdr.abi_minor, 13);
+  ck_assert_int_eq(plug.u.hdr.abi_minor, 14);
   ck_assert_int_gt(plug.u.hdr.abi_minor, LOOM_ABI_MINOR); /* newer than this host */
   ck_assert_uint_gt(plug.u.hdr.struct_size, sizeof(loom_parallel_v1));
   ck_assert_ptr_nonnull(plug.u.parallel.begin_step);

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 1
-#define LOOM_ABI_MINOR 12
+#define LOOM_ABI_MINOR 13
 
 /* Mark the single symbol a plugin exports; build plugins with -fvisibility=hidden. */
 #if defined(__GNUC__)

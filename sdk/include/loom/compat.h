@@ -21,7 +21,11 @@
  *            loom_device_acts16_v1 (NULL: the host keeps the (B,NH,T,T) probabilities)
  *   ABI 1.10 device error (NULL: the device never reports a fault; LOOM_DEVICE_ERROR)
  *   ABI 1.11 mesh axes DP_SHARD / DP_REPLICA (hybrid sharding; LOOM_SHARD_AXIS), parallel
- *            hybrid (LOOM_PAR_HYBRID_SHARD), estimate plan dp_shard / dp_replica */
+ *            hybrid (LOOM_PAR_HYBRID_SHARD), estimate plan dp_shard / dp_replica
+ *   ABI 1.13 mesh axis CP (context parallel; an older host answers size -1, comm NULL: check
+ *            api->abi_minor >= 13), parallel cap AXIS_CP and slot ring, estimate plan cp
+ *            (LOOM_COVERS), device attention_block_forward / _backward (NULL: no context
+ *            parallel on that device) */
 #ifndef LOOM_COMPAT_H
 #define LOOM_COMPAT_H
 

@@ -31,6 +31,23 @@ extern "C" {
 /* Capabilities */
 #define LOOM_DEVICE_CAP_HOST_ADDRESSABLE (1u << 0) /* device pointers are host pointers (CPU) */
 
+/* Most chunks one side of a loom_attn_block_v1 holds (context parallel holds 2). */
+#define LOOM_ATTN_MAX_CHUNKS 8
+
+/* The geometry of one (queries, key block) pair of ring attention (ABI 1.13). The local tokens
+ * of each side are n_chunks chunks of chunk_len consecutive positions of the global sequence:
+ * local token t is global position q_chunk[t / chunk_len] * chunk_len + t % chunk_len (k_chunk
+ * for keys), so Tq = Tk = n_chunks * chunk_len. Element (b, t, h, d) of q lives at
+ * q[(b*Tq + t) * q_stride + h*HS + d] (q_stride 3*NH*HS inside a qkv buffer), of k and v at
+ * k[(b*Tk + t) * kv_stride + h*HS + d]; dq and dk/dv use the same strides. */
+typedef struct loom_attn_block_v1 {
+  int B, NH, HS;
+  int n_chunks, chunk_len;
+  int q_stride, kv_stride;
+  int q_chunk[LOOM_ATTN_MAX_CHUNKS];
+  int k_chunk[LOOM_ATTN_MAX_CHUNKS];
+} loom_attn_block_v1;
+
 typedef struct loom_device_v1 {
   loom_plugin_header hdr;
 
@@ -196,7 +213,33 @@ typedef struct loom_device_v1 {
    * the gradient norm, and ends the job with the message (naming the device) instead of reading
    * the failed context's NaN results as a diverged run. */
   const char *(*error)(void *ctx);
+
+  /* ---- ABI 1.13: context parallel's ring attention (Liu et al. 2023, "Ring Attention";
+   * Megatron-LM's load-balanced causal chunks); NULL: the host refuses context parallel on the
+   * device, naming the slots ---- */
+  /* Causal attention of the queries q against one block of keys/values k, v, the tokens of
+   * each given as chunks of a longer sequence (loom_attn_block_v1 says which), written into
+   * (merge = 0) or merged into (merge = 1) the running out (B,Tq,NH*HS) and lse (B,NH,Tq): a
+   * query at global position p sees the keys at positions <= p; the block's normalised output
+   * o_b and log-sum-exp l_b combine with the running (o, l) by the online softmax
+   * (Milakov & Gimelshein 2018; FlashAttention-2, Dao 2023, Alg. 1):
+   *   l' = log(exp(l) + exp(l_b)),  o' = o exp(l - l') + o_b exp(l_b - l'),
+   * lse as attention_forward_lse's (natural log of the sum of exp(q.k / sqrt(HS))). A query
+   * with no visible key in the block is left as it is; with merge = 0 every query must see at
+   * least one (its own chunk's diagonal). */
+  void (*attention_block_forward)(void *ctx, float *out, float *lse, const float *q,
+                                  const float *k, const float *v,
+                                  const struct loom_attn_block_v1 *g, int merge);
+  /* The gradient of the merged attention for one block: dq (rows q_stride apart) += and
+   * dk, dv (rows kv_stride apart) += the block's part, from dout (B,Tq,NH*HS) and the FINAL
+   * out and lse of the forward (P = exp(S - lse), D = rowsum(dout * out): FlashAttention-2,
+   * Alg. 2), so the blocks' backwards are independent and may run in any order. */
+  void (*attention_block_backward)(void *ctx, float *dq, float *dk, float *dv,
+                                   const float *dout, const float *q, const float *k,
+                                   const float *v, const float *out, const float *lse,
+                                   const struct loom_attn_block_v1 *g);
 } loom_device_v1;
+
 
 /* ABI 1.8: the GPT kernels with 16-bit activations (device_v1.acts16). Every activation
  * argument (`void *`: the residual stream, LayerNorm outputs, qkv, the attention output, the MLP

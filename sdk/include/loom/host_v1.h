@@ -29,10 +29,18 @@ typedef enum loom_log_level {
  * dp_rank % K, rank dp_rank / K), dp = K x R. Without a shard size (the config's
  * "shard_size") K = dp: DP_SHARD is the DP group and DP_REPLICA this rank alone. A host older
  * than 1.11 answers size -1 and comm NULL for them: check api->abi_minor >= 11
- * (LOOM_SHARD_AXIS, compat.h). */
+ * (LOOM_SHARD_AXIS, compat.h).
+ * ABI 1.13, context parallel: CP groups the ranks that hold the chunks of the same sequences
+ * (context_parallel.so's ring). The host folds CP into DP, as Megatron-LM folds cp into its
+ * data-parallel gradient group: DP is the dp x cp ranks that must sum their gradients (each cp
+ * rank's gradient is its tokens' part), laid out with cp innermost (dp_rank = data_rank * cp +
+ * cp_rank), so size(DP) = dp x cp and every data-parallel plugin reduces over the right group
+ * unchanged. Without context parallel CP is this rank alone (size 1). A host older than 1.13
+ * answers size -1 and comm NULL. */
 typedef enum loom_axis {
   LOOM_AXIS_WORLD = 0, LOOM_AXIS_DP = 1, LOOM_AXIS_TP = 2, LOOM_AXIS_PP = 3,
   LOOM_AXIS_DP_SHARD = 4, LOOM_AXIS_DP_REPLICA = 5,
+  LOOM_AXIS_CP = 6,
 } loom_axis;
 
 typedef enum loom_red_op { LOOM_OP_SUM = 0, LOOM_OP_MAX = 1, LOOM_OP_MIN = 2 } loom_red_op;

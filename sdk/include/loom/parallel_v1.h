@@ -55,6 +55,10 @@ extern "C" {
 #define LOOM_PAR_CAP_AXIS_DP (1u << 16)
 #define LOOM_PAR_CAP_AXIS_TP (1u << 17)
 #define LOOM_PAR_CAP_AXIS_PP (1u << 18)
+/* ABI 1.13: the context-parallel axis (context_parallel.so): the host splits every sequence of
+ * the micro-batch over the CP ranks (the entry's host-level "size") and calls `ring` inside
+ * every block's attention; a 1.11 host refuses the unknown cap by name. */
+#define LOOM_PAR_CAP_AXIS_CP (1u << 19)
 
 /* ---- ABI 1.2: the pipeline schedule ----
  * What the host hands the schedule owner (LOOM_PAR_CAP_SCHEDULE) once per optimizer step: this
@@ -151,6 +155,10 @@ typedef struct loom_estimate_plan_v1 {
   int partition_sharded;
   /* ---- ABI 1.11: hybrid sharding (absent: dp_shard = dp, dp_replica = 1) ---- */
   int dp_shard, dp_replica;     /* the shard group's and the replica group's sizes */
+  /* ---- ABI 1.13: context parallel (absent: cp = 1) ---- */
+  int cp;                       /* ranks each sequence is split over; dp above counts the
+                                   dp x cp gradient group (host_v1.h, LOOM_AXIS_CP) and
+                                   seq_len is the LOCAL T / cp */
 } loom_estimate_plan_v1;
 
 /* Categories a report can hold: loom_mem_category values below this (room to grow). */
@@ -294,6 +302,13 @@ typedef struct loom_parallel_v1 {
   /* LOOM_PAR_HYBRID_* flags (0 in a plugin built against ABI <= 1.10). A field, not a cap
    * bit, for the reason `storage` is one. */
   uint64_t hybrid;
+  /* ---- ABI 1.13 ---- */
+  /* One hop of context parallel's ring (LOOM_PAR_CAP_AXIS_CP, required with it): send n floats
+   * of device memory `send` to the next rank of the CP axis (rank + 1 mod cp) and receive n
+   * floats from the previous one into `recv` (a distinct buffer), both complete on return.
+   * Called by the host inside every block's attention on every cp rank in lockstep: (cp - 1)
+   * hops of K/V per forward, (cp - 1) of K/V and cp - 1 of dK/dV per backward (gpt_cp.c). */
+  int (*ring)(void *ctx, const float *send, float *recv, size_t n);
 } loom_parallel_v1;
 
 /* loom_parallel_v1.hybrid: the plugin shards over LOOM_AXIS_DP_SHARD (host ABI 1.11) and

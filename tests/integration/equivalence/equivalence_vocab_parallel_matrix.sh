@@ -45,21 +45,10 @@ assert sorted(c["split_index"] for c in w) == [0, 1], w
 assert all(c["split_size"] == 2 and c["split_dim"] == 0 for c in w), w
 print("wte: 2 row slices in the checkpoint")
 PY
-resume_from() { # resume_from SRC DST NRANKS MICRO PLUGINS
-  mkdir -p "$WORK/$2/ckpt"
-  cp -r "$WORK/$1/ckpt/step-00000010" "$WORK/$2/ckpt/"
-  printf 'step-00000010' >"$WORK/$2/ckpt/latest"
-  timeout 300 "${MPIRUN[@]}" -np "$3" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
-    --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
-    --set "data.vocab=$WORK/data/vocab.json" $H --set train.micro_batch_size="$4" \
-    --set "parallel=$5" --set "logging.metrics=$WORK/$2/metrics.jsonl" --set logging.interval=5 \
-    --set "$(CK "$2")" >"$WORK/$2/out.log" 2>&1 || { cat "$WORK/$2/out.log"; die "$2 failed"; }
-  grep -q "resumed at step 10" "$WORK/$2/out.log" || die "$2 did not resume at step 10"
-}
-resume_from vp2 vp2_to_tp1 1 8 '[]'
+resume_from vp2 vp2_to_tp1 1 $H --set train.micro_batch_size=8 --set 'parallel=[]'
 echo "== vocab-parallel checkpoint resumed on tp 1 vs the tp 1 run, steps 11-20"
 compare vp2_to_tp1 ref --steps 11:20
-resume_from ref tp1_to_vp2 2 8 "[$VP]"
+resume_from ref tp1_to_vp2 2 $H --set train.micro_batch_size=8 --set "parallel=[$VP]"
 echo "== tp 1 checkpoint resumed under tp 2 x vocab_parallel vs the tp 1 run, steps 11-20"
 compare tp1_to_vp2 ref --steps 11:20
 echo "equivalence_vocab_parallel_matrix: ${#names[@]} runs and 2 resumes match"

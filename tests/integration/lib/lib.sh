@@ -87,6 +87,24 @@ run() {
     "$@" >"$WORK/$name/out.log" 2>&1 || { cat "$WORK/$name/out.log" >&2; die "run $name failed"; }
 }
 
+# resume_from SRC DST NRANKS [--set ...]: train configs/tiny.json on NRANKS ranks into
+# $WORK/DST from run SRC's step-10 checkpoint (copied into DST's checkpoint folder, saved every
+# 10 steps) with the --set options; it must resume at step 10.
+resume_from() {
+  local src=$1 dst=$2 n=$3
+  shift 3
+  mkdir -p "$WORK/$dst/ckpt"
+  cp -r "$WORK/$src/ckpt/step-00000010" "$WORK/$dst/ckpt/"
+  printf 'step-00000010' >"$WORK/$dst/ckpt/latest"
+  timeout 300 "${MPIRUN[@]}" -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+    --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
+    --set "data.vocab=$WORK/data/vocab.json" --set "logging.metrics=$WORK/$dst/metrics.jsonl" \
+    --set logging.interval=5 \
+    --set "checkpoint={\"plugin\":\"checkpoint\",\"dir\":\"$WORK/$dst/ckpt\",\"every\":10}" \
+    "$@" >"$WORK/$dst/out.log" 2>&1 || { cat "$WORK/$dst/out.log"; die "$dst failed"; }
+  grep -q "resumed at step 10" "$WORK/$dst/out.log" || die "$dst did not resume at step 10"
+}
+
 compare() { # compare A B [compare_runs.py options]
   local a=$1 b=$2
   shift 2
