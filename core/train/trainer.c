@@ -139,8 +139,10 @@ static void *sp_stage16(loom_trainer *tr, size_t n, loom_dtype *dt, int *fail_) 
   *dt = d;
   return rt->sp16;
 }
-static int hook_tp_all_gather(void *ud, const float *shard, float *full, size_t n) {
-  loom_trainer *tr = ud;
+/* One of sequence parallel's collectives over tp: gather (in: this rank's n-float shard, out:
+ * the tp * n whole) or reduce-scatter (in: the whole, out: this rank's shard of the sum). In the
+ * 16-bit staging the whole sits first and the shard after it. */
+static int sp_collective(loom_trainer *tr, int gather, const float *in, float *out, size_t n) {
   const loom_device_v1 *d = tr->rt.dev.ops;
   loom_dtype dt = LOOM_F32;
   int oom;
@@ -148,31 +150,25 @@ static int hook_tp_all_gather(void *ud, const float *shard, float *full, size_t 
   if (oom) return fail(tr, "sequence_parallel: out of memory (16-bit staging of %zu elements)",
                        n * ((size_t)tr->rt.mesh.tp + 1));
   const size_t tpn = (size_t)tr->rt.mesh.tp * n, es = loom_dtype_size(dt);
-  int rc = st ? d->convert(tr->rt.dev.ctx, st + tpn * es, dt, shard, LOOM_F32, n) : LOOM_OK;
+  const size_t n_in = gather ? n : tpn, n_out = gather ? tpn : n;
+  char *st_in = st ? st + (gather ? tpn * es : 0) : NULL;
+  char *st_out = st ? st + (gather ? 0 : tpn * es) : NULL;
+  const void *src = st ? (const void *)st_in : in;
+  void *dst = st ? (void *)st_out : out;
+  int rc = st ? d->convert(tr->rt.dev.ctx, st_in, dt, in, LOOM_F32, n_in) : LOOM_OK;
+  const loom_host_api_v1 *api = loom__host_api();
+  loom_comm *tp = tr->rt.mesh.axis[LOOM_AXIS_TP];
   if (!rc)
-    rc = loom__host_api()->all_gather(&tr->core_host, tr->rt.mesh.axis[LOOM_AXIS_TP],
-                                      st ? (const void *)(st + tpn * es) : shard,
-                                      st ? (void *)st : full, n, dt, NULL);
-  if (!rc && st) rc = d->convert(tr->rt.dev.ctx, full, LOOM_F32, st, dt, tpn);
-  return rc != LOOM_OK ? tp_sp_failed(tr, "all-gather", n) : 0;
+    rc = gather ? api->all_gather(&tr->core_host, tp, src, dst, n, dt, NULL)
+                : api->reduce_scatter(&tr->core_host, tp, src, dst, n, dt, LOOM_OP_SUM, NULL);
+  if (!rc && st) rc = d->convert(tr->rt.dev.ctx, out, LOOM_F32, st_out, dt, n_out);
+  return rc != LOOM_OK ? tp_sp_failed(tr, gather ? "all-gather" : "reduce-scatter", n) : 0;
+}
+static int hook_tp_all_gather(void *ud, const float *shard, float *full, size_t n) {
+  return sp_collective(ud, 1, shard, full, n);
 }
 static int hook_tp_reduce_scatter(void *ud, const float *full, float *shard, size_t n) {
-  loom_trainer *tr = ud;
-  const loom_device_v1 *d = tr->rt.dev.ops;
-  loom_dtype dt = LOOM_F32;
-  int oom;
-  char *st = sp_stage16(tr, n, &dt, &oom);
-  if (oom) return fail(tr, "sequence_parallel: out of memory (16-bit staging of %zu elements)",
-                       n * ((size_t)tr->rt.mesh.tp + 1));
-  const size_t tpn = (size_t)tr->rt.mesh.tp * n, es = loom_dtype_size(dt);
-  int rc = st ? d->convert(tr->rt.dev.ctx, st, dt, full, LOOM_F32, tpn) : LOOM_OK;
-  if (!rc)
-    rc = loom__host_api()->reduce_scatter(&tr->core_host, tr->rt.mesh.axis[LOOM_AXIS_TP],
-                                          st ? (const void *)st : full,
-                                          st ? (void *)(st + tpn * es) : shard, n, dt,
-                                          LOOM_OP_SUM, NULL);
-  if (!rc && st) rc = d->convert(tr->rt.dev.ctx, shard, LOOM_F32, st + tpn * es, dt, n);
-  return rc != LOOM_OK ? tp_sp_failed(tr, "reduce-scatter", n) : 0;
+  return sp_collective(ud, 0, full, shard, n);
 }
 /* Context parallel's ring hop (gpt_hooks.cp_ring): the context_parallel plugin's `ring`. */
 static int hook_cp_ring(void *ud, const float *send, float *recv, size_t n) {
