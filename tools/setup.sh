@@ -4,8 +4,9 @@
 #                             built too when their packages happen to be there, skipped if not.
 #   tools/setup.sh --tests    also what the tests need (Check, PyTorch, the TensorBoard reader's
 #                             python3-protobuf and python3-crc32c, GPT-2's reference regex
-#                             python3-regex, Chromium for the HTML page);
-#                             a missing Check is an error
+#                             python3-regex, Chromium for the HTML page; ccache, which
+#                             CMakeLists.txt uses when present: tools/test.sh builds the same
+#                             sources three times); a missing Check is an error
 #   tools/setup.sh --tests --slurm   also Slurm and munge, for integration.slurm (tools/test.sh
 #                             --full): a private slurmctld + slurmd the test starts and stops
 #                             itself (Debian's services stay off: no /etc/slurm/slurm.conf).
@@ -29,7 +30,8 @@ pkgs="build-essential cmake pkg-config libjansson-dev libopenmpi-dev openmpi-bin
 # browser that renders loom compare's HTML page (chromium); GPT-2's tokenizer reference runs
 # encoder.py's regex with Python's `regex` module (python3-regex), as GPT-2 does
 if [ "$tests" = ON ]; then
-  pkgs="$pkgs check libsubunit-dev python3-torch python3-protobuf python3-crc32c python3-regex chromium"
+  pkgs="$pkgs check libsubunit-dev python3-torch python3-protobuf python3-crc32c python3-regex chromium
+        ccache"
 fi
 [ "$slurm" -eq 0 ] || pkgs="$pkgs slurmctld slurmd slurm-client munge"
 missing=""

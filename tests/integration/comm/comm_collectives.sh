@@ -1,6 +1,6 @@
 #!/bin/bash
 # under the sanitizers: 2 and 3 ranks only, no training runs
-# ctest: sanitized
+# ctest: sanitized cost=21
 # mpi.so's sum collectives on 1, 2, 3 and 4 ranks against exact and float64 references, bit for
 # bit in the documented association (comm_collectives.c beside it says what is checked).
 # A deadlock in the progress of overlapping collectives shows as the 300 s timeout. Then the

@@ -1,5 +1,5 @@
 #!/bin/bash
-# ctest: labels=integration,asan-full
+# ctest: labels=integration,asan-full cost=31
 # The 53-run ZeRO x offload x ranks x accumulation matrix: tools/test.sh --full, in the normal
 # build only (9 min under ASan on 2 cores). The test above runs a covering subset of 15 in
 # every pass; the code paths run under ASan in resume_zero and equivalence_tp.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# ctest: labels=integration,multinode timeout=300
+# ctest: labels=integration,multinode,asan-full timeout=300 cost=18
 # Two nodes x two ranks on tools/nodes.sh's test bed (each node its own network, UTS and mount
 # namespace: its own hostname and /dev/shm, so Open MPI cannot use shared memory between them),
 # started by mpirun in node 1 through the bed's hostfile and rsh agent. ddp on configs/tiny.json:

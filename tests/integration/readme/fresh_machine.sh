@@ -8,7 +8,8 @@
 # note, and produce what the main job runs (loom, loom-prepare, the plugins). Then
 # `tools/setup.sh --tests` must fail at configure time and show cmake's line naming Check
 # (setup.sh used to send that output to /dev/null).
-# Cost: one full configure + build (~10 s idle, a minute or two on 2 busy cores).
+# Cost: one full configure + build (~10 s idle, a minute or two on 2 busy cores); with ccache
+# (tools/setup.sh --tests installs it; CMakeLists.txt uses it) its objects are build/'s: ~30 s.
 # Needs: LOOM_SRC (source tree); the runtime packages installed (they are, after setup.sh).
 set -u
 SRC=${LOOM_SRC:?LOOM_SRC: the source tree}

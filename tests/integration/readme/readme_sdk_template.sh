@@ -1,6 +1,6 @@
 #!/bin/bash
 # the README's scripts and docs, not memory safety: the normal build only (label readme)
-# ctest: name=readme.readme_sdk_template labels=readme
+# ctest: name=readme.readme_sdk_template labels=readme cost=28
 # sdk/template/README.md's build block, as written there (extracted, so the docs and this test
 # cannot drift): install loom into $HOME/loom (HOME is a scratch dir), build a copy of the
 # template against it, list it with the command the README gives, on a PATH without loom, and
