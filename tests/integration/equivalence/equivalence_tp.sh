@@ -1,4 +1,6 @@
 #!/bin/bash
+# under the sanitizers one run per plugin and path, 6 steps (below)
+# ctest: sanitized
 # The equivalence matrix for tensor parallel (tensor_parallel.so, Megatron-LM §3): a tiny model
 # with 4 heads (n_embd 32, head size 8), the same global batch (8 sequences of 64 tokens) and
 # seed on 1 rank without any parallel plugin, and under tp 2, tp 4, dp 2 x tp 2 (ddp), zero1 x
@@ -7,14 +9,24 @@
 # from the tp ranks' shards) within compare_runs.py's tolerances (docs/tolerances.md) over 20
 # steps. Then the traffic check (4
 # all-reduces of B*T*C floats per block per micro-step, ring 2(n-1)/n) and the refusals.
+# Under the sanitizers (LOOM_SANITIZED=1: memory safety, the numerics are the normal build's)
+# every plugin and collective path once, 6 steps (evaluation at 3 and 6): tp2 x accum 4, zero1
+# x tp2 (zero1 listed first: the hooks in the other order) and zero1 x tp2 x accum 2 (small
+# buckets), zero2 / zero3 x tp2 and ddp + cpu_offload x tp2 against the reference, the traffic
+# of tp2 x accum 4, and every refusal. Left to the normal build: tp 4 (tp 2's code on another
+# size), ddp2 x tp2 (ddp + offload's all-reduce, without the offload) and plain tp2 (the last
+# micro-step of tp2 x accum 4).
 . "$(dirname "$0")/../lib/lib.sh"
 make_data
 H='--set model.n_head=4'
 TP2='{"plugin":"tensor_parallel","size":2}'
-run 1 ref $H --set train.micro_batch_size=8 --set 'parallel=[]'
+SAN=0 ST=''
+[ "${LOOM_SANITIZED:-0}" = 1 ] && SAN=1 ST='--set train.steps=6 --set train.eval_interval=3'
+run 1 ref $H $ST --set train.micro_batch_size=8 --set 'parallel=[]'
 names=()
 trun() { # trun NRANKS NAME MICRO ACCUM 'PLUGINS JSON ARRAY'
-  run "$1" "$2" $H --set train.micro_batch_size="$3" --set train.grad_accum_steps="$4" \
+  [ $SAN = 1 ] && case $2 in tp2 | tp4 | ddp2_tp2) return 0 ;; esac
+  run "$1" "$2" $H $ST --set train.micro_batch_size="$3" --set train.grad_accum_steps="$4" \
     --set "parallel=$5"
   names+=("$2")
 }
@@ -33,9 +45,13 @@ for r in "${names[@]}"; do
 done
 
 # Traffic: Megatron's count, 2 all-reduces of (B*T*C) floats per block in forward and 2 in
-# backward, each 2(n-1)/n of its bytes with a ring: tp 2 and tp 4, steps without eval/save.
+# backward, each 2(n-1)/n of its bytes with a ring: tp 2 and tp 4, steps without eval/save
+# (sanitized: tp2 x accum 4, the same accounting per micro-step).
 L=2 C=32 T=64
-/usr/bin/python3 "$HERE/check_tp_traffic.py" "$WORK" $L $C $T || die "tensor-parallel traffic differs from Megatron's count"
+traffic=(tp2 tp4 tp2_accum4)
+[ $SAN = 1 ] && traffic=(tp2_accum4)
+/usr/bin/python3 "$HERE/check_tp_traffic.py" "$WORK" $L $C $T "${traffic[@]}" ||
+  die "tensor-parallel traffic differs from Megatron's count"
 
 # Refusals, before training, with the numbers.
 expect_refused 1 'model.n_head (4) must be divisible by the tensor-parallel size (3)' $H \
