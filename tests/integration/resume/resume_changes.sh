@@ -14,7 +14,9 @@ make_data
 resume() {
   local n=$1 name=$2 log=$3
   shift 3
-  timeout 300 mpirun -np "$n" --bind-to none "$LOOM" train "$LOOM_SRC/configs/tiny.json" \
+  # the refused resumes end at once (REFUSED_RUN: no 2 s of mpirun's kill grace each)
+  "${REFUSED_RUN[@]}" timeout 300 mpirun -np "$n" --bind-to none "$LOOM" train \
+    "$LOOM_SRC/configs/tiny.json" \
     --set "data.train=$WORK/data/train_*.bin" --set "data.val=$WORK/data/val_*.bin" \
     --set "data.vocab=$WORK/data/vocab.json" \
     --set "logging.metrics=$WORK/$name/metrics.jsonl" --set logging.interval=5 \
