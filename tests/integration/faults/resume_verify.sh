@@ -6,10 +6,10 @@
 #  - an all-zero RNG state with valid checksums is refused (no xoshiro state is all zero);
 #  - a kill after a step directory is published but before `latest` is updated: the next run
 #    resumes from the newer step and says so, it never retrains and overwrites it.
-# Under the sanitizers (LOOM_SANITIZED=1) one changed byte per file instead of five: each of the
+# Under the sanitizers (LOOM_SANITIZED=1) one changed byte per file, not up to five: each of the
 # refusal's code paths once — the manifest's checksum mismatch, manifest.crc32 not hex (its last
 # byte, the newline), a chunk's checksum on rank 0 and the private state's on rank 1 (the other
-# offsets repeat those paths at other places; the normal build flips all 20).
+# offsets repeat those paths at other places; the normal build flips all 19).
 . "$(dirname "$0")/../lib/lib.sh"
 make_data
 
