@@ -1,4 +1,5 @@
 #!/bin/bash
+# ctest: sanitized
 # Checkpoints written before the global view (format 2: flat items per tp rank,
 # "params@tp1of2") still resume: a tp 2 run's step-10 checkpoint rewritten as format 2
 # (ckpt_format2.py) continues under tp 2 bitwise like the straight run, and a 1-rank one
@@ -9,6 +10,10 @@
 # sources without LOOM_CKPT_CAP_GLOBAL_VIEW, as any plugin before ABI 1.4) gets the per-rank
 # layout: it trains and resumes under tp 2 bitwise like checkpoint.so, refuses tp 4 by name, and
 # refuses a global-view checkpoint by name.
+# Under the sanitizers (LOOM_SANITIZED=1) 7 of the 9 runs: the per-rank plugin's own tp 2
+# resume and tp 4 refusal are left out, as they take format 2's code paths again (items per tp
+# rank loaded as they are; the host's tp-size refusal of per-rank items); its save (the host's
+# per-rank items, bitwise like checkpoint.so's) and its refusal of the global view stay.
 . "$(dirname "$0")/../lib/lib.sh"
 make_data
 H='--set model.n_head=4'
@@ -65,7 +70,10 @@ grep -q '"params@tp1of2"' "$WORK/tp2_pr/ckpt/step-00000010/manifest.json" ||
 grep -q '"items"' "$WORK/tp2_pr/ckpt/step-00000010/manifest.json" && die "per-rank says global"
 echo "== per-rank plugin, tp 2, 20 steps vs checkpoint.so's: bitwise"
 compare tp2_pr tp2 --bitwise
+[ "${LOOM_SANITIZED:-0}" != 1 ] || { echo "resume_format2 (sanitized build): the per-rank" \
+  "plugin's resume and tp 4 refusal left to the normal build"; PR_RESUME=0; }
 for cfg in "2 tp2_pr_resumed 2" "4 tp4_pr_refused 4"; do
+  [ "${PR_RESUME:-1}" = 1 ] || break
   read -r n r tp <<<"$cfg"
   rm -rf "$WORK/$r" && mkdir -p "$WORK/$r/ckpt"
   cp -r "$WORK/tp2_pr/ckpt/step-00000010" "$WORK/$r/ckpt/"
@@ -73,13 +81,16 @@ for cfg in "2 tp2_pr_resumed 2" "4 tp4_pr_refused 4"; do
   resume_run "$n" "$r" 8 "[{\"plugin\":\"tensor_parallel\",\"size\":$tp}]" --set "$(ckpt_pr "$r")"
   echo "rc=$?" >>"$WORK/$r/out.log"
 done
-grep -q "rc=0" "$WORK/tp2_pr_resumed/out.log" || { cat "$WORK/tp2_pr_resumed/out.log"; die "per-rank resume failed"; }
-echo "== per-rank plugin, tp 2 -> tp 2: bitwise"
-compare tp2_pr_resumed tp2 --bitwise --steps 11:20
-grep -q "rc=0" "$WORK/tp4_pr_refused/out.log" && die "per-rank tp 2 -> tp 4 was not refused"
-grep -q "tensor-parallel size differs: it was saved with tp 2, this run has tp 4" \
-  "$WORK/tp4_pr_refused/out.log" || { cat "$WORK/tp4_pr_refused/out.log"; die "unclear refusal"; }
-echo "refused: $(grep -m1 'tensor-parallel size differs' "$WORK/tp4_pr_refused/out.log")"
+if [ "${PR_RESUME:-1}" = 1 ]; then
+  grep -q "rc=0" "$WORK/tp2_pr_resumed/out.log" ||
+    { cat "$WORK/tp2_pr_resumed/out.log"; die "per-rank resume failed"; }
+  echo "== per-rank plugin, tp 2 -> tp 2: bitwise"
+  compare tp2_pr_resumed tp2 --bitwise --steps 11:20
+  grep -q "rc=0" "$WORK/tp4_pr_refused/out.log" && die "per-rank tp 2 -> tp 4 was not refused"
+  grep -q "tensor-parallel size differs: it was saved with tp 2, this run has tp 4" \
+    "$WORK/tp4_pr_refused/out.log" || { cat "$WORK/tp4_pr_refused/out.log"; die "unclear refusal"; }
+  echo "refused: $(grep -m1 'tensor-parallel size differs' "$WORK/tp4_pr_refused/out.log")"
+fi
 # a global-view checkpoint given to the per-rank plugin
 rm -rf "$WORK/global_pr" && mkdir -p "$WORK/global_pr/ckpt"
 cp -r "$WORK/tp2/ckpt/step-00000010" "$WORK/global_pr/ckpt/"
