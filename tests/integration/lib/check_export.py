@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent checks of the model files `loom export` writes (docs/checkpoints.md).
 
-  check_export.py verify ST LLMC --file-loss EXE --tokens SHARD --workdir DIR
+  check_export.py verify ST LLMC [ST LLMC ...] --file-loss EXE --tokens SHARD --workdir DIR
       ST parsed with struct/json and read with torch.frombuffer (no safetensors library): the
       header's names, dtypes, shapes and packed offsets must be Hugging Face GPT-2's; LLMC's
       256-int header must be llm.c's (20240326, version 3, maxT, V, L, NH, C, Vp = V rounded
@@ -10,7 +10,8 @@
       torch (float64) on ST's tensors in HF's layout -- x @ W + b with W (in, out) -- over the
       first B*T+1 tokens of SHARD (an llm.c token shard) must give the loss loom computes on the
       same tokens with the same file (EXE = tests/reference/file_loss) within 1e-5. When
-      `transformers` imports, GPT2LMHeadModel loads ST as well and must agree.
+      `transformers` imports, GPT2LMHeadModel loads ST as well and must agree. Each ST LLMC
+      pair is checked so, in one process: torch's import (~2 s of CPU) is paid once.
   check_export.py same A B        two safetensors files: the same tensors, bitwise (metadata
                                   may differ)
   check_export.py close A B RTOL  the same tensor names and shapes and
@@ -198,8 +199,15 @@ def try_transformers(st_path, t, NH, tokens, B, T, loss_ref, workdir):
 
 
 def verify(args):
-    st, llmc = args[0], args[1]
-    opts = dict(zip(args[2::2], args[3::2]))
+    k = next((i for i, a in enumerate(args) if a.startswith("--")), len(args))
+    files, opts = args[:k], dict(zip(args[k::2], args[k + 1::2]))
+    if not files or len(files) % 2:
+        fail(f"verify: expected ST LLMC pairs before the options, got {files}")
+    for st, llmc in zip(files[0::2], files[1::2]):
+        verify_pair(st, llmc, opts)
+
+
+def verify_pair(st, llmc, opts):
     meta, t = read_safetensors(st)
     V, maxT, L, C = dims_of(t)
     want = expected_shapes(V, maxT, L, C)
