@@ -39,7 +39,6 @@ MATRIX=0
 [ "${1:-}" = --matrix ] && MATRIX=1
 COVERING=" tp2_none tp2_full tp2_selective pp2bf16_none pp2bf16_every2 zero3_full zero2off_full
   pp2_selective pp2gpipe_full ddpbf16_full ddpmat_selective "
-selected() { [ $MATRIX = 1 ] || [[ "$COVERING" == *[[:space:]]$1[[:space:]]* ]]; }
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
 for p in ddp zero2 zero3 cpu_offload tensor_parallel pipeline; do

@@ -23,7 +23,6 @@ COVERING=" zero1_n3_small zero2_n3_small zero3_n3_small zero1_n4_acc4_small zero
   zero3_n4_acc4_small zero1_n4_blocking zero2_n4_blocking zero3_n4_blocking
   zero3_n4_acc4_noprefetch ddp_n3_acc4 ddp_offload_n4_acc4 zero1_offload_n3_acc4
   zero2_offload_n3_acc4 zero3_offload_n3_acc4 "
-selected() { [ $MATRIX = 1 ] || [[ "$COVERING" == *[[:space:]]$1[[:space:]]* ]]; }
 make_data
 G=48
 STEPS=30

@@ -38,7 +38,6 @@ declare -A PAR=(
    # whose rank the checks measure, holds the embedding and 2 blocks: at T = 2048 wpe would
    # draw the balanced split's blocks to stage 1)
 COVERING=" one_none one_full pp2_selective "
-selected() { [ $MATRIX = 1 ] || [[ "$COVERING" == *[[:space:]]$1[[:space:]]* ]]; }
 RUNS=() BITWISE=()
 for strat in one pp2; do
   IFS='|' read -r par n micro accum <<<"${PAR[$strat]}"

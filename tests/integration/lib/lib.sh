@@ -105,6 +105,9 @@ resume_from() {
   grep -q "resumed at step 10" "$WORK/$dst/out.log" || die "$dst did not resume at step 10"
 }
 
+# selected NAME: whether a script with a covering subset runs case NAME: every case under
+# --matrix (the script sets MATRIX=1), else only those in COVERING (" name name ... ")
+selected() { [ "${MATRIX:-0}" = 1 ] || [[ "${COVERING:-}" == *[[:space:]]$1[[:space:]]* ]]; }
 compare() { # compare A B [compare_runs.py options]
   local a=$1 b=$2
   shift 2

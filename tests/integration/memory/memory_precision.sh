@@ -35,7 +35,6 @@
 MATRIX=0
 [ "${1:-}" = --matrix ] && MATRIX=1
 COVERING=" ddp_fp32_n4 ddp_bf16_n1 ddp_fp16_n2 ddp_bf16_acc2_n2 ddp_split_pad_n2 "
-selected() { [ $MATRIX = 1 ] || [[ "$COVERING" == *[[:space:]]$1[[:space:]]* ]]; }
 make_data
 RUNS=()
 

@@ -34,7 +34,6 @@ MATRIX=0
 [ "${1:-}" = --matrix ] && MATRIX=1
 COVERING=" fp32_zero1_n2 bf16_zero1_n2 fp32_zero2_n4 fp16_zero2_n4 fp32_zero3_n2 fp16_zero3_n2
   bf16_zero3_n1 bf16_ddp_off_n2 bf16_zero3_off_n2 bf16_zero2_acc2_n2 bf16_zero3pf_n2 "
-selected() { [ $MATRIX = 1 ] || [[ "$COVERING" == *[[:space:]]$1[[:space:]]* ]]; }
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
 RUNS=()

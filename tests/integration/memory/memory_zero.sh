@@ -22,7 +22,6 @@ MATRIX=0
 [ "${1:-}" = --matrix ] && MATRIX=1
 COVERING=" ddp_off_n2 zero1_off_n4 zero2_off_n2 zero3_off_n4 zero3pf_n2 zero2acc2_n2
   zero3acc2_n2 "
-selected() { [ $MATRIX = 1 ] || [[ "$COVERING" == *[[:space:]]$1[[:space:]]* ]]; }
 make_data
 PLUGINS=${LOOM_BUILD}/lib/loom/plugins
 OFF='{"plugin":"cpu_offload","offload_optimizer":{"device":"cpu"}}'

@@ -40,7 +40,6 @@
 MATRIX=0
 [ "${1:-}" = --matrix ] && MATRIX=1
 COVERING=" ddp2 zero1_off zero3_prefetch pp2_1f1b pp2_gpipe_a1 "
-selected() { [ $MATRIX = 1 ] || [[ "$COVERING" == *[[:space:]]$1[[:space:]]* ]]; }
 make_data
 H='--set model.n_head=4'
 BF='precision={"plugin":"bf16"}'
